@@ -1,0 +1,308 @@
+"""Attention, exactly and blockwise.
+
+Shapes follow real models: ``q`` is ``(..., Hq, Nq, d)`` and ``k``, ``v`` are
+``(..., Hkv, Nk, d)`` with ``Hq`` a multiple of ``Hkv`` (grouped-query attention shares each
+key/value head among ``Hq / Hkv`` query heads). Two-dimensional ``(N, d)`` arrays are a single
+head.
+
+Two things live here:
+
+* ``reference_attention`` and ``reference_attention_grad``: float64, written from the
+  definition ``softmax(q k^T * scale + mask) v``, materialising the whole score matrix. They are
+  the ground truth every test compares against.
+* The **block primitive** of Ring Attention: ``block_attention`` scores one query block against
+  one key/value block and returns a ``Partial`` — the unnormalised output ``acc``, the
+  ``row_max`` of the scores and the ``row_sum`` of their exponentials. ``merge`` folds two
+  partials together with the online-softmax rescale. ``block_attention_backward`` is the
+  flash-style backward of one block from the saved log-sum-exp.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ringsim._checks import check_qkv, check_scale, check_segment_ids
+from ringsim.masks import visible_mask
+
+
+class Partial(NamedTuple):
+    """Online-softmax state of a set of query rows against the keys seen so far.
+
+    ``acc``: ``(..., Hq, c, d)`` sum of ``exp(score - row_max) * v`` (unnormalised output).
+    ``row_max``: ``(..., Hq, c)`` the largest score seen (``-inf`` if no key was visible).
+    ``row_sum``: ``(..., Hq, c)`` sum of ``exp(score - row_max)``.
+    """
+
+    acc: np.ndarray
+    row_max: np.ndarray
+    row_sum: np.ndarray
+
+    @property
+    def out(self) -> np.ndarray:
+        """Normalised output ``acc / row_sum``; rows that saw no key are 0."""
+        denom = np.where(self.row_sum > 0, self.row_sum, 1)
+        return self.acc / denom[..., None]
+
+    @property
+    def lse(self) -> np.ndarray:
+        """Log-sum-exp of the scores, ``row_max + log(row_sum)``; ``-inf`` for empty rows."""
+        with np.errstate(divide="ignore"):
+            return self.row_max + np.log(self.row_sum)
+
+    @classmethod
+    def from_out_lse(cls, out: np.ndarray, lse: np.ndarray) -> Partial:
+        """An ``(out, lse)`` pair, as kernels return it, is a partial with ``row_sum = 1``."""
+        empty = np.isneginf(lse)
+        return cls(np.where(empty[..., None], 0, out), lse, np.where(empty, 0, 1).astype(out.dtype))
+
+
+def empty_partial(q_shape: tuple[int, ...], dtype: np.dtype) -> Partial:
+    """The identity of ``merge``: no key seen yet."""
+    return Partial(
+        np.zeros(q_shape, dtype),
+        np.full(q_shape[:-1], -np.inf, dtype),
+        np.zeros(q_shape[:-1], dtype),
+    )
+
+
+def merge(a: Partial, b: Partial) -> Partial:
+    """Combine two partials over disjoint key sets: the online-softmax rescale.
+
+    Both are rescaled to the common ``row_max``; a row with ``row_max = -inf`` contributes
+    ``exp(-inf) = 0`` (the subtraction is shifted so that ``-inf - -inf`` never happens).
+    """
+    row_max = np.maximum(a.row_max, b.row_max)
+    shift = np.where(np.isneginf(row_max), 0, row_max)
+    alpha = np.exp(a.row_max - shift)
+    beta = np.exp(b.row_max - shift)
+    return Partial(
+        a.acc * alpha[..., None] + b.acc * beta[..., None],
+        row_max,
+        a.row_sum * alpha + b.row_sum * beta,
+    )
+
+
+def work_dtype(dtype: np.dtype) -> type:
+    """Accumulate in float64 for float64 inputs, float32 otherwise (fp16 included)."""
+    return np.float64 if np.dtype(dtype) == np.float64 else np.float32
+
+
+def group_heads(q: np.ndarray, kv_heads: int) -> np.ndarray:
+    """``(..., Hq, c, d)`` -> ``(..., Hkv, g, c, d)`` so each group meets its shared kv head."""
+    if q.ndim == 2:
+        return q[None, None]
+    return q.reshape(*q.shape[:-3], kv_heads, q.shape[-3] // kv_heads, *q.shape[-2:])
+
+
+def kv_heads_of(k: np.ndarray) -> int:
+    return 1 if k.ndim == 2 else k.shape[-3]
+
+
+def _as_kv(k: np.ndarray) -> np.ndarray:
+    """``(..., Hkv, c, d)`` -> ``(..., Hkv, 1, c, d)``, broadcasting over the query group."""
+    return k[None, None] if k.ndim == 2 else k[..., None, :, :]
+
+
+def _ungroup(x: np.ndarray, like_ndim: int, head_shape: tuple[int, ...]) -> np.ndarray:
+    """Inverse of ``group_heads`` for an array whose trailing dims follow the group axis."""
+    if like_ndim == 2:
+        return x[0, 0]
+    return x.reshape(*head_shape, *x.shape[len(head_shape) + 1 :])
+
+
+def block_attention(
+    q_block: np.ndarray,
+    k_block: np.ndarray,
+    v_block: np.ndarray,
+    *,
+    scale: float,
+    q_pos: np.ndarray | None = None,
+    k_pos: np.ndarray | None = None,
+    causal: bool = False,
+    q_seg: np.ndarray | None = None,
+    k_seg: np.ndarray | None = None,
+) -> Partial:
+    """Attention of one query block against one key/value block, unnormalised.
+
+    ``q_block``: ``(..., Hq, cq, d)``; ``k_block``, ``v_block``: ``(..., Hkv, ck, d)``.
+    ``q_pos``/``k_pos``: global token positions ``(cq,)``/``(ck,)`` for the causal mask;
+    ``q_seg``/``k_seg``: document ids for packed sequences. Rows with no visible key get
+    ``row_max = -inf``, ``row_sum = 0``, ``acc = 0`` (never NaN).
+    Computes in float32 (float64 for float64 inputs).
+    """
+    dtype = work_dtype(q_block.dtype)
+    if causal and (q_pos is None or k_pos is None):
+        raise ValueError("causal block attention needs q_pos and k_pos (global positions)")
+    mask = visible_mask(q_pos, k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
+    q_g = group_heads(q_block.astype(dtype, copy=False) * dtype(scale), kv_heads_of(k_block))
+    k_g = _as_kv(k_block.astype(dtype, copy=False))
+    v_g = _as_kv(v_block.astype(dtype, copy=False))
+
+    scores = q_g @ k_g.swapaxes(-1, -2)  # (..., Hkv, g, cq, ck)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    row_max = scores.max(axis=-1)
+    shift = row_max if mask is None else np.where(np.isneginf(row_max), 0, row_max)
+    scores -= shift[..., None]
+    np.exp(scores, out=scores)  # scores now hold p = exp(s - row_max); masked entries are 0
+    row_sum = scores.sum(axis=-1)
+    acc = scores @ v_g
+
+    head_shape = q_block.shape[:-2]
+    return Partial(
+        _ungroup(acc, q_block.ndim, head_shape),
+        _ungroup(row_max, q_block.ndim, head_shape),
+        _ungroup(row_sum, q_block.ndim, head_shape),
+    )
+
+
+def block_attention_backward(
+    q_block: np.ndarray,
+    k_block: np.ndarray,
+    v_block: np.ndarray,
+    dout_block: np.ndarray,
+    lse: np.ndarray,
+    delta: np.ndarray,
+    *,
+    scale: float,
+    q_pos: np.ndarray | None = None,
+    k_pos: np.ndarray | None = None,
+    causal: bool = False,
+    q_seg: np.ndarray | None = None,
+    k_seg: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradient contributions of one (query block, key/value block) pair.
+
+    ``lse``: ``(..., Hq, cq)`` the *final* log-sum-exp of each query row (saved by the forward),
+    so the probabilities ``p = exp(s - lse)`` are rebuilt exactly without the full matrix.
+    ``delta``: ``(..., Hq, cq)`` = ``rowsum(dout * out)``, which equals ``rowsum(p * dp)``.
+    Returns ``(dq_block, dk_block, dv_block)`` shaped like their inputs; ``dk``/``dv`` are
+    summed over the query heads that share each kv head.
+    """
+    dtype = work_dtype(q_block.dtype)
+    mask = visible_mask(q_pos, k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
+    hkv = kv_heads_of(k_block)
+    q_g = group_heads(q_block.astype(dtype, copy=False), hkv)
+    do_g = group_heads(dout_block.astype(dtype, copy=False), hkv)
+    lse_g = group_heads(lse[..., None].astype(dtype, copy=False), hkv)[..., 0]
+    delta_g = group_heads(delta[..., None].astype(dtype, copy=False), hkv)[..., 0]
+    k_g = _as_kv(k_block.astype(dtype, copy=False))
+    v_g = _as_kv(v_block.astype(dtype, copy=False))
+
+    scores = (q_g * dtype(scale)) @ k_g.swapaxes(-1, -2)
+    safe_lse = np.where(np.isneginf(lse_g), 0, lse_g)
+    p = np.exp(scores - safe_lse[..., None])
+    if mask is not None:
+        p = np.where(mask, p, 0)
+    dv = (p.swapaxes(-1, -2) @ do_g).sum(axis=-3)
+    dp = do_g @ v_g.swapaxes(-1, -2)
+    ds = p * (dp - delta_g[..., None])
+    dq = (ds @ k_g) * dtype(scale)
+    dk = (ds.swapaxes(-1, -2) @ q_g).sum(axis=-3) * dtype(scale)
+
+    if q_block.ndim == 2:
+        return dq[0, 0], dk[0], dv[0]
+    return dq.reshape(q_block.shape), dk, dv
+
+
+# --------------------------------------------------------------------------------------------
+# The exact reference (float64, the whole score matrix)
+# --------------------------------------------------------------------------------------------
+
+
+def _reference_probs(
+    q: np.ndarray, k: np.ndarray, causal: bool, scale: float, segment_ids: np.ndarray | None
+) -> np.ndarray:
+    """Softmax probabilities ``(..., Hq, N, N)`` in float64, kv heads repeated for GQA."""
+    q64 = q.astype(np.float64)
+    k64 = k.astype(np.float64)
+    if q.ndim >= 3:
+        k64 = np.repeat(k64, q.shape[-3] // k.shape[-3], axis=-3)
+    scores = (q64 @ k64.swapaxes(-1, -2)) * scale
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    mask = visible_mask(
+        np.arange(n_q), np.arange(n_k), causal=causal, q_seg=segment_ids, k_seg=segment_ids
+    )
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    row_max = scores.max(axis=-1, keepdims=True)
+    row_max = np.where(np.isneginf(row_max), 0, row_max)
+    weights = np.exp(scores - row_max)
+    total = weights.sum(axis=-1, keepdims=True)
+    return weights / np.where(total > 0, total, 1)
+
+
+def _repeat_kv(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    if q.ndim < 3:
+        return x.astype(np.float64)
+    return np.repeat(x.astype(np.float64), q.shape[-3] // x.shape[-3], axis=-3)
+
+
+def _sum_groups(dx: np.ndarray, like: np.ndarray) -> np.ndarray:
+    if like.ndim < 3 or dx.shape == like.shape:
+        return dx
+    hkv = like.shape[-3]
+    return dx.reshape(*like.shape[:-3], hkv, dx.shape[-3] // hkv, *like.shape[-2:]).sum(-3)
+
+
+def _check_self_attention(q: np.ndarray, k: np.ndarray, segment_ids: object) -> np.ndarray | None:
+    if segment_ids is not None and q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"segment_ids need q and k of the same length, got {q.shape[-2]} and {k.shape[-2]}"
+        )
+    return check_segment_ids(segment_ids, q.shape[-2])
+
+
+def reference_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    causal: bool = False,
+    scale: float | None = None,
+    segment_ids: np.ndarray | None = None,
+) -> np.ndarray:
+    """Exact attention in float64: ``softmax(q k^T * scale + mask) v``.
+
+    ``q``: ``(..., Hq, N, d)``; ``k``, ``v``: ``(..., Hkv, N, d)``. The causal mask lets query
+    ``i`` see keys ``j <= i``; ``segment_ids`` ``(N,)`` keep attention inside each document.
+    Returns float64 ``(..., Hq, N, d)``.
+    """
+    q, k, v = check_qkv(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    segment_ids = _check_self_attention(q, k, segment_ids)
+    probs = _reference_probs(q, k, causal, scale, segment_ids)
+    return probs @ _repeat_kv(v, q)
+
+
+def reference_attention_grad(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    dout: np.ndarray,
+    causal: bool = False,
+    scale: float | None = None,
+    segment_ids: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact float64 gradients ``(dq, dk, dv)`` of ``sum(dout * reference_attention(...))``.
+
+    From the definition, with ``P`` the probabilities and ``S`` the scaled scores:
+    ``dV = P^T dO``; ``dP = dO V^T``; the softmax Jacobian gives
+    ``dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)``; then ``dQ = scale dS K`` and
+    ``dK = scale dS^T Q``. GQA sums ``dK``, ``dV`` over the query heads sharing a kv head.
+    """
+    q, k, v = check_qkv(q, k, v)
+    dout = np.asarray(dout)
+    if dout.shape != q.shape:
+        raise ValueError(f"dout must have the shape of q {q.shape}, got {dout.shape}")
+    scale = check_scale(scale, q.shape[-1])
+    segment_ids = _check_self_attention(q, k, segment_ids)
+    probs = _reference_probs(q, k, causal, scale, segment_ids)
+    k64, v64, do64 = _repeat_kv(k, q), _repeat_kv(v, q), dout.astype(np.float64)
+    dv = probs.swapaxes(-1, -2) @ do64
+    dp = do64 @ v64.swapaxes(-1, -2)
+    ds = probs * (dp - (probs * dp).sum(axis=-1, keepdims=True))
+    dq = scale * ds @ k64
+    dk = scale * ds.swapaxes(-1, -2) @ q.astype(np.float64)
+    return dq, _sum_groups(dk, k), _sum_groups(dv, v)

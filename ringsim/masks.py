@@ -1,0 +1,89 @@
+"""The one mask rule, and how much of a block it leaves to compute.
+
+A query at global position ``i`` may see a key at global position ``j`` when
+
+* ``j <= i`` if the attention is causal, and
+* both tokens belong to the same document if ``segment_ids`` are given (packed sequences).
+
+Because the rule reads *global token positions*, the same code serves every layout: a host that
+holds positions ``[3, 7, 11]`` (striped) masks exactly as one holding ``[3, 4, 5]`` would, by
+comparing positions, never local indices.
+
+``visible_mask`` is used by the numerics; ``count_visible`` by the cost model, which needs the
+same number without building a ``c x c`` mask (the timer runs blocks of a million tokens).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def visible_mask(
+    q_pos: np.ndarray,
+    k_pos: np.ndarray,
+    *,
+    causal: bool,
+    q_seg: np.ndarray | None = None,
+    k_seg: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """Boolean ``(cq, ck)`` mask of visible (query, key) pairs, or ``None`` if all are visible."""
+    mask = None
+    if causal:
+        mask = k_pos[None, :] <= q_pos[:, None]
+    if q_seg is not None and k_seg is not None:
+        same_doc = q_seg[:, None] == k_seg[None, :]
+        mask = same_doc if mask is None else mask & same_doc
+    return mask
+
+
+def count_visible(
+    q_pos: np.ndarray,
+    k_pos: np.ndarray,
+    *,
+    causal: bool,
+    tile: int | None = None,
+    q_seg: np.ndarray | None = None,
+    k_seg: np.ndarray | None = None,
+) -> int:
+    """Number of (query, key) pairs a kernel computes for one block.
+
+    ``tile=None`` (or 1) counts visible pairs exactly: an ideal kernel. With ``tile=T`` the block
+    is cut into ``T x T`` tiles along the hosts' *local* order, a tile with at least one visible
+    pair costs the whole tile and an empty tile is skipped: what a real tiled kernel pays.
+
+    Causal counts are ``O(c log c)`` with ``searchsorted`` (positions must be sorted, as every
+    layout stores them); segment ids fall back to the explicit mask.
+    """
+    cq, ck = len(q_pos), len(k_pos)
+    tile = None if tile in (None, 1) else int(tile)
+    if q_seg is not None and k_seg is not None:
+        mask = visible_mask(q_pos, k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
+        if tile is None:
+            return int(mask.sum())
+        return _tiled_count_from_mask(mask, tile)
+    if not causal:
+        return cq * ck
+    if tile is None:
+        # keys at or before each query; k_pos sorted
+        return int(np.searchsorted(k_pos, q_pos, side="right").sum())
+    q_edges = np.arange(0, cq, tile)
+    k_edges = np.arange(0, ck, tile)
+    q_sizes = np.minimum(q_edges + tile, cq) - q_edges
+    k_sizes = np.minimum(k_edges + tile, ck) - k_edges
+    q_tile_max = q_pos[q_edges + q_sizes - 1]
+    k_tile_min = k_pos[k_edges]
+    # a tile is non-empty iff its earliest key is at or before its latest query
+    live = np.searchsorted(k_tile_min, q_tile_max, side="right")
+    k_cum = np.concatenate([[0], np.cumsum(k_sizes)])
+    return int((q_sizes * k_cum[live]).sum())
+
+
+def _tiled_count_from_mask(mask: np.ndarray, tile: int) -> int:
+    cq, ck = mask.shape
+    total = 0
+    for a in range(0, cq, tile):
+        for b in range(0, ck, tile):
+            sub = mask[a : a + tile, b : b + tile]
+            if sub.any():
+                total += sub.size
+    return total

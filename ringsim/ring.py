@@ -1,0 +1,354 @@
+"""Ring Attention on ``P`` virtual hosts in one process: the numerics executor.
+
+Each ``Host`` holds its own query block forever and, at any moment, one key/value block it is
+computing with plus the one arriving from its neighbour (double buffering). The loop below
+follows ``Schedule`` step by step; messages are passed by handing a block object to the
+neighbour, so the accounting of what each host holds is exact even though nothing is copied.
+
+Forward, per host and step (the online softmax)::
+
+    part = block_attention(q_block, kv_block)        # acc, row_max, row_sum of this block
+    state = merge(state, part)                       # rescale both to the larger row_max
+
+and at the end ``out = acc / row_sum``, ``lse = row_max + log(row_sum)``.
+
+Backward: the same ring again. ``dq`` stays home; each kv block travels with its ``dk``/``dv``
+accumulators, every host adds its contribution, and one extra hop after the last step brings
+them home to the owner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ringsim._checks import check_finite_array, check_positive_int, check_qkv, check_scale
+from ringsim.attention import (
+    Partial,
+    block_attention,
+    block_attention_backward,
+    empty_partial,
+    merge,
+    work_dtype,
+)
+from ringsim.layouts import check_layout, check_seq_len
+from ringsim.precision import check_precision, round_to
+from ringsim.schedule import BlockKind, Schedule, build_schedule
+
+
+@dataclass
+class KVBlock:
+    """A key/value block in flight, and (backward) its gradient accumulators."""
+
+    owner: int
+    k: np.ndarray | None
+    v: np.ndarray | None
+    dk: np.ndarray | None = None
+    dv: np.ndarray | None = None
+
+
+@dataclass
+class Host:
+    """One virtual host: a query block that stays, a kv block in use and one arriving."""
+
+    rank: int
+    positions: np.ndarray
+    q_block: np.ndarray
+    kv_block: KVBlock | None = None
+    incoming: KVBlock | None = None
+    state: Partial | None = None
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def holdings(self) -> dict[str, int | None]:
+        """Which blocks this host holds right now (owner ranks), for memory accounting."""
+        return {
+            "q": self.rank,
+            "kv": None if self.kv_block is None else self.kv_block.owner,
+            "incoming": None if self.incoming is None else self.incoming.owner,
+        }
+
+    def nbytes(self) -> int:
+        arrays = [self.q_block, *self.extra.values()]
+        for blk in (self.kv_block, self.incoming):
+            if blk is not None:
+                arrays += [a for a in (blk.k, blk.v, blk.dk, blk.dv) if a is not None]
+        if self.state is not None:
+            arrays += list(self.state)
+        return sum(a.nbytes for a in arrays)
+
+
+@dataclass
+class RingRecord:
+    """What every host held and computed at every step (filled when passed to an executor)."""
+
+    steps: list[list[dict]] = field(default_factory=list)
+
+
+def _shard(x: np.ndarray, positions: np.ndarray, host: int) -> np.ndarray:
+    return np.ascontiguousarray(np.take(x, positions[host], axis=-2))
+
+
+def _segments(segment_ids: np.ndarray | None, pos: np.ndarray) -> np.ndarray | None:
+    return None if segment_ids is None else segment_ids[pos]
+
+
+def _post_receives(hosts: list[Host], sched: Schedule, step: int) -> None:
+    """Each host starts receiving its neighbour's current block (the transfer overlaps the
+    compute of ``step``). The arrays are shared, not copied: ``dk``/``dv`` are updated in
+    place during the step, so what arrives is the accumulator *after* the sender's compute,
+    as in a real ring where gradients are sent once the step's compute is done."""
+    payload = sched.payload(step)
+    if not payload:
+        return
+    for h in hosts:
+        sender = hosts[sched.recv_from[h.rank]].kv_block
+        h.incoming = KVBlock(sender.owner, *(getattr(sender, f, None) for f in ("k", "v", "dk", "dv")))
+        for name in ("k", "v", "dk", "dv"):
+            if name not in payload:
+                setattr(h.incoming, name, None)
+
+
+def _complete_receives(hosts: list[Host]) -> None:
+    for h in hosts:
+        if h.incoming is not None:
+            h.kv_block, h.incoming = h.incoming, None
+
+
+def _record(record: RingRecord | None, hosts: list[Host], sched: Schedule, step: int) -> None:
+    if record is None:
+        return
+    kinds = sched.kind_at(step)
+    record.steps.append(
+        [
+            {**h.holdings(), "kind": BlockKind(kinds[h.rank]).name.lower(), "nbytes": h.nbytes(),
+             "sends": sched.payload(step), "to": int(sched.send_to[h.rank])}
+            for h in hosts
+        ]
+    )
+
+
+def _check_ring_args(
+    q: object, k: object, v: object, hosts: object, layout: object, scale: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, str, float]:
+    q, k, v = check_qkv(q, k, v)
+    hosts = check_positive_int("hosts", hosts)
+    layout = check_layout(layout)
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"ring attention is self-attention: q and k need the same length, got "
+            f"{q.shape[-2]} and {k.shape[-2]}"
+        )
+    check_seq_len(q.shape[-2], hosts, layout)
+    return q, k, v, hosts, layout, check_scale(scale, q.shape[-1])
+
+
+def _assemble(blocks: list[np.ndarray], positions: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """Scatter per-host blocks ``(..., c, x)`` back to the original token order."""
+    out = np.empty(like.shape[:-2] + (positions.size,) + blocks[0].shape[-1:], blocks[0].dtype)
+    for h, blk in enumerate(blocks):
+        out[..., positions[h], :] = blk
+    return out
+
+
+def _raise_if_overflow(out: np.ndarray, dtype: np.dtype) -> None:
+    if not np.all(np.isfinite(out)):
+        raise ValueError(
+            f"attention overflowed in {np.dtype(dtype).name}: the scores q.k*scale (or the "
+            "values) are too large to represent; use float64 inputs or rescale them"
+        )
+
+
+def ring_forward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    sched: Schedule,
+    scale: float,
+    *,
+    partial_dtype: str | None = None,
+    accum_dtype: str | None = None,
+    record: RingRecord | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run the forward schedule; returns ``(out, lse)`` in the original token order.
+
+    ``q``: ``(..., Hq, N, d)``, ``k``/``v``: ``(..., Hkv, N, d)`` already validated.
+    ``partial_dtype`` rounds each block's ``(out, lse)`` before it is merged (a kernel that
+    returns its output in bf16); ``accum_dtype`` rounds the running ``acc``/``row_sum`` after
+    every merge (an accumulator kept in bf16). Both default to exact (the working dtype).
+    """
+    pos, seg = sched.positions, sched.segment_ids
+    dtype = work_dtype(q.dtype)
+    hosts = [
+        Host(h, pos[h], _shard(q, pos, h), KVBlock(h, _shard(k, pos, h), _shard(v, pos, h)))
+        for h in range(sched.hosts)
+    ]
+    for h in hosts:
+        h.state = empty_partial(h.q_block.shape, dtype)
+    for step in range(sched.steps):
+        _post_receives(hosts, sched, step)
+        _record(record, hosts, sched, step)
+        kinds = sched.kind_at(step)
+        for h in hosts:
+            if kinds[h.rank] == BlockKind.SKIP:
+                continue
+            blk = h.kv_block
+            part = block_attention(
+                h.q_block, blk.k, blk.v, scale=scale,
+                q_pos=h.positions, k_pos=pos[blk.owner],
+                causal=sched.causal and kinds[h.rank] == BlockKind.PARTIAL,
+                q_seg=_segments(seg, h.positions), k_seg=_segments(seg, pos[blk.owner]),
+            )
+            if partial_dtype is not None:
+                part = Partial.from_out_lse(
+                    round_to(part.out, partial_dtype), round_to(part.lse, partial_dtype)
+                )
+            h.state = merge(h.state, part)
+            if accum_dtype is not None:
+                h.state = Partial(
+                    round_to(h.state.acc, accum_dtype), h.state.row_max,
+                    round_to(h.state.row_sum, accum_dtype),
+                )
+        _complete_receives(hosts)
+    out = _assemble([h.state.out for h in hosts], pos, q)
+    lse = _assemble([h.state.lse[..., None] for h in hosts], pos, q[..., :1])[..., 0]
+    return out, lse
+
+
+def ring_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    hosts: int,
+    layout: str = "contiguous",
+    causal: bool = False,
+    scale: float | None = None,
+    segment_ids: np.ndarray | None = None,
+    partial_dtype: str | None = None,
+    accum_dtype: str | None = None,
+    return_lse: bool = False,
+    record: RingRecord | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Exact attention computed by ``hosts`` virtual hosts passing kv blocks around a ring.
+
+    ``q``: ``(..., Hq, N, d)``; ``k``, ``v``: ``(..., Hkv, N, d)`` (GQA when ``Hkv < Hq``).
+    ``layout``: ``contiguous``, ``striped`` or ``zigzag`` (``N`` divisible by ``hosts``, or
+    ``2 * hosts`` for zigzag); results come back in the original token order.
+    ``segment_ids`` ``(N,)``: packed documents, attention stays inside each.
+    ``partial_dtype``/``accum_dtype``: the precision lab (``"bf16"``, ``"fp16"``, ...).
+    ``record``: a ``RingRecord`` to fill with what each host held at each step.
+    Returns ``out`` shaped like ``q`` in its dtype, plus the float ``lse`` ``(..., Hq, N)``
+    when ``return_lse``.
+    """
+    q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale)
+    sched = build_schedule(hosts, layout, causal, "forward", seq_len=q.shape[-2],
+                           segment_ids=segment_ids)
+    out, lse = ring_forward(
+        q, k, v, sched, scale,
+        partial_dtype=check_precision("partial_dtype", partial_dtype),
+        accum_dtype=check_precision("accum_dtype", accum_dtype),
+        record=record,
+    )
+    _raise_if_overflow(out, work_dtype(q.dtype))
+    out = out.astype(q.dtype)
+    return (out, lse) if return_lse else out
+
+
+def ring_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    dout: np.ndarray,
+    out: np.ndarray,
+    lse: np.ndarray,
+    sched: Schedule,
+    scale: float,
+    *,
+    record: RingRecord | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run the backward schedule from the forward's ``out`` and ``lse``; returns
+    ``(dq, dk, dv)`` in the original token order."""
+    pos, seg = sched.positions, sched.segment_ids
+    dtype = work_dtype(q.dtype)
+    hosts = []
+    for h in range(sched.hosts):
+        kv = KVBlock(h, _shard(k, pos, h), _shard(v, pos, h))
+        kv.dk, kv.dv = np.zeros(kv.k.shape, dtype), np.zeros(kv.v.shape, dtype)
+        host = Host(h, pos[h], _shard(q, pos, h), kv)
+        do = _shard(dout, pos, h).astype(dtype)
+        host.extra = {
+            "dout": do,
+            "lse": np.take(lse, pos[h], axis=-1),
+            # delta = rowsum(dout * out) = rowsum(p * dp): one number per query row
+            "delta": (do * _shard(out, pos, h).astype(dtype)).sum(axis=-1),
+            "dq": np.zeros(host.q_block.shape, dtype),
+        }
+        hosts.append(host)
+    for step in range(sched.steps):
+        _post_receives(hosts, sched, step)
+        _record(record, hosts, sched, step)
+        kinds = sched.kind_at(step)
+        for h in hosts:
+            if kinds[h.rank] == BlockKind.SKIP:
+                continue
+            blk = h.kv_block
+            dq, dk, dv = block_attention_backward(
+                h.q_block, blk.k, blk.v, h.extra["dout"], h.extra["lse"], h.extra["delta"],
+                scale=scale, q_pos=h.positions, k_pos=pos[blk.owner],
+                causal=sched.causal and kinds[h.rank] == BlockKind.PARTIAL,
+                q_seg=_segments(seg, h.positions), k_seg=_segments(seg, pos[blk.owner]),
+            )
+            h.extra["dq"] += dq
+            blk.dk += dk
+            blk.dv += dv
+        # after the last step the payload is (dk, dv) only: one hop brings them to their owner
+        _complete_receives(hosts)
+    for h in hosts:
+        if h.kv_block.owner != h.rank:
+            raise AssertionError(f"dk/dv of block {h.kv_block.owner} ended on host {h.rank}")
+    dq = _assemble([h.extra["dq"] for h in hosts], pos, q)
+    dk = _assemble([h.kv_block.dk for h in hosts], pos, k)
+    dv = _assemble([h.kv_block.dv for h in hosts], pos, v)
+    return dq, dk, dv
+
+
+def ring_attention_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    dout: np.ndarray,
+    *,
+    hosts: int,
+    layout: str = "contiguous",
+    causal: bool = False,
+    scale: float | None = None,
+    segment_ids: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+    lse: np.ndarray | None = None,
+    record: RingRecord | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients ``(dq, dk, dv)`` of ``sum(dout * ring_attention(q, k, v))`` on the ring.
+
+    Uses the forward's ``out`` and log-sum-exp ``lse`` (recomputed on the ring if not given),
+    never the full attention matrix. Shapes as ``ring_attention``; ``dout`` like ``q``.
+    Gradients come back in the input dtype, in the original token order.
+    """
+    q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale)
+    dout = np.asarray(dout)
+    if dout.shape != q.shape:
+        raise ValueError(f"dout must have the shape of q {q.shape}, got {dout.shape}")
+    if dout.dtype != q.dtype:
+        raise ValueError(f"dout must have the dtype of q ({q.dtype}), got {dout.dtype}")
+    check_finite_array("dout", dout)
+    seq_len = q.shape[-2]
+    fwd = build_schedule(hosts, layout, causal, "forward", seq_len=seq_len,
+                         segment_ids=segment_ids)
+    if out is None or lse is None:
+        out, lse = ring_forward(q, k, v, fwd, scale)
+    bwd = build_schedule(hosts, layout, causal, "backward", seq_len=seq_len,
+                         segment_ids=segment_ids)
+    grads = ring_backward(q, k, v, dout, out, lse, bwd, scale, record=record)
+    for g in grads:
+        _raise_if_overflow(g, work_dtype(q.dtype))
+    return tuple(g.astype(q.dtype) for g in grads)

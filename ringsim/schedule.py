@@ -1,0 +1,230 @@
+"""The ring schedule: who holds which key/value block at each step, and what it does with it.
+
+This object is the heart of ringsim. Three executors read it and nothing else about the ring:
+the NumPy numerics (``ringsim.ring``), the event timer (``ringsim.timing``) and the
+torch.distributed backend (``kernels.ring``).
+
+The ring is unidirectional: host ``h`` sends to ``h + 1`` and receives from ``h - 1`` (mod P).
+At step ``s`` host ``h`` holds the key/value block that host ``(h - s) mod P`` owns.
+
+* **forward** (``P`` steps): after each of the first ``P - 1`` steps every host passes on its
+  ``(k, v)`` block; so each host sends exactly ``P - 1`` blocks.
+* **backward** (``P`` steps): the block travels with its gradient accumulators
+  ``(k, v, dk, dv)``; after the last step only ``(dk, dv)`` move, one more hop, which brings
+  them home to the block's owner. ``dq`` never leaves its host.
+
+Each (step, host) cell is classified by the mask of the pair (query block of ``h``, kv block of
+its owner): ``FULL`` (every pair visible), ``PARTIAL`` (the mask cuts through the block, e.g.
+the diagonal) or ``SKIP`` (nothing visible: no compute, but the block still passes through).
+``work_at(step)`` gives the fraction of the block's pairs a kernel computes, exactly or at a
+tile granularity; the timer turns it into time.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from ringsim._checks import check_positive_int, check_segment_ids
+from ringsim.layouts import check_layout, check_seq_len, host_positions, positions_of_host
+from ringsim.masks import count_visible
+
+PASSES = ("forward", "backward")
+
+KV_PAYLOAD = ("k", "v")
+BACKWARD_PAYLOAD = ("k", "v", "dk", "dv")
+HOMECOMING_PAYLOAD = ("dk", "dv")
+
+
+class BlockKind(enum.IntEnum):
+    SKIP = 0
+    PARTIAL = 1
+    FULL = 2
+
+
+def _relation(q_host: np.ndarray, kv_host: np.ndarray) -> np.ndarray:
+    """0 if the kv owner comes before the query host in the ring order, 1 if same, 2 after.
+
+    For all three layouts the mask of a block depends only on this relation: every position
+    comparison between two hosts' tokens is decided by it (and the offsets inside the block).
+    """
+    return (np.sign(kv_host - q_host) + 1).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The ring schedule as data. Build it with ``build_schedule``.
+
+    ``work_at(s)[h]`` and ``kind_at(s)[h]`` describe host ``h`` at step ``s``; the ``(P, P)``
+    matrices ``kv_owners``, ``work`` and ``kind`` hold all steps (rows) and hosts (columns).
+    """
+
+    hosts: int
+    layout: str
+    causal: bool
+    pass_: str
+    seq_len: int
+    tile: int | None = None
+    segment_ids: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    # -- geometry ---------------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return self.hosts
+
+    @property
+    def block_tokens(self) -> int:
+        return self.seq_len // self.hosts
+
+    @cached_property
+    def positions(self) -> np.ndarray:
+        """``(P, c)`` global positions held by each host (materialised on first use)."""
+        return host_positions(self.layout, self.hosts, self.seq_len)
+
+    @cached_property
+    def send_to(self) -> np.ndarray:
+        """``(P,)`` the neighbour each host sends to."""
+        return (np.arange(self.hosts) + 1) % self.hosts
+
+    @cached_property
+    def recv_from(self) -> np.ndarray:
+        """``(P,)`` the neighbour each host receives from."""
+        return (np.arange(self.hosts) - 1) % self.hosts
+
+    def kv_owner(self, step: int) -> np.ndarray:
+        """``(P,)`` owner of the kv block each host holds at ``step``."""
+        return (np.arange(self.hosts) - step) % self.hosts
+
+    def payload(self, step: int) -> tuple[str, ...]:
+        """What every host sends to ``send_to`` after computing ``step`` (empty: nothing)."""
+        if self.hosts == 1:
+            return ()
+        last = step == self.steps - 1
+        if self.pass_ == "forward":
+            return () if last else KV_PAYLOAD
+        return HOMECOMING_PAYLOAD if last else BACKWARD_PAYLOAD
+
+    # -- work per block ---------------------------------------------------------------------
+    @cached_property
+    def _work_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Exact and tile-granular work fractions, per relation (3,) or per pair (P, P)."""
+        c = self.block_tokens
+        if self.segment_ids is not None:
+            pos, seg = self.positions, self.segment_ids
+            shape = (self.hosts, self.hosts)
+            exact, tiled = np.empty(shape), np.empty(shape)
+            for i in range(self.hosts):
+                for j in range(self.hosts):
+                    kw = dict(causal=self.causal, q_seg=seg[pos[i]], k_seg=seg[pos[j]])
+                    exact[i, j] = count_visible(pos[i], pos[j], **kw) / c**2
+                    tiled[i, j] = count_visible(pos[i], pos[j], tile=self.tile, **kw) / c**2
+            return exact, tiled
+        exact, tiled = np.zeros(3), np.zeros(3)
+        for rel, (i, j) in enumerate([(1, 0), (0, 0), (0, 1)]):
+            if max(i, j) >= self.hosts:
+                continue  # a one-host ring has only the diagonal relation
+            q_pos = positions_of_host(self.layout, self.hosts, self.seq_len, i)
+            k_pos = positions_of_host(self.layout, self.hosts, self.seq_len, j)
+            exact[rel] = count_visible(q_pos, k_pos, causal=self.causal) / c**2
+            tiled[rel] = count_visible(q_pos, k_pos, causal=self.causal, tile=self.tile) / c**2
+        return exact, tiled
+
+    def _lookup(self, table: np.ndarray, step: int) -> np.ndarray:
+        hosts = np.arange(self.hosts)
+        owners = self.kv_owner(step)
+        if table.ndim == 2:
+            return table[hosts, owners]
+        return table[_relation(hosts, owners)]
+
+    def work_at(self, step: int) -> np.ndarray:
+        """``(P,)`` fraction of the ``c x c`` block each host computes at ``step``.
+
+        Exact (an ideal kernel) unless the schedule was built with ``tile``, in which case a
+        partially visible tile counts whole.
+        """
+        return self._lookup(self._work_tables[1], step)
+
+    def exact_work_at(self, step: int) -> np.ndarray:
+        """``(P,)`` fraction of visible pairs, ignoring tiles."""
+        return self._lookup(self._work_tables[0], step)
+
+    def kind_at(self, step: int) -> np.ndarray:
+        """``(P,)`` ``BlockKind`` of each host's block at ``step``."""
+        frac = self.exact_work_at(step)
+        kind = np.full(self.hosts, BlockKind.PARTIAL, dtype=np.int8)
+        kind[frac == 0] = BlockKind.SKIP
+        kind[frac == 1] = BlockKind.FULL
+        return kind
+
+    @property
+    def kv_owners(self) -> np.ndarray:
+        return np.stack([self.kv_owner(s) for s in range(self.steps)])
+
+    @property
+    def work(self) -> np.ndarray:
+        return np.stack([self.work_at(s) for s in range(self.steps)])
+
+    @property
+    def kind(self) -> np.ndarray:
+        return np.stack([self.kind_at(s) for s in range(self.steps)])
+
+    def sends_per_host(self, item: str = "k") -> int:
+        """How many times each host sends ``item`` (every host sends the same number)."""
+        return sum(item in self.payload(s) for s in range(self.steps))
+
+    # -- a view for people ------------------------------------------------------------------
+    def describe(self, max_hosts: int = 8) -> str:
+        """A step x host table: ``kv3 full ->1`` = holds host 3's block, computes all of it,
+        then sends it to host 1."""
+        names = {BlockKind.SKIP: "skip", BlockKind.PARTIAL: "part", BlockKind.FULL: "full"}
+        hosts = min(self.hosts, max_hosts)
+        head = "step | " + " | ".join(f"host {h:<8d}" for h in range(hosts))
+        lines = [
+            f"{self.pass_} ring, {self.hosts} hosts, {self.layout}, "
+            f"{'causal' if self.causal else 'full'} attention, {self.block_tokens} tokens/block",
+            head,
+            "-" * len(head),
+        ]
+        for s in range(self.steps):
+            owners, kinds, sends = self.kv_owner(s), self.kind_at(s), self.payload(s)
+            arrow = "->" if sends == KV_PAYLOAD or sends == BACKWARD_PAYLOAD else "=>"
+            cells = []
+            for h in range(hosts):
+                tail = f"{arrow}{self.send_to[h]}" if sends else ""
+                cells.append(f"kv{owners[h]} {names[BlockKind(kinds[h])]} {tail}".ljust(13))
+            lines.append(f"{s:4d} | " + " | ".join(cells))
+        if self.pass_ == "backward" and self.hosts > 1:
+            lines.append("-> sends k, v, dk, dv;  => sends only dk, dv home to their owner")
+        if hosts < self.hosts:
+            lines.append(f"({self.hosts - hosts} more hosts not shown)")
+        return "\n".join(lines)
+
+
+def build_schedule(
+    hosts: int,
+    layout: str = "contiguous",
+    causal: bool = False,
+    pass_: str = "forward",
+    *,
+    seq_len: int | None = None,
+    tile: int | None = None,
+    segment_ids: np.ndarray | None = None,
+) -> Schedule:
+    """Build the ring schedule for ``hosts`` hosts.
+
+    ``seq_len`` defaults to ``2 * hosts`` tokens (enough to classify blocks, which is all a
+    schedule needs without timing); ``tile`` sets the kernel tile for ``work_at``;
+    ``segment_ids`` ``(seq_len,)`` make the work per block data dependent (packed documents).
+    """
+    hosts = check_positive_int("hosts", hosts)
+    layout = check_layout(layout)
+    if pass_ not in PASSES:
+        raise ValueError(f"pass must be one of {', '.join(PASSES)}, got {pass_!r}")
+    seq_len = check_seq_len(2 * hosts if seq_len is None else seq_len, hosts, layout)
+    if tile is not None:
+        tile = check_positive_int("tile", tile)
+    segment_ids = check_segment_ids(segment_ids, seq_len)
+    return Schedule(hosts, layout, bool(causal), pass_, seq_len, tile, segment_ids)
