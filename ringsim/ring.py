@@ -103,10 +103,11 @@ def _post_receives(hosts: list[Host], sched: Schedule, step: int) -> None:
         return
     for h in hosts:
         sender = hosts[sched.recv_from[h.rank]].kv_block
-        h.incoming = KVBlock(sender.owner, *(getattr(sender, f, None) for f in ("k", "v", "dk", "dv")))
-        for name in ("k", "v", "dk", "dv"):
-            if name not in payload:
-                setattr(h.incoming, name, None)
+        fields = {
+            name: getattr(sender, name) if name in payload else None
+            for name in ("k", "v", "dk", "dv")
+        }
+        h.incoming = KVBlock(sender.owner, **fields)
 
 
 def _complete_receives(hosts: list[Host]) -> None:
@@ -121,8 +122,13 @@ def _record(record: RingRecord | None, hosts: list[Host], sched: Schedule, step:
     kinds = sched.kind_at(step)
     record.steps.append(
         [
-            {**h.holdings(), "kind": BlockKind(kinds[h.rank]).name.lower(), "nbytes": h.nbytes(),
-             "sends": sched.payload(step), "to": int(sched.send_to[h.rank])}
+            {
+                **h.holdings(),
+                "kind": BlockKind(kinds[h.rank]).name.lower(),
+                "nbytes": h.nbytes(),
+                "sends": sched.payload(step),
+                "to": int(sched.send_to[h.rank]),
+            }
             for h in hosts
         ]
     )
@@ -145,7 +151,7 @@ def _check_ring_args(
 
 def _assemble(blocks: list[np.ndarray], positions: np.ndarray, like: np.ndarray) -> np.ndarray:
     """Scatter per-host blocks ``(..., c, x)`` back to the original token order."""
-    out = np.empty(like.shape[:-2] + (positions.size,) + blocks[0].shape[-1:], blocks[0].dtype)
+    out = np.empty((*like.shape[:-2], positions.size, *blocks[0].shape[-1:]), blocks[0].dtype)
     for h, blk in enumerate(blocks):
         out[..., positions[h], :] = blk
     return out
@@ -194,10 +200,15 @@ def ring_forward(
                 continue
             blk = h.kv_block
             part = block_attention(
-                h.q_block, blk.k, blk.v, scale=scale,
-                q_pos=h.positions, k_pos=pos[blk.owner],
+                h.q_block,
+                blk.k,
+                blk.v,
+                scale=scale,
+                q_pos=h.positions,
+                k_pos=pos[blk.owner],
                 causal=sched.causal and kinds[h.rank] == BlockKind.PARTIAL,
-                q_seg=_segments(seg, h.positions), k_seg=_segments(seg, pos[blk.owner]),
+                q_seg=_segments(seg, h.positions),
+                k_seg=_segments(seg, pos[blk.owner]),
             )
             if partial_dtype is not None:
                 part = Partial.from_out_lse(
@@ -206,7 +217,8 @@ def ring_forward(
             h.state = merge(h.state, part)
             if accum_dtype is not None:
                 h.state = Partial(
-                    round_to(h.state.acc, accum_dtype), h.state.row_max,
+                    round_to(h.state.acc, accum_dtype),
+                    h.state.row_max,
                     round_to(h.state.row_sum, accum_dtype),
                 )
         _complete_receives(hosts)
@@ -242,10 +254,15 @@ def ring_attention(
     when ``return_lse``.
     """
     q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale)
-    sched = build_schedule(hosts, layout, causal, "forward", seq_len=q.shape[-2],
-                           segment_ids=segment_ids)
+    sched = build_schedule(
+        hosts, layout, causal, "forward", seq_len=q.shape[-2], segment_ids=segment_ids
+    )
     out, lse = ring_forward(
-        q, k, v, sched, scale,
+        q,
+        k,
+        v,
+        sched,
+        scale,
         partial_dtype=check_precision("partial_dtype", partial_dtype),
         accum_dtype=check_precision("accum_dtype", accum_dtype),
         record=record,
@@ -294,10 +311,18 @@ def ring_backward(
                 continue
             blk = h.kv_block
             dq, dk, dv = block_attention_backward(
-                h.q_block, blk.k, blk.v, h.extra["dout"], h.extra["lse"], h.extra["delta"],
-                scale=scale, q_pos=h.positions, k_pos=pos[blk.owner],
+                h.q_block,
+                blk.k,
+                blk.v,
+                h.extra["dout"],
+                h.extra["lse"],
+                h.extra["delta"],
+                scale=scale,
+                q_pos=h.positions,
+                k_pos=pos[blk.owner],
                 causal=sched.causal and kinds[h.rank] == BlockKind.PARTIAL,
-                q_seg=_segments(seg, h.positions), k_seg=_segments(seg, pos[blk.owner]),
+                q_seg=_segments(seg, h.positions),
+                k_seg=_segments(seg, pos[blk.owner]),
             )
             h.extra["dq"] += dq
             blk.dk += dk
@@ -342,12 +367,12 @@ def ring_attention_backward(
         raise ValueError(f"dout must have the dtype of q ({q.dtype}), got {dout.dtype}")
     check_finite_array("dout", dout)
     seq_len = q.shape[-2]
-    fwd = build_schedule(hosts, layout, causal, "forward", seq_len=seq_len,
-                         segment_ids=segment_ids)
+    fwd = build_schedule(hosts, layout, causal, "forward", seq_len=seq_len, segment_ids=segment_ids)
     if out is None or lse is None:
         out, lse = ring_forward(q, k, v, fwd, scale)
-    bwd = build_schedule(hosts, layout, causal, "backward", seq_len=seq_len,
-                         segment_ids=segment_ids)
+    bwd = build_schedule(
+        hosts, layout, causal, "backward", seq_len=seq_len, segment_ids=segment_ids
+    )
     grads = ring_backward(q, k, v, dout, out, lse, bwd, scale, record=record)
     for g in grads:
         _raise_if_overflow(g, work_dtype(q.dtype))
