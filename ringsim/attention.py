@@ -192,10 +192,10 @@ def block_attention_backward(
     v_g = _as_kv(v_block.astype(dtype, copy=False))
 
     scores = (q_g * dtype(scale)) @ k_g.swapaxes(-1, -2)
+    if mask is not None:  # mask before exp: a hidden key's score may exceed lse and overflow
+        scores = np.where(mask, scores, -np.inf)
     safe_lse = np.where(np.isneginf(lse_g), 0, lse_g)
     p = np.exp(scores - safe_lse[..., None])
-    if mask is not None:
-        p = np.where(mask, p, 0)
     dv = (p.swapaxes(-1, -2) @ do_g).sum(axis=-3)
     dp = do_g @ v_g.swapaxes(-1, -2)
     ds = p * (dp - delta_g[..., None])

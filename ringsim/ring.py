@@ -80,9 +80,15 @@ class Host:
 
 @dataclass
 class RingRecord:
-    """What every host held and computed at every step (filled when passed to an executor)."""
+    """What every host held and computed at every step (filled when passed to an executor).
+
+    ``steps[s][h]``: host ``h``'s holdings at step ``s``. ``outputs[s][h]`` (forward only): its
+    running normalised output ``acc / row_sum`` after merging step ``s``, for lessons that
+    watch the ring converge to the exact answer.
+    """
 
     steps: list[list[dict]] = field(default_factory=list)
+    outputs: list[list[np.ndarray]] = field(default_factory=list)
 
 
 def _shard(x: np.ndarray, positions: np.ndarray, host: int) -> np.ndarray:
@@ -157,8 +163,10 @@ def _assemble(blocks: list[np.ndarray], positions: np.ndarray, like: np.ndarray)
     return out
 
 
-def _raise_if_overflow(out: np.ndarray, dtype: np.dtype) -> None:
-    if not np.all(np.isfinite(out)):
+def _raise_if_overflow(out: np.ndarray, dtype: np.dtype, lse: np.ndarray | None = None) -> None:
+    # In self-attention every query sees at least itself, so a -inf lse can only mean that all
+    # of its scores overflowed to -inf (the row would silently come out as 0 under a mask).
+    if not np.all(np.isfinite(out)) or (lse is not None and not np.all(np.isfinite(lse))):
         raise ValueError(
             f"attention overflowed in {np.dtype(dtype).name}: the scores q.k*scale (or the "
             "values) are too large to represent; use float64 inputs or rescale them"
@@ -221,6 +229,8 @@ def ring_forward(
                     h.state.row_max,
                     round_to(h.state.row_sum, accum_dtype),
                 )
+        if record is not None:
+            record.outputs.append([h.state.out for h in hosts])
         _complete_receives(hosts)
     out = _assemble([h.state.out for h in hosts], pos, q)
     lse = _assemble([h.state.lse[..., None] for h in hosts], pos, q[..., :1])[..., 0]
@@ -267,7 +277,7 @@ def ring_attention(
         accum_dtype=check_precision("accum_dtype", accum_dtype),
         record=record,
     )
-    _raise_if_overflow(out, work_dtype(q.dtype))
+    _raise_if_overflow(out, work_dtype(q.dtype), lse)
     out = out.astype(q.dtype)
     return (out, lse) if return_lse else out
 
@@ -370,6 +380,7 @@ def ring_attention_backward(
     fwd = build_schedule(hosts, layout, causal, "forward", seq_len=seq_len, segment_ids=segment_ids)
     if out is None or lse is None:
         out, lse = ring_forward(q, k, v, fwd, scale)
+    _raise_if_overflow(out, work_dtype(q.dtype), lse)
     bwd = build_schedule(
         hosts, layout, causal, "backward", seq_len=seq_len, segment_ids=segment_ids
     )

@@ -1,0 +1,204 @@
+"""FLOPs and bytes of one ring step, and the block size above which communication hides.
+
+Counting convention: a matmul of ``(m, k) @ (k, n)`` costs ``2 m k n`` FLOPs (one multiply and
+one add per term). Work under a mask is the fraction ``work`` of the ``c x c`` block a kernel
+computes, as given by ``Schedule.work_at`` (exact, or at a tile granularity): the cost model never
+re-derives the mask.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ringsim._checks import check_positive_int
+from ringsim.hardware import Hardware, check_dtype
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+#: Flash-style backward: recompute S = Q K^T, then dV = P^T dO, dP = dO V^T, dQ = dS K,
+#: dK = dS^T Q: five matmuls against the forward's two, i.e. 2.5 x the forward FLOPs.
+BACKWARD_FACTOR = 2.5
+#: Weight matmuls (projections, FFN) cost 2 x their forward in backward: dX and dW.
+LINEAR_BACKWARD_FACTOR = 2.0
+
+ATTENTION_PASSES = ("forward", "backward", "train-step", "decode")
+BLOCK_PASSES = ("forward", "backward")
+
+
+def _check_pass(pass_: object, allowed: tuple[str, ...]) -> str:
+    if pass_ not in allowed:
+        raise ValueError(f"pass must be one of {', '.join(allowed)}, got {pass_!r}")
+    return str(pass_)
+
+
+def _check_work(work: float) -> float:
+    work = float(work)
+    if not (0.0 <= work <= 1.0):
+        raise ValueError(f"work must be a fraction in [0, 1], got {work!r}")
+    return work
+
+
+def attention_flops(
+    q_tokens: int,
+    k_tokens: int,
+    heads: int,
+    head_dim: int,
+    *,
+    work: float = 1.0,
+    pass_: str = "forward",
+    batch: int = 1,
+) -> float:
+    """FLOPs of attention between ``q_tokens`` queries and ``k_tokens`` keys.
+
+    forward: ``Q K^T`` and ``P V`` are two matmuls of ``2 q k d`` each, so ``4 q k d`` per
+    query head; backward ``2.5 x`` that (see ``BACKWARD_FACTOR``); ``train-step`` both (3.5 x);
+    ``decode`` is the forward formula (call it with ``q_tokens=1``). ``work`` scales for masks.
+    The softmax's exponentials are not counted (a few per pair, against ``4 d``).
+    """
+    for name, value in (("q_tokens", q_tokens), ("k_tokens", k_tokens), ("heads", heads)):
+        check_positive_int(name, value)
+    check_positive_int("head_dim", head_dim)
+    check_positive_int("batch", batch)
+    pass_ = _check_pass(pass_, ATTENTION_PASSES)
+    factor = {"forward": 1.0, "decode": 1.0, "backward": BACKWARD_FACTOR}
+    factor["train-step"] = 1.0 + BACKWARD_FACTOR
+    base = 4.0 * q_tokens * k_tokens * head_dim * heads * batch
+    return base * _check_work(work) * factor[pass_]
+
+
+def kv_block_bytes(
+    block_tokens: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    pass_: str = "forward",
+    batch: int = 1,
+    grad_dtype: str | None = None,
+) -> float:
+    """Bytes one host sends per ring step.
+
+    forward: ``k`` and ``v``: ``2 c h_kv d`` elements of ``dtype``. Only the key/value heads
+    travel, so grouped-query attention (``kv_heads < heads``) shrinks the transfer by
+    ``heads / kv_heads``.
+    backward: ``k, v`` plus their gradient accumulators ``dk, dv``. By default the gradients
+    travel in the same dtype as ``k`` and ``v`` (a bf16 ring that accumulates in place); pass
+    ``grad_dtype="fp32"`` for implementations that keep fp32 accumulators on the wire (exact
+    sums over ``P`` hops, and twice the gradient bytes).
+    """
+    check_positive_int("block_tokens", block_tokens)
+    check_positive_int("kv_heads", kv_heads)
+    check_positive_int("head_dim", head_dim)
+    check_positive_int("batch", batch)
+    dtype = check_dtype(dtype)
+    pass_ = _check_pass(pass_, BLOCK_PASSES)
+    elements = 2.0 * block_tokens * kv_heads * head_dim * batch
+    total = elements * DTYPE_BYTES[dtype]
+    if pass_ == "backward":
+        total += elements * DTYPE_BYTES[check_dtype(grad_dtype or dtype)]
+    return total
+
+
+def grad_block_bytes(
+    block_tokens: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    batch: int = 1,
+    grad_dtype: str | None = None,
+) -> float:
+    """Bytes of ``dk, dv`` for one block (the part of a backward message sent after compute)."""
+    both = kv_block_bytes(
+        block_tokens,
+        kv_heads,
+        head_dim,
+        dtype,
+        pass_="backward",
+        batch=batch,
+        grad_dtype=grad_dtype,
+    )
+    return both - kv_block_bytes(block_tokens, kv_heads, head_dim, dtype, batch=batch)
+
+
+def overlap_threshold(
+    hw: Hardware,
+    *,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    pass_: str = "forward",
+    batch: int = 1,
+    grad_dtype: str | None = None,
+    include_latency: bool = True,
+) -> float:
+    """Smallest block ``c*`` (tokens per host) for which one step's compute hides its transfer.
+
+    Derivation (forward). Per query head, the block's attention is two matmuls, ``Q K^T`` and
+    ``P V``, each ``(c x d) @ (d x c)``-shaped: ``2 c^2 d`` FLOPs each, ``4 c^2 d`` together;
+    ``h`` heads make ``4 c^2 d h``. The host passes on ``k`` and ``v`` of its ``h_kv`` key/value
+    heads: ``2 c d h_kv`` elements of ``b`` bytes. With ``F`` FLOP/s, ``B`` bytes/s one way and
+    latency ``L``, communication hides when::
+
+        4 c^2 d h / F  >=  L + 2 c d h_kv b / B
+
+    Without latency and at 16 bit (``b = 2``): ``c >= (F / B) (h_kv / h)``; with ``h_kv = h``
+    simply ``c >= F / B``: an arithmetic-intensity condition, compute grows with ``c^2`` and
+    traffic with ``c``. Grouped-query attention lowers the threshold by ``h / h_kv``; fp32
+    (``b = 4``) doubles it at equal ``F``. With latency the condition is the quadratic
+    ``a c^2 - beta c - L >= 0``, ``a = 4 d h / F``, ``beta = 2 d h_kv b / B``, whose positive
+    root is returned.
+
+    Check against the paper (Table 2, latency ignored, ``h_kv = h``): A100 312 TFLOP/s over
+    NVLink 300 GB/s gives ``F/B = 1040`` tokens (paper: 1.0K); over InfiniBand 12.5 GB/s,
+    ``24,960`` (paper prints 24.5K; its own minimal-sequence column, 149.5K = 6 x 24.9K, agrees
+    with ``F/B``, not with 24.5K); TPU v4 275 TFLOP/s over 268 GB/s, 1026 (paper: 1.0K).
+
+    The two source texts disagree. The one counting ``4 d c^2`` FLOPs against ``4 c d`` bytes
+    (``d`` the model width ``h x head_dim``) is right and gives ``c >= F/B``. The one counting
+    ``2 c^2 d`` FLOPs per head against ``2 c d x 2`` bytes counts only one of the two matmuls:
+    its FLOP/byte ratio ``c / 2`` is half the true ``c``, which would double every threshold
+    (A100 NVLink 2.1K instead of 1.0K) and contradicts the paper's table.
+
+    Backward: each step the host computes ``2.5 x`` the forward FLOPs (``BACKWARD_FACTOR``) and
+    its link carries ``k, v`` *and* ``dk, dv``, as two messages (``k, v`` can leave during the
+    compute, ``dk, dv`` only after it: they are being updated), so two latencies and
+    ``2 c d h_kv (b + b_grad)`` bytes: at equal dtypes ``c >= 0.8 (F / B) (h_kv / h)``.
+    ``batch`` scales both sides alike and only matters through the latency term.
+    """
+    pass_ = _check_pass(pass_, BLOCK_PASSES)
+    check_positive_int("heads", heads)
+    check_positive_int("kv_heads", kv_heads)
+    flops = hw.flops_for(dtype)
+    a = attention_flops(1, 1, heads, head_dim, pass_=pass_, batch=batch) / flops
+    beta = (
+        kv_block_bytes(
+            1, kv_heads, head_dim, dtype, pass_=pass_, batch=batch, grad_dtype=grad_dtype
+        )
+        / hw.link_bandwidth
+    )
+    messages = 2 if pass_ == "backward" else 1
+    latency = messages * hw.link_latency if include_latency else 0.0
+    return (beta + math.sqrt(beta * beta + 4.0 * a * latency)) / (2.0 * a)
+
+
+def projection_flops(
+    tokens: int, d_model: int, heads: int, kv_heads: int, head_dim: int, *, pass_: str = "forward"
+) -> tuple[float, float]:
+    """``(qkv, out)`` projection FLOPs for ``tokens`` tokens: ``x W_q``, ``x W_k``, ``x W_v``
+    (``2 t d_model (h + 2 h_kv) d``) and the output projection ``2 t (h d) d_model``. Backward
+    costs ``2 x`` (the input gradient and the weight gradient)."""
+    pass_ = _check_pass(pass_, BLOCK_PASSES)
+    factor = LINEAR_BACKWARD_FACTOR if pass_ == "backward" else 1.0
+    qkv = 2.0 * tokens * d_model * (heads + 2 * kv_heads) * head_dim
+    out = 2.0 * tokens * heads * head_dim * d_model
+    return qkv * factor, out * factor
+
+
+def ffn_flops(tokens: int, d_model: int, ffn: int, *, pass_: str = "forward") -> float:
+    """A two-matrix MLP ``d_model -> ffn -> d_model``: ``2 t d_model ffn`` per matrix; backward
+    ``2 x``. (A SwiGLU MLP has three matrices: pass ``ffn = 1.5 x`` its hidden size.)"""
+    pass_ = _check_pass(pass_, BLOCK_PASSES)
+    factor = LINEAR_BACKWARD_FACTOR if pass_ == "backward" else 1.0
+    return 2.0 * 2.0 * tokens * d_model * ffn * factor

@@ -1,0 +1,233 @@
+"""What one host of the ring can do: FLOP rate, link bandwidth and latency, memory.
+
+Rates are **peak dense** numbers by default (``efficiency=1.0``), as in the Ring Attention
+paper's Table 2, so the overlap thresholds here can be set beside the paper's. Multiply by an
+achieved fraction (``efficiency``) to model a real kernel. Link bandwidth is **per direction**:
+in a unidirectional ring each host only sends to one neighbour and receives from the other, so
+the one-way rate is what bounds a transfer.
+
+A calibrated profile (FLOP/s and bandwidth measured on this machine by the real backend) is
+saved with ``save_profile`` as JSON under ``results/``; any ``results/cpu-profile*.json`` found
+there becomes the preset ``cpu-calibrated``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+def _check_rate(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """A finite, positive (or non-negative) real number; bools and NaN are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be a finite {kind} number, got {value!r}")
+    return value
+
+
+def check_dtype(dtype: object) -> str:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return str(dtype)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One host: ``flops`` peak dense FLOP/s per dtype, ``link_bandwidth`` bytes/s per direction,
+    ``link_latency`` seconds per message, ``memory_bytes`` device memory, ``efficiency`` the
+    achieved fraction of peak FLOP/s, ``memory_bandwidth`` HBM bytes/s (0 = not modelled; only
+    decode, which streams the KV cache, uses it)."""
+
+    name: str
+    flops: dict[str, float]
+    link_bandwidth: float
+    link_latency: float
+    memory_bytes: float
+    efficiency: float = 1.0
+    source: str = ""
+    memory_bandwidth: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.flops, dict) or not self.flops:
+            raise ValueError(f"flops must be a non-empty dict dtype -> FLOP/s, got {self.flops!r}")
+        for key, rate in self.flops.items():
+            check_dtype(key)
+            _check_rate(f"flops[{key!r}]", rate)
+        _check_rate("link_bandwidth", self.link_bandwidth)
+        _check_rate("link_latency", self.link_latency, allow_zero=True)
+        _check_rate("memory_bytes", self.memory_bytes)
+        _check_rate("memory_bandwidth", self.memory_bandwidth, allow_zero=True)
+        eff = _check_rate("efficiency", self.efficiency)
+        if eff > 1:
+            raise ValueError(f"efficiency must be in (0, 1], got {eff!r}")
+
+    def flops_for(self, dtype: str) -> float:
+        """Effective FLOP/s for ``dtype``: peak times ``efficiency``."""
+        dtype = check_dtype(dtype)
+        if dtype not in self.flops:
+            raise ValueError(
+                f"dtype {dtype!r} has no FLOP rate on hardware {self.name!r} "
+                f"(it has: {', '.join(self.flops)})"
+            )
+        return self.flops[dtype] * self.efficiency
+
+
+def _preset(name, bf16, fp32, bandwidth, latency, memory, hbm, source) -> Hardware:
+    flops = {"bf16": bf16, "fp16": bf16, "fp32": fp32}
+    return Hardware(name, flops, bandwidth, latency, memory, 1.0, source, hbm)
+
+
+_BUILTIN = [
+    _preset(
+        "a100-nvlink",
+        312e12,
+        19.5e12,
+        300e9,
+        5e-6,
+        80e9,
+        2.039e12,
+        "A100 SXM 80GB: 312 TFLOP/s dense bf16, 19.5 fp32 (NVIDIA datasheet); NVLink3 600 GB/s "
+        "total = 300 GB/s per direction (Ring Attention paper, Table 2); ~5 us p2p latency",
+    ),
+    _preset(
+        "a100-ib",
+        312e12,
+        19.5e12,
+        12.5e9,
+        5e-6,
+        80e9,
+        2.039e12,
+        "A100 SXM 80GB: 312 TFLOP/s dense bf16 (datasheet); InfiniBand 100 Gb/s = 12.5 GB/s per "
+        "GPU per direction (Ring Attention paper, Table 2); ~5 us latency",
+    ),
+    _preset(
+        "h100-nvlink",
+        989e12,
+        67e12,
+        450e9,
+        5e-6,
+        80e9,
+        3.35e12,
+        "H100 SXM 80GB: 989 TFLOP/s dense bf16, 67 fp32 (NVIDIA datasheet); NVLink4 900 GB/s "
+        "total = 450 GB/s per direction; ~5 us p2p latency",
+    ),
+    _preset(
+        "h200-nvlink",
+        989e12,
+        67e12,
+        450e9,
+        5e-6,
+        141e9,
+        4.8e12,
+        "H200 SXM 141GB: 989 TFLOP/s dense bf16 (same GH100 die as H100), HBM3e 4.8 TB/s "
+        "(datasheet); NVLink4 450 GB/s per direction; ~5 us p2p latency",
+    ),
+    _preset(
+        "h200-ib",
+        989e12,
+        67e12,
+        50e9,
+        5e-6,
+        141e9,
+        4.8e12,
+        "H200 SXM 141GB: 989 TFLOP/s dense bf16 (datasheet); one ConnectX-7 NDR 400 Gb/s = "
+        "50 GB/s per GPU per direction; ~5 us latency",
+    ),
+    _preset(
+        "tpu-v4",
+        275e12,
+        275e12 / 6,
+        268e9,
+        2e-6,
+        32e9,
+        1.2e12,
+        "TPU v4: 275 TFLOP/s bf16, 32 GB HBM 1.2 TB/s (Google Cloud docs); ICI 268 GB/s one-way "
+        "as in the Ring Attention paper, Table 2; fp32 ~ bf16/6 (6-pass bf16 matmul, estimate)",
+    ),
+    _preset(
+        "tpu-v5e",
+        197e12,
+        197e12 / 6,
+        186e9,
+        2e-6,
+        16e9,
+        819e9,
+        "TPU v5e: 197 TFLOP/s bf16, 16 GB HBM 819 GB/s (Google Cloud docs); ICI ~186 GB/s "
+        "one-way (paper-style estimate); fp32 ~ bf16/6 (estimate)",
+    ),
+]
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+
+
+def save_profile(hw: Hardware, path: str | Path) -> None:
+    """Write ``hw`` as JSON (the fields of ``Hardware``) to ``path``."""
+    data = asdict(hw)
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def load_profile(path: str | Path) -> Hardware:
+    """Read a profile written by ``save_profile``; a bad file is a ``ValueError`` naming it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"profile {str(path)!r} could not be read as JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"profile {str(path)!r} must hold a JSON object, got {type(data)}")
+    known = set(Hardware.__dataclass_fields__)
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"profile {str(path)!r} has unknown keys {sorted(unknown)}")
+    try:
+        return Hardware(**data)
+    except TypeError as exc:
+        raise ValueError(f"profile {str(path)!r} is incomplete: {exc}") from None
+
+
+def _calibrated_presets() -> dict[str, Hardware]:
+    """``cpu-calibrated`` from the newest ``results/cpu-profile*.json``, if there is one."""
+    found = sorted(RESULTS_DIR.glob("cpu-profile*.json")) if RESULTS_DIR.is_dir() else []
+    for path in reversed(found):
+        try:
+            hw = load_profile(path)
+        except ValueError:
+            continue  # a half-written or foreign file must not break `import ringsim`
+        return {"cpu-calibrated": replace(hw, name="cpu-calibrated")}
+    return {}
+
+
+PRESETS: dict[str, Hardware] = {hw.name: hw for hw in _BUILTIN} | _calibrated_presets()
+
+
+def get_hardware(name: str) -> Hardware:
+    """The preset called ``name``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown hardware preset {name!r}; known: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def custom_hardware(
+    flops: float,
+    bandwidth: float,
+    latency: float = 0.0,
+    memory: float = 80e9,
+    dtype: str = "bf16",
+) -> Hardware:
+    """Hardware from raw numbers: ``flops`` FLOP/s at ``dtype``, ``bandwidth`` bytes/s per
+    direction, ``latency`` seconds per message, ``memory`` bytes."""
+    dtype = check_dtype(dtype)
+    flops = _check_rate("flops", flops)
+    bandwidth = _check_rate("bandwidth", bandwidth)
+    latency = _check_rate("latency", latency, allow_zero=True)
+    memory = _check_rate("memory", memory)
+    source = f"custom: {flops:.3g} FLOP/s ({dtype}), {bandwidth:.3g} B/s, {latency:.3g} s latency"
+    return Hardware("custom", {dtype: flops}, bandwidth, latency, memory, 1.0, source)

@@ -1,0 +1,143 @@
+"""Hardware presets and the cost model: FLOPs, bytes, and the overlap threshold."""
+
+import json
+import math
+
+import pytest
+
+from ringsim.cost import (
+    attention_flops,
+    grad_block_bytes,
+    kv_block_bytes,
+    overlap_threshold,
+)
+from ringsim.hardware import (
+    PRESETS,
+    Hardware,
+    custom_hardware,
+    get_hardware,
+    load_profile,
+    save_profile,
+)
+
+PAPER_TABLE_2 = {"a100-nvlink": 1.0e3, "a100-ib": 24.5e3, "tpu-v4": 1.0e3}
+MHA = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16")
+
+
+# -- hardware ---------------------------------------------------------------------------------
+def test_presets_have_sources_and_the_required_names():
+    required = {"a100-nvlink", "a100-ib", "h100-nvlink", "h200-nvlink", "h200-ib"}
+    assert required | {"tpu-v4", "tpu-v5e"} <= set(PRESETS)
+    for hw in PRESETS.values():
+        assert hw.source and "\n" not in hw.source
+        assert hw.flops_for("bf16") > 0
+
+
+def test_unknown_preset_names_it_and_lists_the_known():
+    with pytest.raises(ValueError, match=r"'a100-pcie'.*a100-nvlink"):
+        get_hardware("a100-pcie")
+
+
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(flops=0, bandwidth=1e9), "flops"),
+        (dict(flops=float("nan"), bandwidth=1e9), "flops"),
+        (dict(flops=1e12, bandwidth=-1), "bandwidth"),
+        (dict(flops=1e12, bandwidth=1e9, latency=float("inf")), "latency"),
+        (dict(flops=1e12, bandwidth=1e9, dtype="int8"), "dtype"),
+    ],
+)
+def test_custom_hardware_refuses_bad_numbers(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        custom_hardware(**kwargs)
+
+
+def test_flops_for_applies_efficiency_and_refuses_missing_dtype():
+    hw = Hardware("x", {"bf16": 100.0}, 1.0, 0.0, 1.0, efficiency=0.5)
+    assert hw.flops_for("bf16") == 50.0
+    with pytest.raises(ValueError, match="fp32"):
+        hw.flops_for("fp32")
+    with pytest.raises(ValueError, match="efficiency"):
+        Hardware("x", {"bf16": 1.0}, 1.0, 0.0, 1.0, efficiency=1.5)
+
+
+def test_profile_round_trip(tmp_path):
+    hw = get_hardware("h200-ib")
+    save_profile(hw, tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json") == hw
+    (tmp_path / "bad.json").write_text(json.dumps({"name": "x", "flops": {"bf16": 1.0}}))
+    with pytest.raises(ValueError, match=r"bad\.json"):
+        load_profile(tmp_path / "bad.json")
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"junk\.json"):
+        load_profile(tmp_path / "junk.json")
+
+
+# -- FLOPs and bytes --------------------------------------------------------------------------
+def test_attention_flops_counts_two_matmuls_and_a_2_5x_backward():
+    fwd = attention_flops(100, 60, 4, 16)
+    assert fwd == 4 * 100 * 60 * 16 * 4  # QK^T and PV: 2 * q * k * d each, per head
+    assert attention_flops(100, 60, 4, 16, pass_="backward") == 2.5 * fwd
+    assert attention_flops(100, 60, 4, 16, pass_="train-step") == 3.5 * fwd
+    assert attention_flops(100, 60, 4, 16, work=0.25, batch=3) == 0.75 * fwd
+    with pytest.raises(ValueError, match="work"):
+        attention_flops(1, 1, 1, 1, work=1.5)
+    with pytest.raises(ValueError, match="pass"):
+        attention_flops(1, 1, 1, 1, pass_="sideways")
+
+
+def test_kv_bytes_follow_kv_heads_dtype_and_pass():
+    assert kv_block_bytes(1000, 8, 128, "bf16") == 2 * 1000 * 8 * 128 * 2
+    assert kv_block_bytes(1000, 32, 128, "bf16") == 4 * kv_block_bytes(1000, 8, 128, "bf16")
+    assert kv_block_bytes(1000, 8, 128, "fp32") == 2 * kv_block_bytes(1000, 8, 128, "bf16")
+    fwd = kv_block_bytes(1000, 8, 128, "bf16")
+    assert kv_block_bytes(1000, 8, 128, "bf16", pass_="backward") == 2 * fwd
+    assert kv_block_bytes(1000, 8, 128, "bf16", pass_="backward", grad_dtype="fp32") == 3 * fwd
+    assert grad_block_bytes(1000, 8, 128, "bf16", grad_dtype="fp32") == 2 * fwd
+    with pytest.raises(ValueError, match="block_tokens"):
+        kv_block_bytes(0, 8, 128, "bf16")
+
+
+# -- the overlap threshold --------------------------------------------------------------------
+@pytest.mark.parametrize("name, paper", PAPER_TABLE_2.items())
+def test_threshold_matches_the_paper_table(name, paper):
+    hw = get_hardware(name)
+    c = overlap_threshold(hw, **MHA, include_latency=False)
+    assert c == pytest.approx(hw.flops["bf16"] / hw.link_bandwidth, rel=1e-12)  # c* = F / B
+    assert abs(c - paper) / paper < 0.05  # 1.0K, 24.96K vs the printed 24.5K, 1.03K
+
+
+def test_the_one_matmul_count_would_double_the_threshold_and_miss_the_table():
+    hw = get_hardware("a100-nvlink")
+    c = overlap_threshold(hw, **MHA, include_latency=False)
+    one_matmul = 2 * c  # FLOPs 2 c^2 d per head against the same bytes
+    assert abs(c - 1.0e3) < 0.05e3 and abs(one_matmul - 1.0e3) > 1.0e3
+
+
+def test_threshold_scales_with_flops_and_inverse_bandwidth():
+    base = overlap_threshold(custom_hardware(1e14, 1e11), **MHA)
+    assert overlap_threshold(custom_hardware(2e14, 1e11), **MHA) == pytest.approx(2 * base)
+    assert overlap_threshold(custom_hardware(1e14, 4e11), **MHA) == pytest.approx(base / 4)
+
+
+def test_gqa_fp32_and_backward_move_the_threshold():
+    hw = custom_hardware(1e14, 1e11, dtype="bf16")
+    base = overlap_threshold(hw, **MHA)
+    gqa = overlap_threshold(hw, heads=32, kv_heads=8, head_dim=128, dtype="bf16")
+    assert gqa == pytest.approx(base / 4)
+    assert overlap_threshold(hw, **MHA, pass_="backward") == pytest.approx(0.8 * base)
+    hw32 = custom_hardware(1e14, 1e11, dtype="fp32")
+    fp32 = overlap_threshold(hw32, heads=32, kv_heads=32, head_dim=128, dtype="fp32")
+    assert fp32 == pytest.approx(2 * base)
+
+
+def test_threshold_with_latency_balances_compute_and_transfer():
+    hw = custom_hardware(3e14, 3e11, latency=20e-6)
+    for pass_, messages in (("forward", 1), ("backward", 2)):
+        c = overlap_threshold(hw, **MHA, pass_=pass_)
+        compute = attention_flops(1, 1, 32, 128, pass_=pass_) * c * c / 3e14
+        transfer = messages * 20e-6 + kv_block_bytes(1, 32, 128, "bf16", pass_=pass_) * c / 3e11
+        assert compute == pytest.approx(transfer, rel=1e-9)
+        assert c > overlap_threshold(hw, **MHA, pass_=pass_, include_latency=False)
+    assert math.isfinite(c)

@@ -1,0 +1,387 @@
+"""The event timer: both engines agree, closed forms hold, causal imbalance as derived."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ringsim.cost import (
+    attention_flops,
+    ffn_flops,
+    grad_block_bytes,
+    kv_block_bytes,
+    overlap_threshold,
+    projection_flops,
+)
+from ringsim.hardware import custom_hardware, get_hardware
+from ringsim.layouts import LAYOUTS
+from ringsim.schedule import _relation, build_schedule
+from ringsim.timing import RingConfig, parse_length, simulate
+
+ARRAYS = ("compute_start", "compute_end", "send_start", "send_end", "recv_start", "recv_end")
+SMALL = dict(heads=2, head_dim=16)  # tiny blocks: fast, and easy to make comm-bound
+
+
+def config(hosts=4, block=64, flops=1e12, bandwidth=1e9, latency=0.0, **kw):
+    hw = custom_hardware(flops, bandwidth, latency)
+    return RingConfig(hosts=hosts, seq_len=hosts * block, hardware=hw, **SMALL, **kw)
+
+
+def block_time(cfg, pass_="forward", work=1.0):
+    c = cfg.block_tokens
+    return attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=pass_, work=work) / 1e12
+
+
+def link_time(cfg, nbytes):
+    return cfg.hardware.link_latency + nbytes / cfg.hardware.link_bandwidth
+
+
+def kv_bytes(cfg):
+    return kv_block_bytes(cfg.block_tokens, cfg.kv_heads, cfg.head_dim, cfg.dtype)
+
+
+def g_bytes(cfg):
+    return grad_block_bytes(cfg.block_tokens, cfg.kv_heads, cfg.head_dim, cfg.dtype)
+
+
+# -- parsing and validation -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, value", [("64K", 65536), ("16M", 16777216), ("1000", 1000), ("2g", 2**31)]
+)
+def test_parse_length(text, value):
+    assert parse_length(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "1.5K", "-3", "0", "12Q", "K"])
+def test_parse_length_refuses(text):
+    with pytest.raises(ValueError, match="length"):
+        parse_length(text)
+
+
+@pytest.mark.parametrize(
+    "kw, word",
+    [
+        (dict(hosts=0), "hosts"),
+        (dict(seq_len=102), "seq_len"),
+        (dict(layout="spiral"), "layout"),
+        (dict(pass_="sideways"), "pass"),
+        (dict(kv_heads=3), "kv_heads"),
+        (dict(speed=(1.0, 2.0)), "speed"),
+        (dict(speed=(1.0, 0.0, 1.0, 1.0)), "speed"),
+        (dict(jitter=-0.1), "jitter"),
+        (dict(jitter=float("nan")), "jitter"),
+        (dict(tile=0), "tile"),
+    ],
+)
+def test_config_refuses_bad_input(kw, word):
+    base = dict(hosts=4, seq_len=256, hardware=custom_hardware(1e12, 1e9), heads=4, head_dim=8)
+    with pytest.raises(ValueError, match=word):
+        RingConfig(**(base | kw))
+
+
+def test_unknown_engine():
+    with pytest.raises(ValueError, match="engine"):
+        simulate(config(), engine="quantum")
+
+
+def test_schedule_fast_lookup_equals_the_relation_rule():
+    for hosts in (1, 2, 5, 8):
+        for layout in LAYOUTS:
+            sched = build_schedule(hosts, layout, True, seq_len=4 * hosts, tile=2)
+            for s in range(hosts):
+                rel = _relation(np.arange(hosts), sched.kv_owner(s))
+                assert np.array_equal(sched.work_at(s), sched._work_tables[1][rel])
+
+
+# -- the two engines agree ----------------------------------------------------------------------
+@given(
+    hosts=st.integers(1, 12),
+    layout=st.sampled_from(LAYOUTS),
+    causal=st.booleans(),
+    overlap=st.booleans(),
+    pass_=st.sampled_from(["forward", "backward", "train-step", "decode"]),
+    block=st.sampled_from([2, 8, 32, 128]),
+    bandwidth=st.floats(1e6, 1e12),
+    latency=st.sampled_from([0.0, 1e-7, 1e-5]),
+    jitter=st.sampled_from([0.0, 0.3]),
+    slow=st.floats(0.2, 1.0),
+    tile=st.sampled_from([None, 4]),
+    seed=st.integers(0, 10),
+)
+def test_heap_and_vectorized_engines_agree_exactly(
+    hosts, layout, causal, overlap, pass_, block, bandwidth, latency, jitter, slow, tile, seed
+):
+    speed = tuple(slow if h == hosts // 2 else 1.0 for h in range(hosts))
+    cfg = config(
+        hosts,
+        block,
+        1e12,
+        bandwidth,
+        latency,
+        layout=layout,
+        causal=causal,
+        overlap=overlap,
+        pass_=pass_,
+        speed=speed,
+        jitter=jitter,
+        seed=seed,
+        tile=tile,
+    )
+    fast, slow_ = simulate(cfg), simulate(cfg, engine="heap")
+    for name in ARRAYS:
+        np.testing.assert_array_equal(getattr(fast.timeline, name), getattr(slow_.timeline, name))
+    for key in ("kv_send_start", "kv_send_end"):
+        if key in fast.timeline.meta:
+            np.testing.assert_array_equal(fast.timeline.meta[key], slow_.timeline.meta[key])
+    assert fast.flops_total == slow_.flops_total
+    assert fast.summary()["total_time_s"] == slow_.timeline.makespan
+    # one block at a time per host, and a block is used only after it has arrived
+    tl = fast.timeline
+    if pass_ != "decode":
+        assert np.all(tl.compute_start[1:] >= tl.compute_end[:-1])
+    if pass_ in ("forward", "backward"):
+        arrival = tl.meta.get("kv_send_end", tl.send_end)
+        later = tl.compute_start[1:hosts][:, 1:], arrival[: hosts - 1][:, :-1]
+        assert np.all(later[0] >= later[1])
+    done = np.isfinite(tl.compute_start)
+    assert np.all(tl.compute_end[done] >= tl.compute_start[done])
+
+
+# -- closed forms (uniform ring, dense attention) ---------------------------------------------
+@pytest.mark.parametrize("hosts", [1, 2, 5, 8])
+@pytest.mark.parametrize("latency", [0.0, 3e-6])
+def test_forward_closed_forms(hosts, latency):
+    compute_bound = config(hosts, 256, bandwidth=1e12, latency=latency)
+    t_c, t_l = block_time(compute_bound), link_time(compute_bound, kv_bytes(compute_bound))
+    assert t_c >= t_l
+    assert simulate(compute_bound).makespan == pytest.approx(hosts * t_c, rel=1e-12)
+
+    comm_bound = config(hosts, 256, bandwidth=1e8, latency=latency)
+    t_c, t_l = block_time(comm_bound), link_time(comm_bound, kv_bytes(comm_bound))
+    assert t_l > t_c
+    expect = t_c + (hosts - 1) * t_l
+    assert simulate(comm_bound).makespan == pytest.approx(expect, rel=1e-12)
+
+    no_overlap = config(hosts, 256, bandwidth=1e10, latency=latency, overlap=False)
+    t_c, t_l = block_time(no_overlap), link_time(no_overlap, kv_bytes(no_overlap))
+    expect = hosts * t_c + (hosts - 1) * t_l
+    assert simulate(no_overlap).makespan == pytest.approx(expect, rel=1e-12)
+
+
+@pytest.mark.parametrize("hosts", [2, 3, 8])
+def test_backward_closed_forms(hosts):
+    cfg = config(hosts, 256, bandwidth=1e12, latency=1e-6, pass_="backward")
+    t_c = block_time(cfg, "backward")
+    t_kv, t_g = link_time(cfg, kv_bytes(cfg)), link_time(cfg, g_bytes(cfg))
+    assert t_kv + t_g <= t_c
+    # dk, dv of the last step must still travel home: one hop that never hides
+    assert simulate(cfg).makespan == pytest.approx(hosts * t_c + t_g, rel=1e-12)
+
+    cfg = config(hosts, 256, bandwidth=1e10, latency=1e-6, pass_="backward", overlap=False)
+    t_c = block_time(cfg, "backward")
+    t_all = link_time(cfg, kv_bytes(cfg) + g_bytes(cfg))
+    expect = hosts * t_c + (hosts - 1) * t_all + link_time(cfg, g_bytes(cfg))
+    assert simulate(cfg).makespan == pytest.approx(expect, rel=1e-12)
+
+
+def test_train_step_is_the_sum_of_its_phases_when_compute_bound():
+    cfg = config(4, 256, bandwidth=1e13, pass_="train-step")
+    t = cfg.block_tokens
+    dims = (cfg.d_model, cfg.heads, cfg.kv_heads, cfg.head_dim)
+    qkv_f, out_f = projection_flops(t, *dims)
+    qkv_b, out_b = projection_flops(t, *dims, pass_="backward")
+    local = (qkv_f + out_f + qkv_b + out_b + ffn_flops(t, cfg.d_model, cfg.ffn) * 3) / 1e12
+    ring = 4 * block_time(cfg) + 4 * block_time(cfg, "backward")
+    expect = local + ring + link_time(cfg, g_bytes(cfg))
+    result = simulate(cfg)
+    assert result.makespan == pytest.approx(expect, rel=1e-12)
+    assert result.flops_total == pytest.approx(4 * (local + ring) * 1e12, rel=1e-12)
+    assert result.timeline.step_labels[0] == "qkv-proj" and len(result.timeline.step_labels) == 12
+
+
+# -- the threshold found by the timer equals the closed form --------------------------------
+def exposed(hosts, block, hw, pass_):
+    cfg = RingConfig(hosts=hosts, seq_len=hosts * block, hardware=hw, pass_=pass_, **SMALL)
+    result = simulate(cfg)
+    hidden = hosts * block_time_hw(cfg, hw, pass_)
+    if pass_ == "backward":  # the homecoming hop is exposed at any block size
+        hidden += hw.link_latency + g_bytes(cfg) / hw.link_bandwidth
+    return result.makespan - hidden
+
+
+def block_time_hw(cfg, hw, pass_):
+    c = cfg.block_tokens
+    return attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=pass_) / hw.flops_for("bf16")
+
+
+def bisect_threshold(hw, pass_, hosts=3):
+    lo, hi = 1, 1
+    while exposed(hosts, hi, hw, pass_) > 1e-15:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if exposed(hosts, mid, hw, pass_) > 1e-15 else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("pass_", ["forward", "backward"])
+@pytest.mark.parametrize(
+    "flops, bandwidth, latency",
+    [(1e12, 2e9, 0.0), (2e12, 2e9, 0.0), (1e12, 4e9, 0.0), (1e12, 2e9, 2e-7)],
+)
+def test_timer_finds_the_closed_form_threshold(pass_, flops, bandwidth, latency):
+    hw = custom_hardware(flops, bandwidth, latency)
+    closed = overlap_threshold(hw, heads=2, kv_heads=2, head_dim=16, dtype="bf16", pass_=pass_)
+    found = bisect_threshold(hw, pass_)
+    assert found - 1 < closed <= found + 1e-9
+
+
+def test_timer_thresholds_scale_with_flops_and_inverse_bandwidth():
+    base = bisect_threshold(custom_hardware(1e12, 4e9), "forward")
+    assert abs(bisect_threshold(custom_hardware(2e12, 4e9), "forward") - 2 * base) <= 2
+    assert abs(bisect_threshold(custom_hardware(1e12, 8e9), "forward") - base / 2) <= 1
+
+
+# -- causal load balance ------------------------------------------------------------------------
+@pytest.mark.parametrize("hosts, block", [(2, 16), (5, 32), (8, 64), (16, 128)])
+def test_causal_idle_fractions_match_their_closed_forms(hosts, block):
+    runs = {
+        layout: simulate(config(hosts, block, bandwidth=1e15, layout=layout, causal=True))
+        for layout in LAYOUTS
+    }
+    t, w = block_time(runs["zigzag"].config), (block + 1) / (2 * block)  # w: the diagonal block
+    # contiguous: the last host works every step (P - 1 full blocks + the diagonal), the
+    # others wait; sum of work P (P - 1) / 2 + P w. Tends to (P - 1) / (2P - 1) for big blocks.
+    contiguous = runs["contiguous"]
+    assert contiguous.makespan == pytest.approx((hosts - 1 + w) * t, rel=1e-12)
+    idle = 1 - (hosts * (hosts - 1) / 2 + hosts * w) / (hosts * (hosts - 1 + w))
+    assert contiguous.idle_fraction == pytest.approx(idle, rel=1e-9, abs=1e-12)
+    assert abs(idle - (hosts - 1) / (2 * hosts - 1)) < 1.0 / block
+    # striped: the last host sees w every step, the others (c - 1) / 2c at some steps
+    assert runs["striped"].makespan == pytest.approx(hosts * w * t, rel=1e-12)
+    striped_idle = (hosts - 1) / (hosts * (block + 1))
+    assert runs["striped"].idle_fraction == pytest.approx(striped_idle, rel=1e-9, abs=1e-12)
+    # zigzag: every host does exactly w, then 1/2 per step: no idle at all
+    assert runs["zigzag"].makespan == pytest.approx(((hosts - 1) / 2 + w) * t, rel=1e-12)
+    assert runs["zigzag"].idle_fraction == pytest.approx(0.0, abs=1e-12)
+    speedup = contiguous.makespan / runs["zigzag"].makespan
+    assert speedup == pytest.approx((hosts - 1 + w) / ((hosts - 1) / 2 + w), rel=1e-12)
+
+
+def test_tiles_make_striped_pay_for_partial_tiles():
+    exact = simulate(config(4, 64, bandwidth=1e15, layout="striped", causal=True))
+    tiled = simulate(config(4, 64, bandwidth=1e15, layout="striped", causal=True, tile=16))
+    zig = simulate(config(4, 64, bandwidth=1e15, layout="zigzag", causal=True, tile=16))
+    t = block_time(exact.config)
+    # 4 x 4 tiles; under the striped causal mask every diagonal tile is partial, so each block
+    # costs 10 of 16 tiles (0.625) where an exact kernel pays 65/128 (about 0.508)
+    assert exact.makespan == pytest.approx(4 * 65 / 128 * t, rel=1e-12)
+    assert tiled.makespan == pytest.approx(4 * 10 / 16 * t, rel=1e-12)
+    # zigzag blocks are tile-aligned halves: 1/2 exactly, only the diagonal pays 10/16
+    assert zig.makespan == pytest.approx((10 / 16 + 3 / 2) * t, rel=1e-12)
+
+
+# -- stragglers, jitter -------------------------------------------------------------------------
+def test_a_straggler_sets_the_pace_of_the_whole_ring():
+    speed = (1.0, 1.0, 0.5, 1.0)
+    cfg = config(4, 128, bandwidth=1e15, speed=speed)
+    assert simulate(cfg).makespan == pytest.approx(4 * block_time(cfg) / 0.5, rel=1e-12)
+
+
+def test_jitter_is_seeded_and_only_slows_down():
+    plain = simulate(config(6, 64, bandwidth=1e9)).makespan
+    a = simulate(config(6, 64, bandwidth=1e9, jitter=0.2, seed=1)).makespan
+    b = simulate(config(6, 64, bandwidth=1e9, jitter=0.2, seed=1)).makespan
+    c = simulate(config(6, 64, bandwidth=1e9, jitter=0.2, seed=2)).makespan
+    assert a == b and a != c
+    assert plain < a <= 1.2 * plain + 1e-15
+
+
+# -- decode ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("hosts", [1, 2, 4, 8])
+def test_decode_is_a_shard_scan_plus_a_merge_tree(hosts):
+    hw = get_hardware("h200-nvlink")
+    cfg = RingConfig(hosts=hosts, seq_len=hosts * 4096, hardware=hw, pass_="decode")
+    result = simulate(cfg)
+    shard = kv_block_bytes(4096, 32, 128, "bf16") / hw.memory_bandwidth
+    rounds = math.ceil(math.log2(hosts)) if hosts > 1 else 0
+    link = hw.link_latency + 4 * 32 * 130 / hw.link_bandwidth
+    merge = 5 * 32 * 130 / hw.flops_for("bf16")
+    assert result.makespan == pytest.approx(shard + rounds * (link + merge), rel=1e-12)
+    summary = result.summary()
+    single = kv_block_bytes(hosts * 4096, 32, 128, "bf16") / hw.memory_bandwidth
+    assert summary["single_device_time_s"] == pytest.approx(single, rel=1e-12)
+    assert summary["min_block_for_overlap"] is None
+
+
+def test_decode_ring_helps_memory_more_than_latency():
+    hw = get_hardware("a100-ib")
+    short = RingConfig(hosts=8, seq_len=8 * 64, hardware=hw, pass_="decode")
+    assert simulate(short).summary()["speedup_vs_single_device"] < 1  # 3 hops > a 512-token scan
+    long = RingConfig(hosts=8, seq_len=2**20, hardware=hw, pass_="decode")
+    summary = simulate(long).summary()
+    assert 1 < summary["speedup_vs_single_device"] < 8
+    assert not summary["cache_fits_one_device"] or summary["cache_bytes_total"] > 8 * 2**30
+
+
+# -- the summary --------------------------------------------------------------------------------
+def test_summary_keys_and_consistency():
+    cfg = config(6, 64, bandwidth=2e9, latency=1e-6, layout="zigzag", causal=True, pass_="backward")
+    result = simulate(cfg)
+    s = result.summary()
+    for key in (
+        "hosts",
+        "seq_len",
+        "block_tokens",
+        "layout",
+        "causal",
+        "overlap",
+        "total_time_s",
+        "compute_time_s",
+        "exposed_comm_s",
+        "comm_time_s",
+        "idle_fraction",
+        "min_block_for_overlap",
+        "memory_per_host_bytes",
+        "flops_total",
+    ):
+        assert key in s
+    tl = result.timeline
+    assert s["total_time_s"] == tl.makespan
+    assert s["compute_time_s"] == pytest.approx(tl.busy("compute").max(), rel=1e-12)
+    assert s["exposed_comm_s"] == pytest.approx(s["total_time_s"] - s["compute_time_s"])
+    assert s["idle_fraction"] == pytest.approx(tl.idle_fraction, rel=1e-12, abs=1e-15)
+    both = tl.busy("send") + np.nansum(tl.meta["kv_send_end"] - tl.meta["kv_send_start"], axis=0)
+    assert s["comm_time_s"] == pytest.approx(both.max(), rel=1e-12)
+    per_step = link_time(cfg, kv_bytes(cfg)) + link_time(cfg, g_bytes(cfg))
+    assert s["comm_time_s"] == pytest.approx(5 * per_step + link_time(cfg, g_bytes(cfg)))
+    flops = sum(
+        attention_flops(64, 64, 2, 16, pass_="backward", work=w)
+        for w in result.schedule.work.ravel()
+    )
+    assert s["flops_total"] == pytest.approx(flops, rel=1e-12)
+    assert np.array_equal(tl.recv_end[:, 1:], tl.send_end[:, :-1], equal_nan=True)
+
+
+def test_memory_per_host_halves_when_hosts_double():
+    hw = get_hardware("a100-nvlink")
+    one = RingConfig(hosts=4, seq_len=2**16, hardware=hw)
+    two = RingConfig(hosts=8, seq_len=2**16, hardware=hw)
+    m1 = simulate(one).summary()["memory_per_host_bytes"]
+    m2 = simulate(two).summary()["memory_per_host_bytes"]
+    assert m2 == pytest.approx(m1 / 2, rel=1e-12)
+
+
+def test_a_thousand_hosts_is_quick():
+    cfg = RingConfig(
+        hosts=1024,
+        seq_len=2**22,
+        hardware=get_hardware("a100-nvlink"),
+        layout="zigzag",
+        causal=True,
+    )
+    result = simulate(cfg)
+    assert result.summary()["events"] == 1024 * 1024 + 1024 * 1023
+    assert result.idle_fraction == pytest.approx(0.0, abs=1e-12)
