@@ -187,9 +187,10 @@ def ring_forward(
     """Run the forward schedule; returns ``(out, lse)`` in the original token order.
 
     ``q``: ``(..., Hq, N, d)``, ``k``/``v``: ``(..., Hkv, N, d)`` already validated.
-    ``partial_dtype`` rounds each block's ``(out, lse)`` before it is merged (a kernel that
-    returns its output in bf16); ``accum_dtype`` rounds the running ``acc``/``row_sum`` after
-    every merge (an accumulator kept in bf16). Both default to exact (the working dtype).
+    ``partial_dtype`` rounds each block's output before it is merged and keeps its ``lse`` in
+    the working precision: what a flash kernel returning ``out`` in bf16 and ``lse`` in fp32
+    does. ``accum_dtype`` rounds the running ``acc``/``row_sum`` after every merge (an
+    accumulator kept in bf16). Both default to exact (the working dtype).
     """
     pos, seg = sched.positions, sched.segment_ids
     dtype = work_dtype(q.dtype)
@@ -220,7 +221,7 @@ def ring_forward(
             )
             if partial_dtype is not None:
                 part = Partial.from_out_lse(
-                    round_to(part.out, partial_dtype), round_to(part.lse, partial_dtype)
+                    round_to(part.out, partial_dtype), part.lse
                 )
             h.state = merge(h.state, part)
             if accum_dtype is not None:
