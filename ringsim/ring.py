@@ -220,9 +220,7 @@ def ring_forward(
                 k_seg=_segments(seg, pos[blk.owner]),
             )
             if partial_dtype is not None:
-                part = Partial.from_out_lse(
-                    round_to(part.out, partial_dtype), part.lse
-                )
+                part = Partial.from_out_lse(round_to(part.out, partial_dtype), part.lse)
             h.state = merge(h.state, part)
             if accum_dtype is not None:
                 h.state = Partial(
