@@ -1,0 +1,235 @@
+"""Shared Hypothesis strategies and independent float64 helpers for the numerics tests.
+
+Random arrays come from a NumPy generator seeded by Hypothesis (fast, and shrinkable through the
+seed); the *shapes and options* are drawn by Hypothesis so failures shrink to small cases.
+
+The helpers here are written from the definition of attention, independently of ``ringsim``,
+so a test that compares the two is a real check and not the library against itself.
+
+Tolerances (see ``rel_tol``)
+----------------------------
+Let ``eps`` be the unit roundoff of the dtype the ring computes in (float32 or float64).
+
+* A score ``s = scale * q.k`` computed in floating point has an absolute error of at most about
+  ``(d + 4) * eps * scale * sum_c |q_c k_c|`` (the dot product, the scaling and the shift by
+  ``row_max``/``lse``). An error ``delta`` in the scores changes the softmax weights by a
+  relative ``exp(2 delta) - 1 ~ 2 delta``, so the output moves by at most ``~2 delta max|v|``.
+  This term is what grows with hostile scores (``|s| ~ 1e4`` in float32 gives ``delta ~ 1e-3``):
+  it is the float32 input format's limit, not the ring's.
+* Accumulating ``N <= 64`` keys over ``P <= 16`` merges adds ``O(N eps)`` relative to the
+  magnitudes summed: ``4e-6`` in float32, ``1e-14`` in float64. We allow ``1e-4`` and
+  ``1e-10`` (25x and 10^4x margin), which is what the project promises.
+
+So ``|ring - reference| <= (base + 4 delta) * magnitude`` where ``magnitude`` is ``max|v|`` for
+the output and the matching sum of absolute terms for each gradient (``grad_magnitudes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ringsim.layouts import LAYOUTS
+
+BASE_TOL = {np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-10}
+HOSTILE = ("none", "big_scores", "huge_v")
+HUGE_V = {np.dtype(np.float32): 1e30, np.dtype(np.float64): 1e200}
+
+
+# ---------------------------------------------------------------------------------------------
+# independent float64 attention (written from the definition, per row)
+# ---------------------------------------------------------------------------------------------
+
+
+def expand_kv(x: np.ndarray, q_heads: int) -> np.ndarray:
+    """Repeat kv heads ``(..., Hkv, N, d)`` to ``(..., Hq, N, d)`` (GQA: head h uses h // g)."""
+    if x.ndim < 3:
+        return x
+    return np.repeat(x, q_heads // x.shape[-3], axis=-3)
+
+
+def sum_groups(dx: np.ndarray, kv_heads: int) -> np.ndarray:
+    """Sum ``(..., Hq, N, d)`` over the query heads sharing each kv head -> ``(..., Hkv, N, d)``."""
+    if dx.ndim < 3:
+        return dx
+    hq = dx.shape[-3]
+    return dx.reshape(*dx.shape[:-3], kv_heads, hq // kv_heads, *dx.shape[-2:]).sum(axis=-3)
+
+
+def brute_mask(n: int, causal: bool, segment_ids: np.ndarray | None) -> np.ndarray:
+    """``(n, n)`` visible pairs by explicit loops: ``j <= i`` (causal) and same document."""
+    mask = np.ones((n, n), dtype=bool)
+    for i in range(n):
+        for j in range(n):
+            if causal and j > i:
+                mask[i, j] = False
+            if segment_ids is not None and segment_ids[i] != segment_ids[j]:
+                mask[i, j] = False
+    return mask
+
+
+def dense_probs(q: np.ndarray, k: np.ndarray, scale: float, mask: np.ndarray) -> np.ndarray:
+    """float64 softmax weights ``(..., Hq, N, N)``; kv heads expanded for GQA."""
+    q64 = q.astype(np.float64)
+    k64 = expand_kv(k.astype(np.float64), q.shape[-3] if q.ndim >= 3 else 1)
+    scores = np.einsum("...id,...jd->...ij", q64, k64) * scale
+    scores = np.where(mask, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores - top)
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def dense_lse(q: np.ndarray, k: np.ndarray, scale: float, mask: np.ndarray) -> np.ndarray:
+    """float64 log-sum-exp of the visible scores ``(..., Hq, N)``."""
+    q64 = q.astype(np.float64)
+    k64 = expand_kv(k.astype(np.float64), q.shape[-3] if q.ndim >= 3 else 1)
+    scores = np.where(mask, np.einsum("...id,...jd->...ij", q64, k64) * scale, -np.inf)
+    top = scores.max(axis=-1)
+    return top + np.log(np.exp(scores - top[..., None]).sum(axis=-1))
+
+
+def grad_magnitudes(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, scale: float, mask: np.ndarray
+) -> tuple[float, float, float]:
+    """Size of the terms each gradient sums, ``(M_dq, M_dk, M_dv)``: the scale of its rounding.
+
+    ``dv = P^T dO``; ``dS = P (dP - delta)`` with ``dP = dO V^T`` and ``delta = rowsum(dO out)``;
+    ``dq = scale dS K``; ``dk = scale dS^T Q``. The magnitudes replace every factor by its
+    absolute value, so they bound what the float sums can lose even when the gradient itself
+    cancels to nearly zero (one-hot softmax under hostile scores).
+    """
+    hq = q.shape[-3] if q.ndim >= 3 else 1
+    p = dense_probs(q, k, scale, mask)
+    aq, ado = np.abs(q.astype(np.float64)), np.abs(dout.astype(np.float64))
+    ak = expand_kv(np.abs(k.astype(np.float64)), hq)
+    av = expand_kv(np.abs(v.astype(np.float64)), hq)
+    out_mag = p @ av
+    delta_mag = (ado * out_mag).sum(axis=-1, keepdims=True)
+    ds_mag = p * (ado @ av.swapaxes(-1, -2) + delta_mag)
+    m_dq = abs(scale) * ds_mag @ ak
+    m_dk = abs(scale) * ds_mag.swapaxes(-1, -2) @ aq
+    m_dv = p.swapaxes(-1, -2) @ ado
+    return float(m_dq.max()), float(m_dk.max()), float(m_dv.max())
+
+
+def score_error(q: np.ndarray, k: np.ndarray, scale: float, dtype: np.dtype) -> float:
+    """Bound ``delta`` on the absolute error of one score computed in ``dtype`` (see above)."""
+    hq = q.shape[-3] if q.ndim >= 3 else 1
+    aq = np.abs(q.astype(np.float64))
+    ak = expand_kv(np.abs(k.astype(np.float64)), hq)
+    eps = np.finfo(dtype).eps / 2
+    return float((q.shape[-1] + 4) * eps * abs(scale) * (aq @ ak.swapaxes(-1, -2)).max())
+
+
+def rel_tol(q: np.ndarray, k: np.ndarray, scale: float) -> float:
+    """Relative tolerance for a ring result computed from inputs of ``q``'s dtype."""
+    dtype = np.dtype(np.float64 if q.dtype == np.float64 else np.float32)
+    return BASE_TOL[dtype] + 4 * score_error(q, k, scale, dtype)
+
+
+def assert_close_to(actual: np.ndarray, expected: np.ndarray, atol: float, what: str) -> None:
+    """Element-wise (per token, per head) comparison; a misplaced block cannot hide here."""
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert np.all(np.isfinite(actual)), f"{what}: non-finite values"
+    err = np.abs(actual.astype(np.float64) - expected)
+    worst = np.unravel_index(np.argmax(err), err.shape)
+    assert err[worst] <= atol, (
+        f"{what}: max error {err[worst]:.3e} at {worst} exceeds tolerance {atol:.3e}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Hypothesis strategies
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One random ring-attention problem: inputs and the ring's keyword arguments."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    dout: np.ndarray
+    hosts: int
+    layout: str
+    causal: bool
+    scale: float | None
+    segment_ids: np.ndarray | None
+    hostile: str
+    kwargs: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kwargs = dict(
+            hosts=self.hosts,
+            layout=self.layout,
+            causal=self.causal,
+            scale=self.scale,
+            segment_ids=self.segment_ids,
+        )
+
+    @property
+    def used_scale(self) -> float:
+        return 1 / np.sqrt(self.q.shape[-1]) if self.scale is None else self.scale
+
+    @property
+    def mask(self) -> np.ndarray:
+        return brute_mask(self.q.shape[-2], self.causal, self.segment_ids)
+
+
+def random_segments(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Document ids for ``n`` tokens with random boundaries (documents may be one token)."""
+    starts = rng.random(n) < rng.uniform(0.05, 0.5)
+    starts[0] = False
+    return np.cumsum(starts).astype(np.int64)
+
+
+@st.composite
+def ring_cases(
+    draw: st.DrawFn,
+    max_hosts: int = 16,
+    dtypes: tuple = (np.float32, np.float64),
+    hostile: tuple = HOSTILE,
+) -> Case:
+    """Hosts 1..16, every layout, causal or not, segment ids, GQA, 0-2 batch dims, head dims
+    from 1, scales, float32/float64 and hostile values. Sizes stay small: seq_len <= 4 * hosts."""
+    hosts = draw(st.integers(1, max_hosts))
+    layout = draw(st.sampled_from(LAYOUTS))
+    causal = draw(st.booleans())
+    dtype = np.dtype(draw(st.sampled_from(dtypes)))
+    per_host = draw(st.sampled_from([2, 4])) if layout == "zigzag" else draw(st.integers(1, 3))
+    n = hosts * per_host
+    d = draw(st.integers(1, 8))
+    if draw(st.booleans()):
+        head_shape: tuple[int, ...] = ()  # a bare (N, d) array: one head
+        kv_heads = q_heads = 1
+    else:
+        batch = tuple(draw(st.lists(st.integers(1, 2), max_size=2)))
+        kv_heads = draw(st.integers(1, 2))
+        q_heads = kv_heads * draw(st.integers(1, 3))
+        head_shape = (*batch, q_heads)
+    kv_shape = (*head_shape[:-1], kv_heads) if head_shape else ()
+    scale = draw(st.sampled_from([None, 1.0, 0.3, -0.5, 2.0]))
+    mode = draw(st.sampled_from(hostile))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    q = rng.standard_normal((*head_shape, n, d))
+    k = rng.standard_normal((*kv_shape, n, d))
+    v = rng.standard_normal((*kv_shape, n, d))
+    dout = rng.standard_normal((*head_shape, n, d))
+    used = 1 / np.sqrt(d) if scale is None else scale
+    if mode == "big_scores":
+        target = draw(st.sampled_from([1e2, 1e3, 1e4]))
+        scores = np.einsum("...id,...jd->...ij", q, expand_kv(k, q_heads)) * used
+        largest = np.abs(scores).max()
+        q = q * (target / largest)
+    elif mode == "huge_v":
+        v = v * HUGE_V[dtype]
+    segment_ids = random_segments(rng, n) if draw(st.booleans()) else None
+    q, k, v, dout = (x.astype(dtype) for x in (q, k, v, dout))
+    return Case(q, k, v, dout, hosts, layout, causal, scale, segment_ids, mode)
+
+
+seeds = st.integers(0, 2**32 - 1)
