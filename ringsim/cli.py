@@ -392,16 +392,20 @@ CONFIG_KEYS = {  # echoed in the table's title rather than as rows
 
 
 def describe(config, strategy: str = "ring") -> str:
-    """One line naming the run: ``ring forward, 8 hosts x 64K tokens, zigzag, causal, ...``."""
-    mask = "causal" if config.causal else "full"
-    overlap = "overlap" if config.overlap else "no overlap"
+    """One line naming the run: ``ring forward, 64K tokens on 8 hosts (8K each), zigzag, ...``
+    (decode leaves out layout, mask and overlap: one token attends to the whole cache)."""
+    split = f"{format_length(config.seq_len)} tokens on {config.hosts} hosts"
+    split += f" ({format_length(config.block_tokens)} each)"
+    if config.pass_ != "decode":
+        mask = "causal" if config.causal else "full"
+        overlap = "overlap" if config.overlap else "no overlap"
+        split += f", {config.layout}, {mask}, {overlap}"
     heads = f"{config.heads} heads" + (
         f" ({config.kv_heads} kv)" if config.kv_heads != config.heads else ""
     )
     batch = f", batch {config.batch}" if config.batch > 1 else ""
     return (
-        f"{strategy} {config.pass_}, {config.hosts} hosts x {format_length(config.seq_len)} "
-        f"tokens, {config.layout}, {mask}, {overlap}, {config.hardware.name}, {config.dtype}, "
+        f"{strategy} {config.pass_}, {split}, {config.hardware.name}, {config.dtype}, "
         f"{heads} x {config.head_dim}{batch}"
     )
 

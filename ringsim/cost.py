@@ -76,15 +76,16 @@ def kv_block_bytes(
     batch: int = 1,
     grad_dtype: str | None = None,
 ) -> float:
-    """Bytes one host sends per ring step.
+    """Bytes one host sends per ring step (``batch`` sequences at once).
 
     forward: ``k`` and ``v``: ``2 c h_kv d`` elements of ``dtype``. Only the key/value heads
     travel, so grouped-query attention (``kv_heads < heads``) shrinks the transfer by
     ``heads / kv_heads``.
-    backward: ``k, v`` plus their gradient accumulators ``dk, dv``. By default the gradients
-    travel in the same dtype as ``k`` and ``v`` (a bf16 ring that accumulates in place); pass
-    ``grad_dtype="fp32"`` for implementations that keep fp32 accumulators on the wire (exact
-    sums over ``P`` hops, and twice the gradient bytes).
+    backward: ``k, v`` plus their gradient accumulators ``dk, dv`` (the timer sends them as two
+    messages, see ``grad_block_bytes``; the last step sends only ``dk, dv``). By default the
+    gradients travel in the same dtype as ``k`` and ``v`` (a bf16 ring that accumulates in
+    place); pass ``grad_dtype="fp32"`` for implementations that keep fp32 accumulators on the
+    wire (no bf16 rounding at each of the ``P`` hops, at twice the gradient bytes).
     """
     check_positive_int("block_tokens", block_tokens)
     check_positive_int("kv_heads", kv_heads)
@@ -135,11 +136,15 @@ def overlap_threshold(
 ) -> float:
     """Smallest block ``c*`` (tokens per host) for which one step's compute hides its transfer.
 
+    For a full (unmasked) block. Under a causal mask a step computes only the visible part:
+    with ``zigzag`` or ``striped`` every step but the first computes half a block, so those
+    layouts need about ``2 c*`` to hide their transfers (the timer shows it).
+
     Derivation (forward). Per query head, the block's attention is two matmuls, ``Q K^T`` and
     ``P V``, each ``(c x d) @ (d x c)``-shaped: ``2 c^2 d`` FLOPs each, ``4 c^2 d`` together;
     ``h`` heads make ``4 c^2 d h``. The host passes on ``k`` and ``v`` of its ``h_kv`` key/value
-    heads: ``2 c d h_kv`` elements of ``b`` bytes. With ``F`` FLOP/s, ``B`` bytes/s one way and
-    latency ``L``, communication hides when::
+    heads: ``2 c d h_kv`` elements of ``b`` bytes. With ``F`` FLOP/s (``hw.flops_for(dtype)``:
+    peak times efficiency), ``B`` bytes/s one way and latency ``L``, communication hides when::
 
         4 c^2 d h / F  >=  L + 2 c d h_kv b / B
 
@@ -148,12 +153,13 @@ def overlap_threshold(
     traffic with ``c``. Grouped-query attention lowers the threshold by ``h / h_kv``; fp32
     (``b = 4``) doubles it at equal ``F``. With latency the condition is the quadratic
     ``a c^2 - beta c - L >= 0``, ``a = 4 d h / F``, ``beta = 2 d h_kv b / B``, whose positive
-    root is returned.
+    root (``hiding_block``) is returned; ``include_latency=False`` drops ``L``.
 
-    Check against the paper (Table 2, latency ignored, ``h_kv = h``): A100 312 TFLOP/s over
-    NVLink 300 GB/s gives ``F/B = 1040`` tokens (paper: 1.0K); over InfiniBand 12.5 GB/s,
-    ``24,960`` (paper prints 24.5K; its own minimal-sequence column, 149.5K = 6 x 24.9K, agrees
-    with ``F/B``, not with 24.5K); TPU v4 275 TFLOP/s over 268 GB/s, 1026 (paper: 1.0K).
+    Check against the paper (Table 2, ``include_latency=False``, ``h_kv = h``): A100
+    312 TFLOP/s over NVLink 300 GB/s gives ``F/B = 1040`` tokens (paper: 1.0K); over
+    InfiniBand 12.5 GB/s, ``24,960`` (paper prints 24.5K; its own minimal-sequence column,
+    149.5K = 6 x 24.9K, agrees with ``F/B``, not with 24.5K); TPU v4 275 TFLOP/s over
+    268 GB/s, 1026 (paper: 1.0K).
 
     The two source texts disagree. The one counting ``4 d c^2`` FLOPs against ``4 c d`` bytes
     (``d`` the model width ``h x head_dim``) is right and gives ``c >= F/B``. The one counting
@@ -180,7 +186,32 @@ def overlap_threshold(
     )
     messages = 2 if pass_ == "backward" else 1
     latency = messages * hw.link_latency if include_latency else 0.0
+    return hiding_block(a, beta, latency)
+
+
+def hiding_block(a: float, beta: float, latency: float) -> float:
+    """Smallest block ``c`` for which ``a c^2 >= beta c + latency``: the positive root
+    ``(beta + sqrt(beta^2 + 4 a latency)) / (2 a)``.
+
+    The shape of every "compute hides communication" condition here: compute grows with
+    ``c^2`` (``a`` seconds per query-key pair), the transfer with ``c`` (``beta`` seconds per
+    token) plus a fixed ``latency`` (seconds). ``a > 0``; ``beta, latency >= 0``.
+    """
+    if not a > 0 or not beta >= 0 or not latency >= 0:
+        raise ValueError(
+            f"hiding_block needs a > 0 and beta, latency >= 0, got a={a!r}, beta={beta!r}, "
+            f"latency={latency!r}"
+        )
     return (beta + math.sqrt(beta * beta + 4.0 * a * latency)) / (2.0 * a)
+
+
+def partial_bytes(heads: int, head_dim: int, *, tokens: int = 1, batch: int = 1) -> float:
+    """Bytes of a ``Partial`` for ``tokens`` query rows in fp32: ``acc`` (``heads x head_dim``
+    per row) and ``row_max``, ``row_sum`` (one each per row and head): ``4 t h (d + 2)``."""
+    for name, value in (("heads", heads), ("head_dim", head_dim), ("tokens", tokens)):
+        check_positive_int(name, value)
+    check_positive_int("batch", batch)
+    return 4.0 * batch * tokens * heads * (head_dim + 2)
 
 
 def projection_flops(

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         from ringsim.plots import plot_timelines
 
         title = (
-            f"causal ring attention, {args.hosts} hosts x {format_length(seq_len)} tokens on "
+            f"causal ring attention, {format_length(seq_len)} tokens on {args.hosts} hosts of "
             f"{hardware.name}: the same work, three layouts"
         )
         plot_timelines(list(timelines.items()), args.out, title=title)
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     p = args.hosts
     print_table(
-        f"1. causal attention, {p} hosts x {format_length(seq_len)} tokens, {hardware.name}",
+        f"1. causal attention, {format_length(seq_len)} tokens on {p} hosts, {hardware.name}",
         ("layout", "makespan", "idle", "speedup"),
         [
             (

@@ -60,7 +60,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ringsim._checks import check_positive_int
-from ringsim.cost import DTYPE_BYTES, kv_block_bytes
+from ringsim.cost import DTYPE_BYTES, kv_block_bytes, partial_bytes
 from ringsim.hardware import Hardware, check_dtype, get_hardware
 
 METHODS = ("vanilla", "memory_efficient", "blockwise", "ring", "ulysses")
@@ -335,16 +335,15 @@ def attention_working_set_bytes(
     q_like = c * heads * head_dim * e  # q, out or dout block
     row_stat = c * heads * 4  # one fp32 number per query row and head
     acc = c * heads * head_dim * 4
-    if pass_ == "forward":
+    if pass_ == "forward":  # the accumulators are a Partial of c rows
         kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
-        per_seq = 2 * q_like + acc + 2 * row_stat + 2 * kv
+        per_seq = 2 * q_like + partial_bytes(heads, head_dim, tokens=c) + 2 * kv
     elif pass_ in ("backward", "train-step"):
         kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="backward", batch=1)
         per_seq = 3 * q_like + row_stat + acc + 2 * kv
     else:
         cache = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
-        partial = heads * head_dim * 4 + 2 * heads * 4
-        per_seq = cache + 2 * heads * head_dim * e + 2 * partial
+        per_seq = cache + 2 * heads * head_dim * e + 2 * partial_bytes(heads, head_dim)
     return float(batch * per_seq)
 
 

@@ -10,6 +10,11 @@ Gantt rows, one per host (host 0 on top). Inside a row, three lanes::
     send     (bottom)  the outgoing link carries the block to the next host
 
 so a transfer appears twice, as host h's send right above host h+1's receive.
+
+A backward ring moves two messages per step on each link (``ringsim.timing``): ``k, v``, which
+may leave during the compute, and the ``dk, dv`` accumulators, which leave after it. Both share
+the link lanes (a link carries one message at a time): ``k, v`` in the colours of a forward
+block, ``dk, dv`` in darker shades, with the legend naming each.
 """
 
 from __future__ import annotations
@@ -21,14 +26,25 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ringsim.timeline import Timeline
+from ringsim.timing import grad_rows, kv_messages
 
 COLOURS = {  # Okabe-Ito: distinguishable with the common colour-vision deficiencies
     "compute": "#0072B2",
     "send": "#E69F00",
     "recv": "#009E73",
     "idle": "#E4E4E4",
+    "send_grad": "#D55E00",  # backward: the dk, dv message (k, v keep "send" and "recv")
+    "recv_grad": "#00553D",
 }
-LABELS = {"compute": "compute", "send": "send", "recv": "receive", "idle": "idle"}
+LABELS = {
+    "compute": "compute",
+    "send": "send",
+    "recv": "receive",
+    "idle": "idle",
+    "send_grad": "send dk,dv",
+    "recv_grad": "receive dk,dv",
+}
+KV_LABELS = {"send": "send k,v", "recv": "receive k,v"}  # names of the block in a backward run
 LABELLED_STEPS = 32  # above this, bars are too thin for step numbers
 LANES = {"recv": (0.08, 0.16), "compute": (0.28, 0.44), "send": (0.76, 0.16)}  # (offset, height)
 
@@ -98,6 +114,26 @@ def _label_steps(ax, timeline: Timeline, host: int, row: int, scale: float, min_
             )
 
 
+def link_layers(timeline: Timeline) -> list[tuple[str, str, np.ndarray, np.ndarray, object]]:
+    """``(lane, colour key, start, end, rows)`` of every message a timeline holds: ``start`` and
+    ``end`` are ``(steps, hosts)``, ``rows`` selects the steps that layer draws.
+
+    The ``send`` and ``recv`` arrays, and for a backward timeline also its early ``k, v``
+    messages, coloured as blocks, while ``dk, dv`` messages take the ``*_grad`` colours (in a
+    training step the forward ring's rows still carry blocks).
+    """
+    every, grads, kv = slice(None), grad_rows(timeline), kv_messages(timeline)
+    if not grads.any():
+        return [(lane, lane, *timeline.interval(lane), every) for lane in ("send", "recv")]
+    layers = []
+    for lane in ("send", "recv"):
+        if lane in kv:
+            layers.append((lane, lane, *kv[lane], every))
+        layers.append((lane, lane, *timeline.interval(lane), ~grads))
+        layers.append((lane, f"{lane}_grad", *timeline.interval(lane), grads))
+    return layers
+
+
 def _draw_gantt(ax, timeline: Timeline, *, max_hosts: int, span: float, unit: tuple[str, float]):
     """Draw one timeline on ``ax``; returns the hosts shown."""
     name, scale = unit
@@ -105,19 +141,20 @@ def _draw_gantt(ax, timeline: Timeline, *, max_hosts: int, span: float, unit: tu
     many = timeline.steps > 64  # then merge touching bars; else keep step boundaries visible
     tolerance = span / 4000 if many else -np.inf
     edge = {"lw": 0} if many else {"lw": 0.6, "edgecolor": "white"}
-    # Room for about one character per 1/120 of the axis width at fontsize 7 (figure ~11 in).
-    char_width = span / 120
+    # A character at fontsize 7 is ~7 px of the ~1300 px axis (11 in at 130 dpi): allow 1/170.
+    char_width = span / 170
     label_steps = timeline.steps <= LABELLED_STEPS
     for row, host in enumerate(hosts):
         c_off, c_h = LANES["compute"]
         own = timeline.makespan * scale  # idle only within this run; blank after it ends
         ax.broken_barh([(0, own)], (row + c_off, c_h), color=COLOURS["idle"], lw=0)
-        for activity in ("compute", "send", "recv"):
-            bars = _merged(*(a[:, host] for a in timeline.interval(activity)), tolerance)
+        compute = ("compute", "compute", *timeline.interval("compute"), slice(None))
+        for lane, colour, start, end, rows in [compute, *link_layers(timeline)]:
+            bars = _merged(start[rows, host], end[rows, host], tolerance)
             if bars:
-                offset, height = LANES[activity]
+                offset, height = LANES[lane]
                 scaled = [(a * scale, w * scale) for a, w in bars]
-                ax.broken_barh(scaled, (row + offset, height), facecolor=COLOURS[activity], **edge)
+                ax.broken_barh(scaled, (row + offset, height), facecolor=COLOURS[colour], **edge)
         if label_steps:
             _label_steps(ax, timeline, host, row, scale, char_width)
     if len(hosts) < timeline.hosts:
@@ -133,10 +170,16 @@ def _draw_gantt(ax, timeline: Timeline, *, max_hosts: int, span: float, unit: tu
     return hosts
 
 
-def _legend_handles():
+def _legend_handles(grads: bool = False):
+    """Patches for the legend; ``grads``: a backward panel is shown, name both messages."""
     from matplotlib.patches import Patch
 
-    return [Patch(color=COLOURS[k], label=LABELS[k]) for k in ("compute", "send", "recv", "idle")]
+    if not grads:
+        keys, labels = ("compute", "send", "recv", "idle"), LABELS
+    else:
+        keys = ("compute", "send", "send_grad", "recv", "recv_grad", "idle")
+        labels = {**LABELS, **KV_LABELS}
+    return [Patch(color=COLOURS[k], label=labels[k]) for k in keys]
 
 
 def plot_timelines(
@@ -186,10 +229,11 @@ def plot_timelines(
     if labelled and all(label.isdigit() for t in labelled for label in t.step_labels):
         axes[-1, 0].set_xlabel(f"time ({unit[0]});  numbers in the compute bars: ring step")
     height = sum(heights) + 0.9
+    handles = _legend_handles(any(grad_rows(t).any() for _, t in items))
     fig.legend(
-        handles=_legend_handles(),
+        handles=handles,
         loc="lower center",
-        ncol=4,
+        ncol=len(handles),
         frameon=False,
         fontsize=9,
         bbox_to_anchor=(0.5, 0.0),

@@ -52,7 +52,6 @@ The timelines use the ``Timeline`` type of the ring, one row per phase instead o
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -61,12 +60,12 @@ from ringsim.cost import (
     DTYPE_BYTES,
     attention_flops,
     grad_block_bytes,
+    hiding_block,
     kv_block_bytes,
 )
 from ringsim.memory import allgather_working_set_bytes, ulysses_working_set_bytes
-from ringsim.schedule import Schedule, build_schedule
 from ringsim.timeline import Timeline
-from ringsim.timing import RingConfig, SimResult, simulate
+from ringsim.timing import HostClock, RingConfig, SimResult, simulate
 
 STRATEGIES = ("ring", "ulysses", "allgather")
 PEER_PASSES = ("forward", "backward")
@@ -130,33 +129,6 @@ def simulate_strategy(config: RingConfig, strategy: str) -> SimResult:
 
 
 # -- shared pieces ---------------------------------------------------------------------------
-class _Clock:
-    """Compute and transfer durations with the timer's speed and jitter rules."""
-
-    def __init__(self, config: RingConfig):
-        self.config = config
-        speed = np.ones(config.hosts) if config.speed is None else np.asarray(config.speed)
-        self.inv_rate = 1.0 / (config.flops_rate * speed)
-        self.rng = np.random.default_rng(config.seed)
-
-    def _noise(self, times: np.ndarray) -> np.ndarray:
-        if self.config.jitter == 0:
-            return times
-        return times * (1.0 + self.config.jitter * self.rng.random(self.config.hosts))
-
-    def compute(self, flops: np.ndarray) -> np.ndarray:
-        """``(P,)`` seconds to compute ``flops`` (``(P,)`` or a scalar) on each host."""
-        return self._noise(np.broadcast_to(flops, (self.config.hosts,)) * self.inv_rate)
-
-    def collective(self, messages: int, total_bytes: float) -> np.ndarray:
-        """``(P,)`` seconds for each host to send ``messages`` messages of ``total_bytes``."""
-        hw = self.config.hardware
-        if messages == 0:
-            return np.zeros(self.config.hosts)
-        seconds = messages * hw.link_latency + total_bytes / hw.link_bandwidth
-        return self._noise(np.full(self.config.hosts, seconds))
-
-
 class _Rows:
     """A ``Timeline`` under construction: one row per phase, NaN where nothing happens."""
 
@@ -181,18 +153,6 @@ class _Rows:
     def timeline(self, meta: dict) -> Timeline:
         a = self.arrays
         return Timeline(a["cs"], a["ce"], a["ss"], a["se"], a["rs"], a["re"], self.labels, meta)
-
-
-def _schedule(config: RingConfig, layout: str) -> Schedule:
-    return build_schedule(
-        config.hosts,
-        layout,
-        config.causal,
-        config.pass_,
-        seq_len=config.seq_len,
-        tile=config.tile,
-        segment_ids=config.segment_ids,
-    )
 
 
 def _result(config, rows, schedule, flops_total, strategy, memory, overlap_block):
@@ -223,7 +183,7 @@ def _ulysses(config: RingConfig) -> StrategyResult:
     e, backward = DTYPE_BYTES[config.dtype], config.pass_ == "backward"
     # the fraction of the N x N pairs a kernel computes: the ring's blocks of a contiguous split
     # tile the full matrix in its natural order, so their mean work is the whole matrix's
-    schedule = _schedule(config, "contiguous")
+    schedule = config.schedule(layout="contiguous")
     work = float(sum(schedule.work_at(s).sum() for s in range(P))) / P**2
     heads = heads_per_host(H, P)
     flops = np.array(
@@ -235,15 +195,15 @@ def _ulysses(config: RingConfig) -> StrategyResult:
     share = (P - 1) / P * c * d * e * config.batch  # one head-width of the host's shard, sent
     width_in = 2 * H + 2 * H_kv if backward else H + 2 * H_kv  # (q, k, v[, dout]) in
     width_out = H + 2 * H_kv if backward else H  # (dq, dk, dv) or out, back
-    clock = _Clock(config)
+    clock = HostClock(config)
     name_in = "q, k, v, dout" if backward else "q, k, v"
     name_out = "dq, dk, dv" if backward else "out"
     rows = _Rows(
         [f"all-to-all {name_in}", f"attention, {H}/{P} heads", f"all-to-all {name_out}"], P
     )
-    ready = rows.transfer(0, np.zeros(P), clock.collective(P - 1, share * width_in))
+    ready = rows.transfer(0, np.zeros(P), clock.transfer(share * width_in, P - 1))
     done = rows.compute(1, ready, clock.compute(flops))
-    rows.transfer(2, np.full(P, done.max()), clock.collective(P - 1, share * width_out))
+    rows.transfer(2, np.full(P, done.max()), clock.transfer(share * width_out, P - 1))
     memory = ulysses_working_set_bytes(
         N, P, H, H_kv, d, config.dtype, pass_=config.pass_, batch=config.batch
     )
@@ -254,17 +214,17 @@ def _ulysses(config: RingConfig) -> StrategyResult:
 def _allgather(config: RingConfig) -> StrategyResult:
     P, c = config.hosts, config.block_tokens
     H, H_kv, d = config.heads, config.kv_heads, config.head_dim
-    schedule = _schedule(config, config.layout)
+    schedule = config.schedule()
     block = attention_flops(c, c, H, d, pass_=config.pass_, batch=config.batch)
     own = block * schedule.work_at(0)  # step 0 of the ring: the host's own kv block
     rest = block * sum((schedule.work_at(s) for s in range(1, P)), np.zeros(P))
     kv = kv_block_bytes(c, H_kv, d, config.dtype, batch=config.batch)
-    clock = _Clock(config)
+    clock = HostClock(config)
     labels = ["all-gather k, v + own block", "attention to the gathered k, v"]
     if config.pass_ == "backward":
         labels.append("reduce-scatter dk, dv")
     rows = _Rows(labels, P)
-    gathered = rows.transfer(0, np.zeros(P), clock.collective(P - 1, (P - 1) * kv))
+    gathered = rows.transfer(0, np.zeros(P), clock.transfer((P - 1) * kv, P - 1))
     own_start = np.zeros(P) if config.overlap else gathered
     own_end = rows.compute(0, own_start, clock.compute(own))
     done = rows.compute(1, np.maximum(own_end, gathered), clock.compute(rest))
@@ -272,7 +232,7 @@ def _allgather(config: RingConfig) -> StrategyResult:
         grads = grad_block_bytes(
             c, H_kv, d, config.dtype, batch=config.batch, grad_dtype=config.grad_dtype
         )
-        rows.transfer(2, np.full(P, done.max()), clock.collective(P - 1, (P - 1) * grads))
+        rows.transfer(2, np.full(P, done.max()), clock.transfer((P - 1) * grads, P - 1))
     memory = allgather_working_set_bytes(
         config.seq_len, P, H, H_kv, d, config.dtype, pass_=config.pass_, batch=config.batch
     )
@@ -285,8 +245,9 @@ def _allgather(config: RingConfig) -> StrategyResult:
 def allgather_overlap_block(config: RingConfig) -> float:
     """Smallest ``c`` for which the host's own block (no mask) hides the whole all-gather.
 
-    ``4 c^2 H d / F >= (P - 1) (alpha + 2 c H_kv d e / B)``: the ring's condition with ``P - 1``
-    blocks to hide instead of one, so about ``(P - 1)`` times the ring's threshold.
+    ``4 c^2 H d / F >= (P - 1) (alpha + 2 c H_kv d e / B)`` (forward; a backward block computes
+    2.5 x that against the same gather): the ring's condition with ``P - 1`` blocks to hide
+    instead of one, so about ``(P - 1)`` times the ring's threshold.
     """
     if config.hosts == 1:
         return 0.0
@@ -295,7 +256,7 @@ def allgather_overlap_block(config: RingConfig) -> float:
     beta = hops * kv_block_bytes(1, config.kv_heads, config.head_dim, config.dtype)
     beta /= hw.link_bandwidth
     latency = hops * hw.link_latency / config.batch
-    return (beta + math.sqrt(beta * beta + 4.0 * a * latency)) / (2.0 * a)
+    return hiding_block(a, beta, latency)
 
 
 # -- the ring against Ulysses ---------------------------------------------------------------

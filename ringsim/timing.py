@@ -2,35 +2,60 @@
 
 The timer never re-derives the ring: it reads ``kv_owner``/``work_at`` (what each host computes
 at each step), ``payload`` (what it sends after the step) and ``send_to``/``recv_from`` from the
-schedule, and turns them into times with the cost model (``ringsim.cost``).
+schedule, and turns them into seconds with the cost model (``ringsim.cost``). A ring pass over
+``P`` hosts has ``P`` steps; the block host ``h`` computes at step ``s`` is the one it passes to
+``h + 1``, which computes it at step ``s + 1``.
 
-Semantics (one host = one compute engine + one outgoing link; every rule below is a ``max`` of
-the times at which its conditions become true):
+Semantics (one host = one compute engine + one outgoing link to ``h + 1``; every rule below is
+a ``max`` of the times at which its conditions become true):
 
 * **compute** step ``s`` on host ``h`` starts when ``h`` has finished step ``s - 1`` and the
-  key/value block of step ``s`` has arrived (step 0: its own block, at the phase start).
-* **link** ``h -> h + 1`` carries one message at a time, for ``latency + bytes / bandwidth``.
-* **overlap** (double buffering). The step-``s`` block may leave as soon as ``h`` holds it, while
-  ``h`` computes. The receiver takes it into its spare buffer, which is free once the receiver
-  has finished computing step ``s - 1`` and has sent that block on; the sender cannot start block
-  ``s + 1`` before block ``s`` is through (one message per link at a time), so at most one block
-  is in flight per link.
+  key/value block of step ``s`` has arrived (step 0: its own block, at the phase start). It
+  lasts ``work_at(s)[h]`` (the visible fraction of the block) times a full block's FLOPs over
+  the host's FLOP rate.
+* **link** ``h -> h + 1`` carries one message at a time, in step order, each for
+  ``latency + bytes / bandwidth``.
+* **overlap** (double buffering). The step-``s`` block leaves ``h`` as soon as it is there,
+  while ``h`` computes on it. The receiver takes it into its spare buffer, which is free once
+  the receiver has finished computing step ``s - 1`` and has sent that block on, so at most one
+  block is in flight per link.
 * **no overlap**: compute and communication alternate. After computing step ``s`` both
   neighbours meet in a blocking send/receive (it starts when sender and receiver have finished
-  step ``s``), and nobody computes step ``s + 1`` before its own send and receive are done.
+  step ``s``), and nobody computes step ``s + 1`` before its own send is done and its block
+  has arrived. In a backward pass that one message carries ``k, v, dk, dv`` (the last one only
+  ``dk, dv``).
 * **backward** (overlap): the block carries ``k, v`` (read-only) and the accumulators ``dk, dv``
-  (updated by the step). ``k, v`` leave early, like the forward; ``dk, dv`` only after the
-  compute of the step. The receiver computes its contribution into a fresh buffer without
-  waiting for the incoming ``dk, dv`` and adds them just before it sends the sum on (the
-  accumulator trails the block by one step, as real ring backward kernels do), so it only needs
-  ``k, v`` to start computing. Per link and step: ``k, v`` then ``dk, dv``. The last step sends
-  only ``dk, dv``, home to the block's owner: that one hop can never hide behind compute.
-  In the ``Timeline`` the ``send``/``recv`` arrays hold the ``dk, dv`` message (the payload sent
-  after the step) and ``meta["kv_send_start"]``/``meta["kv_send_end"]`` the early ``k, v`` one.
+  (updated by the step), as two messages. ``k, v`` leave early, like a forward block. The
+  receiver computes its contribution into a fresh buffer without waiting for the incoming
+  ``dk, dv`` and adds them just before it sends the sum on (the accumulator trails the block by
+  one step, as real ring backward kernels do), so it only needs ``k, v`` to start computing.
+  ``dk, dv`` of step ``s`` leave after the compute of step ``s``, once the incoming sum has
+  arrived and the receiver has begun passing on its previous sum (its accumulator is free).
+  Per link and step: ``k, v`` then ``dk, dv``. The last step sends only ``dk, dv``, home to
+  the block's owner: that one hop can never hide behind compute, and the owner waits for it
+  before its next phase.
+
+Passes: ``forward`` and ``backward`` are one ring pass each. ``train-step`` is a transformer
+block's step per host: q/k/v projections, the forward ring, output projection and MLP, their
+backward, the backward ring, the projections' backward (local phases take their FLOPs over the
+host's rate; a phase starts on a host when that host has finished the previous one). ``decode``
+is no ring at all: each host attends the one new token to its cache shard (the larger of the
+FLOP time and the time to stream the shard from memory), then the partials are merged in a
+tree: in each of ``ceil(log2 P)`` rounds a host receives at most one partial and merges it.
 
 Per-host ``speed`` factors divide compute times (a straggler has ``speed < 1``); ``jitter``
-multiplies every compute and every transfer by ``1 + jitter * u``, ``u ~ U[0, 1)`` from a seeded
-generator (noise only ever slows an event down).
+multiplies every compute and every transfer by its own ``1 + jitter * u``, ``u ~ U[0, 1)``
+from a generator seeded with ``seed`` (noise only ever slows an event down). ``HostClock``
+holds both rules; the peers of ``ringsim.strategies`` use it too.
+
+The ``Timeline`` has one row per ring step (or local phase, or decode round) and one column per
+host, in seconds; NaN where a host does nothing. In a ring pass ``recv[s, h]`` is
+``send[s, h - 1]``: the same transfer seen from the other end. For a backward pass with
+overlap the ``send``/``recv`` arrays hold the ``dk, dv`` messages (the payload sent after the
+step), and the meta the early ``k, v`` ones: ``kv_send_start``, ``kv_send_end``,
+``kv_recv_start``, ``kv_recv_end`` (read them with ``kv_messages``), and ``grad_rows``, the
+rows whose ``send``/``recv`` carry ``dk, dv`` (``grad_rows()``; in a training step the forward
+ring's rows carry blocks).
 
 Two engines execute the same rules: ``vectorized`` loops over steps and does NumPy vector ops
 over hosts (thousands of hosts in a second); ``heap`` is a plain discrete-event loop with a
@@ -52,16 +77,17 @@ import numpy as np
 
 from ringsim._checks import check_positive_int, check_segment_ids
 from ringsim.cost import (
-    DTYPE_BYTES,
     attention_flops,
     ffn_flops,
     grad_block_bytes,
     kv_block_bytes,
     overlap_threshold,
+    partial_bytes,
     projection_flops,
 )
 from ringsim.hardware import Hardware, check_dtype
 from ringsim.layouts import check_layout, check_seq_len
+from ringsim.memory import attention_working_set_bytes
 from ringsim.schedule import Schedule, build_schedule
 from ringsim.timeline import Timeline
 
@@ -178,48 +204,86 @@ class RingConfig:
     def flops_rate(self) -> float:
         return self.hardware.flops_for(self.dtype)
 
+    def schedule(self, pass_: str | None = None, layout: str | None = None) -> Schedule:
+        """The ring schedule of this run; ``pass_``/``layout`` ask for another pass or layout of
+        the same sequence (a ``train-step`` runs a ``"forward"`` and a ``"backward"`` ring)."""
+        return build_schedule(
+            self.hosts,
+            self.layout if layout is None else layout,
+            self.causal,
+            self.pass_ if pass_ is None else pass_,
+            seq_len=self.seq_len,
+            tile=self.tile,
+            segment_ids=self.segment_ids,
+        )
+
 
 # --------------------------------------------------------------------------------------------
-# Durations: one generator shared by both engines, so they see the very same floats.
+# Durations: one clock per run, shared by both engines (and the peers), so they see the very
+# same floats.
 # --------------------------------------------------------------------------------------------
+class HostClock:
+    """How long things take on each of a run's ``P`` hosts: the timer's speed and jitter rules.
+
+    * compute: host ``h`` runs at ``flops_rate * speed[h]`` FLOP/s (``speed`` defaults to 1);
+    * transfer: ``messages * link_latency + bytes / link_bandwidth`` on the host's link;
+    * jitter: every duration is multiplied by its own ``1 + jitter * u``, ``u ~ U[0, 1)``, from
+      one generator seeded with ``config.seed``. Each call that returns durations draws ``P``
+      numbers (none without jitter, or for an empty transfer), so two runs that make the same
+      calls in the same order (the heap and the vectorised engine) get the very same floats.
+    """
+
+    def __init__(self, config: RingConfig):
+        self.hosts = config.hosts
+        self.hardware = config.hardware
+        self.amount = config.jitter
+        self.speed = np.ones(self.hosts) if config.speed is None else np.asarray(config.speed)
+        self.seconds_per_flop = 1.0 / (config.flops_rate * self.speed)  # (P,)
+        self.rng = np.random.default_rng(config.seed)
+
+    def jitter(self, seconds: np.ndarray) -> np.ndarray:
+        """``(P,)`` durations times a fresh ``1 + jitter * u`` each (unchanged without jitter)."""
+        if self.amount == 0:
+            return seconds
+        return seconds * (1.0 + self.amount * self.rng.random(self.hosts))
+
+    def compute(self, flops: float | np.ndarray) -> np.ndarray:
+        """``(P,)`` seconds for each host to compute ``flops`` (a scalar or ``(P,)``) FLOPs."""
+        return self.jitter(flops * self.seconds_per_flop)
+
+    def transfer(self, nbytes: float, messages: int = 1) -> np.ndarray:
+        """``(P,)`` seconds for each host to send ``messages`` messages of ``nbytes`` in all."""
+        if nbytes == 0 and messages == 0:
+            return np.zeros(self.hosts)
+        seconds = messages * self.hardware.link_latency + nbytes / self.hardware.link_bandwidth
+        return self.jitter(np.full(self.hosts, seconds))
+
+
 class _Costs:
-    """Per-step durations of a run, drawn in a fixed order (phase by phase, step by step)."""
+    """Per-step durations of a run, drawn in a fixed order (phase by phase, step by step), and
+    the FLOPs spent on them."""
 
     def __init__(self, config: RingConfig):
         self.config = config
-        hosts = config.hosts
-        speed = np.ones(hosts) if config.speed is None else np.asarray(config.speed, float)
-        self.inv_rate = 1.0 / (config.flops_rate * speed)  # seconds per FLOP, per host
-        self.rng = np.random.default_rng(config.seed)
+        self.clock = HostClock(config)
         self.flops_total = 0.0
-        hw, c = config.hardware, config.block_tokens
-        shape = (c, config.kv_heads, config.head_dim, config.dtype)
+        shape = (config.block_tokens, config.kv_heads, config.head_dim, config.dtype)
         self.kv_bytes = kv_block_bytes(*shape, batch=config.batch)
         self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=config.grad_dtype)
-        self.kv_time = hw.link_latency + self.kv_bytes / hw.link_bandwidth
-        self.grad_time = hw.link_latency + self.grad_bytes / hw.link_bandwidth
-        self.both_time = hw.link_latency + (self.kv_bytes + self.grad_bytes) / hw.link_bandwidth
-
-    def _jitter(self, times, count: int = 1):
-        """Multiply each array of ``times`` by its own ``1 + jitter * u``."""
-        if self.config.jitter == 0:
-            return times
-        hosts = self.config.hosts
-        return [t * (1.0 + self.config.jitter * self.rng.random(hosts)) for t in times[:count]] + [
-            t for t in times[count:]
-        ]
 
     def local(self, flops: float) -> np.ndarray:
         """``(P,)`` durations of a local computation of ``flops`` FLOPs on every host."""
         self.flops_total += flops * self.config.hosts
-        return self._jitter([flops * self.inv_rate])[0]
+        return self.clock.compute(flops)
 
     def ring_rows(self, schedule: Schedule) -> Callable[[int], tuple]:
-        """``row(s) -> (compute (P,), kv message, main message)`` for one ring pass."""
-        cfg = self.config
+        """``row(s) -> (compute, kv message, main message)``, ``(P,)`` seconds each, for one ring
+        pass. The main message is the block itself (forward) or ``dk, dv`` (backward; without
+        overlap one blocking message carries ``k, v, dk, dv``, and the last only ``dk, dv``)."""
+        cfg, clock = self.config, self.clock
         c = cfg.block_tokens
         full = attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=schedule.pass_, batch=cfg.batch)
-        full_time = full * self.inv_rate
+        full_time = full * clock.seconds_per_flop
         backward = schedule.pass_ == "backward"
         last = schedule.steps - 1
 
@@ -227,13 +291,18 @@ class _Costs:
             work = schedule.work_at(s)
             self.flops_total += full * float(work.sum())
             if not backward:
-                main = self.kv_time
-            elif cfg.overlap:
-                main = self.grad_time
+                main = self.kv_bytes
+            elif cfg.overlap or s == last:
+                main = self.grad_bytes
             else:
-                main = self.grad_time if s == last else self.both_time
-            compute, kv, main = self._jitter([full_time * work, self.kv_time, main], 3)
-            return compute, kv, main
+                main = self.kv_bytes + self.grad_bytes
+            # full_time * work rounds like the closed forms (full * work * seconds_per_flop can
+            # differ in the last bit)
+            return (
+                clock.jitter(full_time * work),
+                clock.transfer(self.kv_bytes),
+                clock.transfer(main),
+            )
 
         return row
 
@@ -253,18 +322,6 @@ class _Phase:
         return len(self.labels)
 
 
-def _schedule(config: RingConfig, pass_: str) -> Schedule:
-    return build_schedule(
-        config.hosts,
-        config.layout,
-        config.causal,
-        pass_,
-        seq_len=config.seq_len,
-        tile=config.tile,
-        segment_ids=config.segment_ids,
-    )
-
-
 def _ring_phase(schedule: Schedule, prefix: str) -> _Phase:
     return _Phase("ring", [f"{prefix}{s}" for s in range(schedule.steps)], schedule)
 
@@ -274,7 +331,7 @@ def _phases(config: RingConfig) -> list[_Phase]:
         rounds = math.ceil(math.log2(config.hosts)) if config.hosts > 1 else 0
         return [_Phase("decode", ["partial"] + [f"merge {r}" for r in range(rounds)])]
     if config.pass_ in ("forward", "backward"):
-        return [_ring_phase(_schedule(config, config.pass_), "")]
+        return [_ring_phase(config.schedule(), "")]
     # A transformer block's training step, per host on its c tokens:
     #   fwd: q/k/v projections -> ring attention -> output projection + MLP
     #   bwd: MLP + output projection -> ring attention backward -> q/k/v projections
@@ -286,10 +343,10 @@ def _phases(config: RingConfig) -> list[_Phase]:
     mlp_b = ffn_flops(tokens, config.d_model, config.ffn, pass_="backward")
     return [
         _Phase("local", ["qkv-proj"], flops=qkv_f),
-        _ring_phase(_schedule(config, "forward"), "fwd "),
+        _ring_phase(config.schedule("forward"), "fwd "),
         _Phase("local", ["o-proj+mlp"], flops=out_f + mlp_f),
         _Phase("local", ["mlp+o-proj bwd"], flops=mlp_b + out_b),
-        _ring_phase(_schedule(config, "backward"), "bwd "),
+        _ring_phase(config.schedule("backward"), "bwd "),
         _Phase("local", ["qkv-proj bwd"], flops=qkv_b),
     ]
 
@@ -319,6 +376,17 @@ def _pad(buf: np.ndarray, s: int) -> None:
 # --------------------------------------------------------------------------------------------
 # The vectorised engine: a loop over steps, vector operations over hosts.
 # --------------------------------------------------------------------------------------------
+def _block_leaves(start, s, arrived, link_free, compute_end, block_sent) -> None:
+    """Write into ``start`` when the step-``s`` block leaves each host (overlap): once it is here
+    (``arrived``), the link is free, and the receiver has room, i.e. it has computed step
+    ``s - 1`` (``compute_end``) and sent that block on (``block_sent``, padded ``(S, P + 2)``)."""
+    nxt = slice(2, start.shape[0] + 2)  # the receiver, h + 1, in the padded columns
+    np.maximum(arrived, link_free, out=start)
+    if s > 0:
+        np.maximum(start, compute_end[s - 1, nxt], out=start)
+        np.maximum(start, block_sent[s - 1, nxt], out=start)
+
+
 def _ring_vectorized(schedule, row, overlap, ready, link_free, out: _Out) -> None:
     """The rules of the module docstring as recurrences from step ``s - 1`` to step ``s``,
     written straight into the padded timeline buffers (``out=``: no temporaries)."""
@@ -343,13 +411,10 @@ def _ring_vectorized(schedule, row, overlap, ready, link_free, out: _Out) -> Non
                 mx(cs, out.se[s - 1, me], out=cs)
         np.add(cs, compute, out=ce)
         _pad(out.ce, s)
-        if early_kv:  # k, v leave as soon as they are here and the receiver has room
+        if early_kv:  # k, v leave like a forward block
             if s < steps - 1 and sends:
                 ks, ke = out.ks[s, me], out.ke[s, me]
-                mx(arrived, link_free, out=ks)
-                if s > 0:
-                    mx(ks, out.ce[s - 1, nxt], out=ks)
-                    mx(ks, out.ke[s - 1, nxt], out=ks)
+                _block_leaves(ks, s, arrived, link_free, out.ce, out.ke)
                 np.add(ks, kv_time, out=ke)
                 link_free = ke
             else:
@@ -366,11 +431,8 @@ def _ring_vectorized(schedule, row, overlap, ready, link_free, out: _Out) -> Non
             mx(ss, link_free, out=ss)
             if s > 0:  # the receiver has taken in the previous sum
                 mx(ss, out.ss[s - 1, nxt], out=ss)
-        else:  # forward: the block leaves as soon as it is here and the receiver has room
-            mx(arrived, link_free, out=ss)
-            if s > 0:
-                mx(ss, out.ce[s - 1, nxt], out=ss)
-                mx(ss, out.se[s - 1, nxt], out=ss)
+        else:  # forward
+            _block_leaves(ss, s, arrived, link_free, out.ce, out.se)
         np.add(ss, msg_time, out=se)
         link_free = se
         _pad(out.ss, s)
@@ -528,26 +590,19 @@ def _decode_costs(config: RingConfig, tokens: int) -> float:
     return time
 
 
-def _partial_bytes(config: RingConfig) -> float:
-    """A ``Partial`` for one token: ``acc`` (``heads x head_dim``) and ``row_max``, ``row_sum``
-    (one each per head), in fp32."""
-    return 4.0 * config.batch * config.heads * (config.head_dim + 2)
-
-
 def _decode(config: RingConfig, costs: _Costs, ready, out: _Out, recv: tuple) -> None:
     """Row 0: every host attends to its shard. Row ``r + 1``: merge round ``r``; host
     ``k 2^(r+1)`` receives the partial of ``k 2^(r+1) + 2^r`` and merges it into its own (the
     same tree as ``ringsim.decode.tree_merge``). One code path serves both engines: the rounds
     are a handful of independent transfers."""
-    P, hw = config.hosts, config.hardware
-    partial = costs._jitter(
-        [_decode_costs(config, config.block_tokens) * config.flops_rate * costs.inv_rate]
-    )[0]
+    P, clock = config.hosts, costs.clock
+    # memory bound, so not clock.compute(flops): the speed factor scales the whole scan
+    partial = clock.jitter(_decode_costs(config, config.block_tokens) / clock.speed)
     costs.flops_total += P * attention_flops(
         1, config.block_tokens, config.heads, config.head_dim, batch=config.batch
     )
     merge_flops = 5.0 * config.batch * config.heads * (config.head_dim + 2)
-    link = hw.link_latency + _partial_bytes(config) / hw.link_bandwidth
+    message = partial_bytes(config.heads, config.head_dim, batch=config.batch)
     out.cs[0], out.ce[0] = ready, ready + partial
     out.ss[0] = out.se[0] = recv[0][0] = recv[1][0] = np.nan
     done = out.ce[0].copy()
@@ -555,7 +610,8 @@ def _decode(config: RingConfig, costs: _Costs, ready, out: _Out, recv: tuple) ->
         step = 2**r
         receivers = np.arange(0, P - step, 2 * step)
         senders = receivers + step
-        merge = costs._jitter([merge_flops * costs.inv_rate])[0][receivers]
+        link = clock.transfer(message)[senders]
+        merge = clock.compute(merge_flops)[receivers]
         costs.flops_total += merge_flops * len(receivers)
         row = r + 1
         for arr in (out.cs, out.ce, out.ss, out.se, recv[0], recv[1]):
@@ -610,8 +666,8 @@ class SimResult:
         """``(hosts,)`` seconds each outgoing link carries data (both backward messages)."""
         tl = self.timeline
         busy = _column_busy(tl.send_start, tl.send_end)
-        if "kv_send_start" in tl.meta:
-            busy = busy + _column_busy(tl.meta["kv_send_start"], tl.meta["kv_send_end"])
+        if "send" in kv_messages(tl):
+            busy = busy + _column_busy(*kv_messages(tl)["send"])
         return busy
 
     @property
@@ -690,14 +746,35 @@ def _column_busy(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 def count_events(timeline: Timeline) -> int:
     """Compute intervals plus link transfers (each backward step's two messages count two)."""
     events = int(np.isfinite(timeline.compute_start).sum() + np.isfinite(timeline.send_start).sum())
-    if "kv_send_start" in timeline.meta:
-        events += int(np.isfinite(timeline.meta["kv_send_start"]).sum())
+    if "send" in kv_messages(timeline):
+        events += int(np.isfinite(kv_messages(timeline)["send"][0]).sum())
     return events
 
 
+def kv_messages(timeline: Timeline) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The early ``k, v`` messages of a backward timeline (with overlap), read from its meta:
+    ``{"send": (start, end), "recv": (start, end)}``, ``(steps, hosts)`` each, NaN where none
+    moves; ``{}`` for a timeline without them."""
+    meta = timeline.meta
+    return {
+        side: (meta[f"kv_{side}_start"], meta[f"kv_{side}_end"])
+        for side in ("send", "recv")
+        if f"kv_{side}_start" in meta
+    }
+
+
+def grad_rows(timeline: Timeline) -> np.ndarray:
+    """``(steps,)`` bool: the rows whose ``send``/``recv`` arrays carry ``dk, dv`` rather than a
+    block (the backward ring's rows of a timeline that has ``kv_messages``; none otherwise)."""
+    if "kv_send_start" not in timeline.meta:
+        return np.zeros(timeline.steps, bool)
+    return np.asarray(timeline.meta.get("grad_rows", np.ones(timeline.steps, bool)), bool)
+
+
 def min_block_for_overlap(config: RingConfig) -> float | None:
-    """``overlap_threshold`` for the config's pass (a training step: the larger of forward and
-    backward); ``None`` for decode, where no block moves."""
+    """``overlap_threshold`` for the config's pass, latency included, for a full block (a causal
+    zigzag or striped ring needs about twice it); a training step takes the larger of forward
+    and backward; ``None`` for decode, where no block moves."""
     if config.pass_ == "decode":
         return None
     kw = dict(
@@ -713,25 +790,9 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
 
 
 def memory_per_host_bytes(config: RingConfig) -> float:
-    """The attention layer's working set on one host (``ringsim.memory`` owns the accounting;
-    a minimal local count is used if that module is unavailable)."""
+    """The attention layer's working set on one host (``ringsim.memory`` owns the accounting)."""
     args = (config.block_tokens, config.heads, config.kv_heads, config.head_dim, config.dtype)
-    try:
-        from ringsim.memory import attention_working_set_bytes
-    except ImportError:  # pragma: no cover - memory.py ships with the package
-        return _working_set_bytes(*args, pass_=config.pass_, batch=config.batch)
     return float(attention_working_set_bytes(*args, pass_=config.pass_, batch=config.batch))
-
-
-def _working_set_bytes(c, heads, kv_heads, head_dim, dtype, *, pass_, batch) -> float:
-    """q and output blocks, fp32 accumulators, the current and the incoming kv block."""
-    e = DTYPE_BYTES[dtype]
-    q_like, acc = c * heads * head_dim * e, c * heads * (head_dim + 2) * 4
-    kv = kv_block_bytes(c, kv_heads, head_dim, dtype)
-    if pass_ in ("backward", "train-step"):
-        kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="backward")
-        q_like *= 1.5
-    return float(batch * (2 * q_like + acc + 2 * kv))
 
 
 def simulate(config: RingConfig, *, engine: str = "vectorized") -> SimResult:
@@ -781,8 +842,11 @@ def simulate(config: RingConfig, *, engine: str = "vectorized") -> SimResult:
     if recv is None:
         recv = (bufs["ss"][:, :P], bufs["se"][:, :P])
     meta = {"pass": config.pass_, "engine": engine, "hardware": config.hardware.name}
-    if early_kv:
+    if early_kv:  # the receive of host h is the send of h - 1: views, like recv above
         meta["kv_send_start"], meta["kv_send_end"] = inner["ks"], inner["ke"]
+        meta["kv_recv_start"], meta["kv_recv_end"] = bufs["ks"][:, :P], bufs["ke"][:, :P]
+        backward = [p.kind == "ring" and p.schedule.pass_ == "backward" for p in phases]
+        meta["grad_rows"] = np.repeat(backward, [p.rows for p in phases])
     labels = [label for p in phases for label in p.labels]
     timeline = Timeline(
         inner["cs"], inner["ce"], inner["ss"], inner["se"], recv[0], recv[1], labels, meta

@@ -3,8 +3,9 @@
 One process per host (``pid = h``, named ``host h``), three threads in it: ``compute`` (tid 0),
 ``send`` (tid 1, the outgoing link) and ``recv`` (tid 2, the incoming link). Every activity is a
 complete event (``"ph": "X"``) with ``ts`` and ``dur`` in microseconds and the step in ``args``.
-A backward timeline's early ``k, v`` messages (``meta["kv_send_*"]``) appear on the link tracks
-too, named ``k,v``.
+A backward timeline's early ``k, v`` messages (``meta["kv_send_*"]`` and ``meta["kv_recv_*"]``,
+see ``ringsim.timing``) appear on the link tracks too, named ``k,v``; the ``dk, dv`` ones are
+named ``dk,dv``.
 
 Traces are for looking at small runs: a timeline with more than ``max_events`` events is refused
 (pass ``hosts=[...]`` to trace a few hosts of a big ring).
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ringsim.timeline import Timeline
+from ringsim.timing import grad_rows, kv_messages
 
 TRACKS = {"compute": 0, "send": 1, "recv": 2}
 MAX_EVENTS = 2_000_000
@@ -27,33 +29,26 @@ MAX_EVENTS = 2_000_000
 def _events_of(timeline: Timeline, host: int) -> list[tuple[str, str, int, float, float]]:
     """``(track, name, step, start, end)`` of one host, including backward ``k, v`` messages."""
     labels = timeline.step_labels
+    grads = grad_rows(timeline)
     found = []
     for activity, step, start, end in timeline.intervals(host):
         label = labels[step] if step < len(labels) else str(step)
-        if activity != "compute" and _two_part(timeline):
+        if activity != "compute" and grads[step]:
             label = f"{label} dk,dv"
         found.append((activity, label, step, start, end))
-    if _two_part(timeline):
-        ks, ke = timeline.meta["kv_send_start"], timeline.meta["kv_send_end"]
-        sender = (host - 1) % timeline.hosts
-        for track, h in (("send", host), ("recv", sender)):
-            for step in np.flatnonzero(np.isfinite(ks[:, h])):
-                label = labels[step] if step < len(labels) else str(step)
-                start, end = float(ks[step, h]), float(ke[step, h])
-                found.append((track, f"{label} k,v", int(step), start, end))
+    for track, (start, end) in kv_messages(timeline).items():
+        for step in np.flatnonzero(np.isfinite(start[:, host])):
+            label = labels[step] if step < len(labels) else str(step)
+            span = float(start[step, host]), float(end[step, host])
+            found.append((track, f"{label} k,v", int(step), *span))
     return found
-
-
-def _two_part(timeline: Timeline) -> bool:
-    return "kv_send_start" in timeline.meta
 
 
 def count_trace_events(timeline: Timeline, hosts: Sequence[int] | None = None) -> int:
     """How many complete events ``chrome_trace`` would write."""
     cols = list(range(timeline.hosts)) if hosts is None else list(hosts)
     arrays = [timeline.compute_start, timeline.send_start, timeline.recv_start]
-    if _two_part(timeline):
-        arrays += [timeline.meta["kv_send_start"]] * 2
+    arrays += [start for start, _ in kv_messages(timeline).values()]
     return int(sum(np.isfinite(a[:, cols]).sum() for a in arrays))
 
 

@@ -82,7 +82,7 @@ def test_simulate_prints_a_table(capsys):
     assert cli.main(["simulate", "--hosts", "4", "--seq-len", "8K", "--causal"]) == 0
     out = capsys.readouterr().out
     assert "makespan" in out and "total_time_s" in out and "idle fraction" in out
-    assert "4 hosts x 8K tokens" in out
+    assert "8K tokens on 4 hosts (2K each)" in out
 
 
 def test_simulate_writes_trace_and_plot(tmp_path, capsys):

@@ -3,13 +3,17 @@
 import json
 import math
 
+import numpy as np
 import pytest
 
+from ringsim.attention import block_attention
 from ringsim.cost import (
     attention_flops,
     grad_block_bytes,
+    hiding_block,
     kv_block_bytes,
     overlap_threshold,
+    partial_bytes,
 )
 from ringsim.hardware import (
     PRESETS,
@@ -141,3 +145,29 @@ def test_threshold_with_latency_balances_compute_and_transfer():
         assert compute == pytest.approx(transfer, rel=1e-9)
         assert c > overlap_threshold(hw, **MHA, pass_=pass_, include_latency=False)
     assert math.isfinite(c)
+
+
+@pytest.mark.parametrize(
+    "a, beta, latency", [(2.0, 3.0, 0.0), (1e-12, 1e-9, 2e-5), (5.0, 0.0, 4.0)]
+)
+def test_hiding_block_is_where_compute_meets_transfer(a, beta, latency):
+    c = hiding_block(a, beta, latency)
+    assert a * c * c == pytest.approx(beta * c + latency, rel=1e-9)
+    assert a * (0.99 * c) ** 2 < beta * 0.99 * c + latency  # a smaller block does not hide
+    with pytest.raises(ValueError, match="a > 0"):
+        hiding_block(0.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="latency"):
+        hiding_block(1.0, 1.0, float("nan"))
+
+
+def test_partial_bytes_are_the_bytes_of_a_real_fp32_partial():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((5, 3, 16)).astype(np.float32)  # (heads, tokens, head_dim)
+    k = v = rng.standard_normal((5, 7, 16)).astype(np.float32)
+    partial = block_attention(q, k, v, scale=0.25)
+    assert partial.acc.dtype == np.float32
+    real = sum(x.nbytes for x in partial)
+    assert partial_bytes(5, 16, tokens=3) == real
+    assert partial_bytes(5, 16, tokens=3, batch=2) == 2 * real
+    with pytest.raises(ValueError, match="heads"):
+        partial_bytes(0, 16)

@@ -9,7 +9,9 @@ import pytest
 from matplotlib.colors import to_hex
 
 from ringsim import plots
+from ringsim.hardware import custom_hardware
 from ringsim.timeline import Timeline
+from ringsim.timing import RingConfig, simulate
 
 matplotlib.use("Agg")
 
@@ -65,6 +67,54 @@ def test_timeline_draws_one_bar_per_activity(tmp_path):
     assert "idle 37.5%" in ax.get_title(loc="left")  # 1 - 10 / (4 hosts x 4 steps)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 20_000
+
+
+def simulated(pass_: str, hosts: int = 4) -> Timeline:
+    hw = custom_hardware(1e12, 1e9, 1e-6)
+    cfg = RingConfig(hosts, hosts * 64, hw, heads=2, head_dim=16, causal=True, pass_=pass_)
+    return simulate(cfg).timeline
+
+
+def legend_labels(fig) -> list[str]:
+    return [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_backward_draws_the_kv_and_the_dkdv_messages_on_both_sides(tmp_path):
+    timeline = simulated("backward")
+    fig = plots.plot_timeline(timeline, tmp_path / "backward.png")
+    ax, meta = fig.axes[0], timeline.meta
+    finite = lambda a: int(np.isfinite(a).sum())
+    assert finite(meta["kv_send_start"]) == 12  # 3 early k,v hops per host
+    assert bars_of(ax, plots.COLOURS["send"]) == finite(meta["kv_send_start"])
+    assert bars_of(ax, plots.COLOURS["recv"]) == finite(meta["kv_recv_start"]) == 12
+    assert bars_of(ax, plots.COLOURS["send_grad"]) == finite(timeline.send_start) == 16
+    assert bars_of(ax, plots.COLOURS["recv_grad"]) == finite(timeline.recv_start) == 16
+    labels = legend_labels(fig)
+    for name in ("send k,v", "send dk,dv", "receive k,v", "receive dk,dv"):
+        assert name in labels
+    assert "send" not in labels  # every message is named
+
+
+def test_train_step_colours_forward_blocks_as_blocks(tmp_path):
+    timeline = simulated("train-step", hosts=3)
+    grads = timeline.meta["grad_rows"]
+    assert timeline.step_labels[int(np.argmax(grads))] == "bwd 0" and grads.sum() == 3
+    fig = plots.plot_timeline(timeline, tmp_path / "step.png")
+    ax = fig.axes[0]
+    finite = lambda a: int(np.isfinite(a).sum())
+    blocks = finite(timeline.send_start[~grads]) + finite(timeline.meta["kv_send_start"])
+    assert finite(timeline.send_start[~grads]) == 6  # the forward ring: 2 hops on 3 hosts
+    assert bars_of(ax, plots.COLOURS["send"]) == blocks
+    assert bars_of(ax, plots.COLOURS["send_grad"]) == finite(timeline.send_start[grads]) == 9
+
+
+def test_forward_and_decode_keep_the_plain_legend(tmp_path):
+    for pass_ in ("forward", "decode"):
+        timeline = simulated(pass_)
+        fig = plots.plot_timeline(timeline, tmp_path / f"{pass_}.png")
+        assert legend_labels(fig) == ["compute", "send", "receive", "idle"]
+        assert bars_of(fig.axes[0], plots.COLOURS["send"]) == np.isfinite(timeline.send_start).sum()
+        assert bars_of(fig.axes[0], plots.COLOURS["send_grad"]) == 0
 
 
 def test_big_ring_shows_first_and_last_hosts_with_a_note(tmp_path):

@@ -18,7 +18,7 @@ from ringsim.cost import (
 from ringsim.hardware import custom_hardware, get_hardware
 from ringsim.layouts import LAYOUTS
 from ringsim.schedule import _relation, build_schedule
-from ringsim.timing import RingConfig, parse_length, simulate
+from ringsim.timing import HostClock, RingConfig, parse_length, simulate
 
 ARRAYS = ("compute_start", "compute_end", "send_start", "send_end", "recv_start", "recv_end")
 SMALL = dict(heads=2, head_dim=16)  # tiny blocks: fast, and easy to make comm-bound
@@ -132,9 +132,16 @@ def test_heap_and_vectorized_engines_agree_exactly(
     fast, slow_ = simulate(cfg), simulate(cfg, engine="heap")
     for name in ARRAYS:
         np.testing.assert_array_equal(getattr(fast.timeline, name), getattr(slow_.timeline, name))
-    for key in ("kv_send_start", "kv_send_end"):
+    for key in ("kv_send_start", "kv_send_end", "kv_recv_start", "kv_recv_end"):
+        assert (key in fast.timeline.meta) == (key in slow_.timeline.meta)
         if key in fast.timeline.meta:
             np.testing.assert_array_equal(fast.timeline.meta[key], slow_.timeline.meta[key])
+    meta = fast.timeline.meta
+    assert ("kv_send_start" in meta) == (overlap and pass_ in ("backward", "train-step"))
+    for side in ("start", "end"):  # host h receives k, v from h - 1: the same transfer
+        if f"kv_send_{side}" in meta:
+            sent = np.roll(meta[f"kv_send_{side}"], 1, axis=1)
+            np.testing.assert_array_equal(meta[f"kv_recv_{side}"], sent)
     assert fast.flops_total == slow_.flops_total
     assert fast.summary()["total_time_s"] == slow_.timeline.makespan
     # one block at a time per host, and a block is used only after it has arrived
@@ -290,6 +297,47 @@ def test_a_straggler_sets_the_pace_of_the_whole_ring():
     assert simulate(cfg).makespan == pytest.approx(4 * block_time(cfg) / 0.5, rel=1e-12)
 
 
+def test_host_clock_holds_the_speed_and_jitter_rules():
+    cfg = config(4, 64, flops=1e12, bandwidth=1e9, latency=1e-6, speed=(1, 0.5, 1, 2), jitter=0.3)
+    clock, again = HostClock(cfg), HostClock(cfg)
+    ideal = 1e9 / (1e12 * np.array([1, 0.5, 1, 2]))
+    compute = clock.compute(1e9)
+    assert np.all((ideal <= compute) & (compute < 1.3 * ideal)) and np.any(compute > ideal)
+    link = 3 * 1e-6 + 5e6 / 1e9
+    transfer = clock.transfer(5e6, messages=3)
+    assert np.all((link <= transfer) & (transfer < 1.3 * link)) and np.any(transfer > link)
+    # the same seed and calls give the same floats; an empty transfer takes no time, no draw
+    np.testing.assert_array_equal(again.compute(1e9), compute)
+    assert np.all(again.transfer(0.0, messages=0) == 0)
+    np.testing.assert_array_equal(again.transfer(5e6, messages=3), transfer)
+    quiet = HostClock(config(4, 64, flops=1e12, speed=(1, 0.5, 1, 2)))
+    np.testing.assert_allclose(quiet.compute(1e9), ideal, rtol=1e-15)
+
+
+def test_config_schedule_is_the_ring_the_timer_runs():
+    cfg = config(4, 64, layout="zigzag", causal=True, pass_="train-step", tile=8)
+    forward = cfg.schedule("forward")
+    reference = build_schedule(4, "zigzag", True, "forward", seq_len=256, tile=8)
+    for s in range(4):
+        np.testing.assert_array_equal(forward.work_at(s), reference.work_at(s))
+        np.testing.assert_array_equal(forward.kv_owner(s), reference.kv_owner(s))
+    assert cfg.schedule("backward", layout="striped").pass_ == "backward"
+    assert simulate(cfg).schedule.pass_ == "backward"
+
+
+@pytest.mark.parametrize("layout", ["zigzag", "striped"])
+def test_balanced_causal_layouts_need_twice_the_threshold(layout):
+    hw = custom_hardware(1e12, 1e9)  # no latency: c* = F / B = 1000 tokens
+    c_star = overlap_threshold(hw, heads=2, kv_heads=2, head_dim=16, dtype="bf16")
+
+    def exposed(block: int) -> float:
+        summary = simulate(config(4, block, layout=layout, causal=True)).summary()
+        return summary["exposed_comm_s"] / summary["total_time_s"]
+
+    assert exposed(int(1.8 * c_star) // 8 * 8) > 0.02  # half-block steps cannot hide c*
+    assert exposed(int(2.2 * c_star) // 8 * 8) == pytest.approx(0.0, abs=1e-12)
+
+
 def test_jitter_is_seeded_and_only_slows_down():
     plain = simulate(config(6, 64, bandwidth=1e9)).makespan
     a = simulate(config(6, 64, bandwidth=1e9, jitter=0.2, seed=1)).makespan
@@ -314,6 +362,17 @@ def test_decode_is_a_shard_scan_plus_a_merge_tree(hosts):
     single = kv_block_bytes(hosts * 4096, 32, 128, "bf16") / hw.memory_bandwidth
     assert summary["single_device_time_s"] == pytest.approx(single, rel=1e-12)
     assert summary["min_block_for_overlap"] is None
+
+
+def test_decode_jitter_slows_the_merge_transfers_too():
+    hw = custom_hardware(1e12, 1e9, latency=1e-6)
+    cfg = RingConfig(8, 8 * 64, hw, heads=4, head_dim=16, pass_="decode", jitter=0.5, seed=3)
+    tl = simulate(cfg).timeline
+    link = 1e-6 + 4 * 4 * 18 / 1e9  # one fp32 Partial: acc, row_max, row_sum per head
+    spans = (tl.send_end - tl.send_start)[np.isfinite(tl.send_start)]
+    assert spans.size == 7  # 4 + 2 + 1 merges
+    assert np.all((spans >= link) & (spans < 1.5 * link)) and np.any(spans > link * 1.01)
+    np.testing.assert_array_equal(tl.recv_end[1, 0::2], tl.send_end[1, 1::2])
 
 
 def test_decode_ring_helps_memory_more_than_latency():

@@ -59,6 +59,11 @@ def test_backward_traces_both_messages_per_step():
     sends = [e["name"] for e in events if e["cat"] == "send" and e["pid"] == 0]
     assert sorted(sends) == sorted(["0 k,v", "1 k,v", "0 dk,dv", "1 dk,dv", "2 dk,dv"])
     assert len(events) == count_trace_events(tl)
+    # host 1 receives k, v from host 0: the very transfer host 0 sends
+    sent = {e["name"]: e["ts"] for e in events if e["cat"] == "send" and e["pid"] == 0}
+    got = {e["name"]: e["ts"] for e in events if e["cat"] == "recv" and e["pid"] == 1}
+    assert got == sent
+    assert len(complete(chrome_trace(tl, hosts=[1]))) == count_trace_events(tl, hosts=[1])
 
 
 def test_refuses_big_timelines_and_traces_a_subset(tmp_path):
