@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ringsim-installed
 
-.PHONY: setup demo test test-thorough lint bench book lab clean
+.PHONY: setup browser demo test test-thorough lint bench book lab clean
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,13 @@ $(STAMP): pyproject.toml requirements-dev.txt
 
 setup: $(STAMP)
 
+# The book's test opens the pages in headless Chromium (Debian's package).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "make test needs Chromium for the book test: sudo apt-get install chromium" >&2; exit 1; fi; }
+
 demo: setup
 	$(BIN)/ringsim demo --plot results/demo.png
 
@@ -22,11 +29,19 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: setup lint
+test: setup lint browser
 	$(BIN)/python -m pytest -q
 
-test-thorough: setup
+test-thorough: setup browser
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q
+
+book: setup
+	$(BIN)/python book/build.py
+
+# JupyterLab is only for reading the lessons interactively; tests and the book don't need it.
+lab: setup
+	$(BIN)/python -m pip install --quiet jupyterlab==4.6.6
+	$(BIN)/jupyter lab lessons/
 
 bench: setup
 	$(BIN)/python benchmarks/bench_numerics.py

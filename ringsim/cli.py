@@ -417,16 +417,19 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
     rows = []
     for name, hw in PRESETS.items():
-        threshold = overlap_threshold(hw, heads=32, kv_heads=32, head_dim=128, dtype="bf16")
+        # the paper's convention is bf16; a calibrated CPU profile only knows its own dtype
+        dtype = "bf16" if "bf16" in hw.flops else next(iter(hw.flops))
+        threshold = overlap_threshold(hw, heads=32, kv_heads=32, head_dim=128, dtype=dtype)
         rows.append({**dataclasses.asdict(hw), "overlap_threshold_tokens": threshold})
-        rows[-1]["name"] = name
+        rows[-1].update(name=name, threshold_dtype=dtype)
     if args.json:
         print_json(rows)
         return 0
     table = [
         (
             r["name"],
-            f"{r['flops'].get('bf16', math.nan) * r['efficiency'] / 1e12:.4g}",
+            f"{r['flops'][r['threshold_dtype']] * r['efficiency'] / 1e12:.4g} "
+            f"{r['threshold_dtype']}",
             f"{r['link_bandwidth'] / 1e9:.4g}",
             f"{r['link_latency'] * 1e6:.3g}",
             f"{r['memory_bytes'] / 1e9:.4g}",
@@ -434,8 +437,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
         )
         for r in rows
     ]
-    header = ("preset", "bf16 TFLOP/s", "link GB/s", "latency µs", "memory GB", "c* tokens")
-    print_table("hardware presets (c*: overlap threshold, forward, MHA bf16)", header, table)
+    header = ("preset", "TFLOP/s", "link GB/s", "latency µs", "memory GB", "c* tokens")
+    print_table("hardware presets (c*: overlap threshold, forward, 32 heads x 128)", header, table)
     print()
     for r in rows:
         print(f"{r['name']}: {r['source']}")
