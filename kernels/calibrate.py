@@ -1,0 +1,477 @@
+"""Measure this machine and save a hardware profile the simulator can load.
+
+Two things decide a ring's timing, and both are measured here with the code the ring runs:
+
+* **block compute**: ``block_attention`` of one ``c x c`` block (the ring's kernel, its
+  backend, its thread count) for several ``c``. Small blocks are dominated by a fixed cost per
+  call (dispatch, allocation), large ones by the FLOP rate, so the times are fitted as
+  ``t(c) = overhead + flops(c) / rate``.
+* **the link**: the same transport and the same calls as the ring (``batch_isend_irecv`` over
+  gloo or NCCL). *Ping-pong* (one message at a time, one way) gives the textbook latency and
+  bandwidth; *exchange* (both ranks send and receive at once, as every ring step does) gives
+  what a ring step actually gets when both directions and both processes share the machine.
+  Each is fitted as ``t(n) = latency + n / bandwidth``.
+
+On the gloo backend all measurements run inside ``hosts`` local processes started like the
+ring's (one torch thread each, computing at the same time), so contention for the cores is
+part of what is measured. ``backend="cuda"`` measures one GPU: the Triton kernel and, as its
+"link", host-to-device copies from pinned memory (the emulated ring member of
+``kernels.gpu_check``).
+
+The profile (``ringsim.hardware.Hardware``, via ``save_profile``) can hold one FLOP rate only,
+so ``Calibration.hardware(block_tokens=c)`` folds the per-call overhead into the *effective*
+rate at block size ``c``; the saved default profile uses the rate at the largest block
+measured. The raw data goes beside it as JSON (``Calibration.to_json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from ringsim.cost import attention_flops
+
+BACKENDS = ("gloo", "nccl", "cuda")
+DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048)
+DEFAULT_BYTES = tuple(2**p for p in range(10, 25, 2))  # 1 KiB .. 16 MiB
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass
+class Fit:
+    """``t = intercept + x / rate`` (x in FLOPs or bytes)."""
+
+    intercept: float
+    rate: float
+
+    def time(self, x: float) -> float:
+        return self.intercept + x / self.rate
+
+
+def fit_line(x: Sequence[float], t: Sequence[float]) -> Fit:
+    """Least-squares ``t = a + x / rate`` with ``a >= 0``; the rate from the slope. A negative
+    intercept (noise) is clamped to 0 and the rate refitted through the origin."""
+    x, t = np.asarray(x, float), np.asarray(t, float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        raise ValueError(f"fit needs at least two distinct sizes, got {list(x)}")
+    slope, intercept = np.polyfit(x, t, 1)
+    if intercept < 0 or slope <= 0:
+        slope, intercept = float(np.dot(x, t) / np.dot(x, x)), 0.0
+    if slope <= 0:
+        raise ValueError(f"times do not grow with size: {list(t)}")
+    return Fit(float(intercept), float(1.0 / slope))
+
+
+@dataclass
+class Calibration:
+    """Raw measurements and their fits. ``compute``: rows ``{block_tokens, flops, seconds}``;
+    ``pingpong``/``exchange``: rows ``{bytes, seconds}`` (one-way / per exchange)."""
+
+    backend: str
+    dtype: str
+    heads: int
+    head_dim: int
+    threads: int
+    hosts: int
+    compute: list[dict] = field(default_factory=list)
+    pingpong: list[dict] = field(default_factory=list)
+    exchange: list[dict] = field(default_factory=list)
+    machine: str = field(default_factory=platform.node)
+    when: str = field(default_factory=lambda: date.today().isoformat())
+
+    @property
+    def compute_fit(self) -> Fit:
+        return fit_line([r["flops"] for r in self.compute], [r["seconds"] for r in self.compute])
+
+    def link_fit(self, kind: str = "exchange") -> Fit:
+        rows = getattr(self, kind) or self.pingpong
+        return fit_line([r["bytes"] for r in rows], [r["seconds"] for r in rows])
+
+    def block_seconds(
+        self, block_tokens: int, heads: int | None = None, head_dim: int | None = None
+    ) -> float:
+        """Seconds of one full ring step's compute at block size ``c``: interpolated (log-log)
+        between the measured sizes around ``c``, from the fit outside them (or for another
+        ``heads``/``head_dim`` than calibrated). Interpolation keeps what a line cannot: a rate
+        that falls for blocks whose scores leave the cache."""
+        heads, head_dim = heads or self.heads, head_dim or self.head_dim
+        rows = sorted(self.compute, key=lambda r: r["block_tokens"])
+        sizes = np.array([r["block_tokens"] for r in rows], float)
+        same_shape = (heads, head_dim) == (self.heads, self.head_dim)
+        if same_shape and sizes[0] <= block_tokens <= sizes[-1]:
+            times = np.log([r["seconds"] for r in rows])
+            return float(np.exp(np.interp(np.log(block_tokens), np.log(sizes), times)))
+        return self.compute_fit.time(attention_flops(block_tokens, block_tokens, heads, head_dim))
+
+    def rate_at(
+        self, block_tokens: int, heads: int | None = None, head_dim: int | None = None
+    ) -> float:
+        """Effective FLOP/s of a full ``c x c`` block: its FLOPs over its measured time."""
+        heads, head_dim = heads or self.heads, head_dim or self.head_dim
+        flops = attention_flops(block_tokens, block_tokens, heads, head_dim)
+        return flops / self.block_seconds(block_tokens, heads, head_dim)
+
+    def hardware(
+        self,
+        block_tokens: int | None = None,
+        *,
+        heads: int | None = None,
+        head_dim: int | None = None,
+        link: str = "exchange",
+        name: str | None = None,
+    ):
+        """A ``ringsim.hardware.Hardware``: the effective rate at ``block_tokens`` (default:
+        the largest block measured) for ``heads``/``head_dim`` (default: as calibrated) and
+        the ``link`` fit (``exchange`` or ``pingpong``)."""
+        from ringsim.hardware import Hardware
+
+        c = block_tokens or max(r["block_tokens"] for r in self.compute)
+        link_fit = self.link_fit(link)
+        comp = self.compute_fit
+        source = (
+            f"calibrated {self.when} on {self.machine or self.backend} ({self.backend}, "
+            f"{self.threads} thread(s)/rank, {self.hosts} ranks): block compute "
+            f"{comp.rate / 1e9:.3g} GFLOP/s + {comp.intercept * 1e6:.0f} us/call (effective at "
+            f"c={c}); {link} link {link_fit.rate / 1e9:.3g} GB/s + "
+            f"{link_fit.intercept * 1e6:.0f} us/message"
+        )
+        return Hardware(
+            name=name or f"{self.backend}-calibrated",
+            flops={self.dtype: self.rate_at(c, heads, head_dim)},
+            link_bandwidth=link_fit.rate,
+            link_latency=link_fit.intercept,
+            memory_bytes=_memory_bytes(self.backend),
+            efficiency=1.0,
+            source=source,
+        )
+
+    def summary(self) -> dict:
+        comp, ex, pp = self.compute_fit, self.link_fit("exchange"), self.link_fit("pingpong")
+        return {
+            "compute_rate_flops": comp.rate,
+            "compute_overhead_s": comp.intercept,
+            "exchange_bandwidth": ex.rate,
+            "exchange_latency_s": ex.intercept,
+            "pingpong_bandwidth": pp.rate,
+            "pingpong_latency_s": pp.intercept,
+        }
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "fits": self.summary()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Calibration:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**fields)
+
+
+def _memory_bytes(backend: str) -> float:
+    if backend in ("cuda", "nccl"):
+        import torch
+
+        return float(torch.cuda.get_device_properties(0).total_memory)
+    try:
+        import os
+
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 16e9
+
+
+# ------------------------------------------------------------------------------------------
+# Measurements (run inside the ranks, or in-process for one GPU)
+# ------------------------------------------------------------------------------------------
+
+
+def _median_time(fn, repeats: int, sync=lambda: None, min_time_s: float = 0.0) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs, more while under ``min_time_s`` (only
+    for local work: a transfer must run the same count on every rank)."""
+    fn()
+    sync()
+    times = []
+    start = time.perf_counter()
+    while len(times) < repeats or (time.perf_counter() - start < min_time_s and len(times) < 200):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure_compute(
+    sizes: Sequence[int],
+    *,
+    heads: int,
+    head_dim: int,
+    dtype: str,
+    device: str = "cpu",
+    repeats: int = 5,
+    barrier=lambda: None,
+) -> list[dict]:
+    """One forward ring step's compute on a full ``c x c`` block: ``block_attention`` (fp32
+    output) and the merge into the running ``(out, lse)``, exactly the ring's calls."""
+    import torch
+
+    from kernels.block import block_attention
+    from kernels.ring import merge_out_lse
+
+    rows = []
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    for c in sizes:
+        q, k, v = (
+            torch.randn(1, heads, c, head_dim, device=device, dtype=torch_dtype) for _ in "qkv"
+        )
+        state = block_attention(q, k, v, out_dtype=torch.float32)
+
+        def step(q=q, k=k, v=v, state=state):
+            return merge_out_lse(*state, *block_attention(q, k, v, out_dtype=torch.float32))
+
+        barrier()  # every rank computes at the same time, as in the ring
+        seconds = _median_time(step, repeats, sync, min_time_s=0.05)
+        flops = attention_flops(c, c, heads, head_dim)
+        rows.append({"block_tokens": c, "flops": flops, "seconds": seconds})
+    return rows
+
+
+def measure_link_p2p(sizes: Sequence[int], *, repeats: int = 5, device: str = "cpu") -> dict:
+    """Ping-pong (rank 0 <-> 1, one message at a time) and ring exchange (every rank sends to
+    ``rank + 1`` and receives from ``rank - 1`` at once) with ``batch_isend_irecv``."""
+    import torch
+    import torch.distributed as dist
+
+    rank, hosts = dist.get_rank(), dist.get_world_size()
+    nxt, prv = (rank + 1) % hosts, (rank - 1) % hosts
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    result = {"pingpong": [], "exchange": []}
+    for n in sizes:
+        buf = torch.zeros(max(1, n // 4), dtype=torch.float32, device=device)
+        other = torch.empty_like(buf)
+
+        def pingpong(buf=buf, other=other):
+            if rank == 0:
+                _batch([("send", buf, 1)])
+                _batch([("recv", other, 1)])
+            elif rank == 1:
+                _batch([("recv", other, 0)])
+                _batch([("send", buf, 0)])
+
+        def exchange(buf=buf, other=other):
+            _batch([("send", buf, nxt), ("recv", other, prv)])
+
+        count = repeats * (4 if n < 2**20 else 1)  # the same on every rank
+        dist.barrier()
+        t_pp = _median_time(pingpong, count, sync) / 2  # one way
+        dist.barrier()
+        t_ex = _median_time(exchange, count, sync)
+        result["pingpong"].append({"bytes": buf.numel() * 4, "seconds": t_pp})
+        result["exchange"].append({"bytes": buf.numel() * 4, "seconds": t_ex})
+    return result
+
+
+def _batch(ops: list[tuple]) -> None:
+    import torch.distributed as dist
+
+    p2p = [
+        dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer)
+        for kind, tensor, peer in ops
+    ]
+    for work in dist.batch_isend_irecv(p2p):
+        work.wait()
+
+
+def measure_link_h2d(sizes: Sequence[int], *, repeats: int = 5) -> list[dict]:
+    """Host-to-device copies from pinned memory (the emulated link of one GPU ring member)."""
+    import torch
+
+    rows = []
+    for n in sizes:
+        host = torch.empty(max(1, n // 4), dtype=torch.float32).pin_memory()
+        dev = torch.empty(host.shape, dtype=torch.float32, device="cuda")
+        seconds = _median_time(
+            lambda host=host, dev=dev: dev.copy_(host, non_blocking=True),
+            repeats,
+            torch.cuda.synchronize,
+        )
+        rows.append({"bytes": host.numel() * 4, "seconds": seconds})
+    return rows
+
+
+def _rank_worker(rank: int, hosts: int, spec: dict) -> dict:
+    """Inside a launched rank: compute curve (all ranks at once) and the link."""
+    import torch
+    import torch.distributed as dist
+
+    device = "cuda" if spec["backend"] == "nccl" else "cpu"
+    compute = measure_compute(
+        spec["sizes"], heads=spec["heads"], head_dim=spec["head_dim"], dtype=spec["dtype"],
+        device=device, repeats=spec["repeats"], barrier=dist.barrier,
+    )  # fmt: skip
+    link = measure_link_p2p(spec["bytes"], repeats=spec["repeats"], device=device)
+    return {"compute": compute, **link, "threads": torch.get_num_threads()}
+
+
+def _combine(per_rank: list[dict], key: str, value: str) -> list[dict]:
+    """Rows of every rank merged: the slowest rank's time (the ring waits for it)."""
+    rows = []
+    for i, row in enumerate(per_rank[0][key]):
+        rows.append({**row, value: max(r[key][i][value] for r in per_rank)})
+    return rows
+
+
+def calibrate_data(
+    backend: str = "gloo",
+    *,
+    hosts: int = 2,
+    heads: int = 4,
+    head_dim: int = 64,
+    dtype: str | None = None,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    link_bytes: Sequence[int] = DEFAULT_BYTES,
+    repeats: int = 5,
+    threads: int = 1,
+    timeout_s: float = 120.0,
+) -> Calibration:
+    """Run the measurements for ``backend`` and return them with their fits."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    dtype = dtype or ("fp32" if backend == "gloo" else "bf16")
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(TORCH_DTYPES)}, got {dtype!r}")
+    if len(sizes) < 2 or len(link_bytes) < 2:
+        raise ValueError("sizes and link_bytes need at least two values each to fit a line")
+    cal = Calibration(backend, dtype, heads, head_dim, threads, hosts, machine=platform.node())
+    cal.when = date.today().isoformat()
+    if backend == "cuda":
+        import torch
+
+        cal.machine = torch.cuda.get_device_name(0)
+        cal.hosts = 1
+        cal.compute = measure_compute(
+            sizes, heads=heads, head_dim=head_dim, dtype=dtype, device="cuda", repeats=repeats
+        )
+        cal.pingpong = cal.exchange = measure_link_h2d(link_bytes, repeats=repeats)
+        return cal
+    from kernels.ring import launch
+
+    spec = dict(
+        backend=backend, sizes=list(sizes), bytes=list(link_bytes), heads=heads,
+        head_dim=head_dim, dtype=dtype, repeats=repeats,
+    )  # fmt: skip
+    per_rank = launch(
+        _rank_worker, hosts, args=(spec,), backend=backend, timeout_s=timeout_s, threads=threads
+    )
+    cal.compute = _combine(per_rank, "compute", "seconds")
+    cal.pingpong = _combine(per_rank, "pingpong", "seconds")
+    cal.exchange = _combine(per_rank, "exchange", "seconds")
+    return cal
+
+
+def calibrate(backend: str = "gloo", *, path: str | Path | None = None, **kwargs):
+    """Measure this machine (see ``calibrate_data``) and return its ``Hardware`` profile;
+    with ``path``, save it there (``ringsim.hardware.save_profile``) and the raw data beside
+    it (``<stem>-data.json``)."""
+    cal = calibrate_data(backend, **kwargs)
+    hw = cal.hardware()
+    if path is not None:
+        save_calibration(cal, path)
+    return hw
+
+
+def save_calibration(cal: Calibration, path: str | Path) -> tuple[Path, Path]:
+    """The profile at ``path`` and the raw measurements at ``<stem>-data.json`` (a name the
+    ``cpu-profile*.json`` preset glob also matches, so it is written as ``calibration``)."""
+    from ringsim.hardware import save_profile
+
+    path = Path(path)
+    save_profile(cal.hardware(), path)
+    data_path = path.with_name(path.stem.replace("profile", "calibration") + ".json")
+    if data_path == path:
+        data_path = path.with_name(path.stem + "-calibration.json")
+    data_path.write_text(json.dumps(cal.to_json(), indent=2) + "\n")
+    return path, data_path
+
+
+def default_profile_path(backend: str) -> Path:
+    from ringsim.hardware import RESULTS_DIR
+
+    kind = "cpu" if backend == "gloo" else "gpu"
+    return RESULTS_DIR / f"{kind}-profile-{date.today().isoformat()}.json"
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(
+        prog="ringsim calibrate", description="Measure block compute and link; save a profile."
+    )
+    parser.add_argument("--backend", choices=BACKENDS, default="gloo")
+    parser.add_argument("--hosts", type=int, default=2, help="local ranks (gloo/nccl)")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default=None)
+    parser.add_argument("--sizes", type=_int_list, default=list(DEFAULT_SIZES))
+    parser.add_argument("--bytes", type=_int_list, default=list(DEFAULT_BYTES))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    parser.add_argument("--out", default=None, help="profile path (default results/...)")
+    parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def calibrate_main(argv: Sequence[str] | None = None) -> int:
+    """``ringsim calibrate [--backend gloo|nccl|cuda] [...] [--json]``."""
+    args = build_parser().parse_args(argv)
+    cal = calibrate_data(
+        args.backend, hosts=args.hosts, heads=args.heads, head_dim=args.head_dim,
+        dtype=args.dtype, sizes=args.sizes, link_bytes=args.bytes, repeats=args.repeats,
+        threads=args.threads,
+    )  # fmt: skip
+    paths = None
+    if not args.no_save:
+        paths = save_calibration(cal, args.out or default_profile_path(args.backend))
+    hw = cal.hardware()
+    report = {
+        "backend": cal.backend,
+        "profile": {**asdict(hw)},
+        **cal.summary(),
+        "compute": cal.compute,
+        "exchange": cal.exchange,
+        "pingpong": cal.pingpong,
+        "saved": [str(p) for p in paths] if paths else None,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(hw.source)
+        for row in cal.compute:
+            rate = row["flops"] / row["seconds"]
+            print(f"  block {row['block_tokens']:6d}: {row['seconds'] * 1e3:8.3f} ms  "
+                  f"{rate / 1e9:7.2f} GFLOP/s")  # fmt: skip
+        for row in cal.exchange:
+            print(f"  exchange {row['bytes']:9d} B: {row['seconds'] * 1e6:9.1f} us  "
+                  f"{row['bytes'] / row['seconds'] / 1e9:6.2f} GB/s")  # fmt: skip
+        if paths:
+            print("saved", *paths)
+    return 0 if all(math.isfinite(v) for v in cal.summary().values()) else 1

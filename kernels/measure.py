@@ -1,0 +1,288 @@
+"""Simulated vs measured: run the real ring, run the event timer on the calibrated profile of
+the same machine, and compare step by step.
+
+The prediction uses no fudge factor: ``ringsim.timing.simulate`` with a ``RingConfig`` that
+describes the run exactly (hosts, tokens, heads, dtype, layout, causal mask) on the
+``Hardware`` that ``kernels.calibrate`` measured: the block compute rate *at this run's block
+size* (fixed per-call costs included) and the link as a ring step uses it (both directions at
+once). The torch block path skips masked tiles of ``kernels.torch_block.TILE`` tokens, so the
+simulation is told ``tile=TILE``: a partially visible tile costs whole, as in the real kernel.
+
+``measured_time_s`` is the median over repeats of the slowest rank's forward time (from a
+barrier to its last merge); ``ratio = measured / predicted``.
+
+Without a given calibration the comparison is *paired*: before every repeat of the ring, the
+same ranks measure the block compute (at this block size and half of it) and the link (a small
+message and this run's), and that repeat is predicted from those numbers. The machine's load
+from other processes drifts over seconds; pairing keeps the drift out of the comparison without
+ever feeding the ring's own timings into its prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from kernels.calibrate import TORCH_DTYPES, Calibration
+
+MEASURE_BACKENDS = ("gloo", "nccl")
+
+
+def _step_durations(compute_end: np.ndarray, recv_end: np.ndarray) -> np.ndarray:
+    """``(steps,)`` per step, the slowest host's time from the end of its previous step to the
+    end of this one (its compute done and the next block arrived)."""
+    ends = np.fmax(np.nan_to_num(compute_end, nan=-np.inf), np.nan_to_num(recv_end, nan=-np.inf))
+    ends = np.maximum.accumulate(np.where(np.isfinite(ends), ends, 0.0), axis=0)
+    starts = np.vstack([np.zeros((1, ends.shape[1])), ends[:-1]])
+    return (ends - starts).max(axis=1)
+
+
+def predict(
+    calibration: Calibration,
+    *,
+    hosts: int,
+    seq_len: int,
+    heads: int,
+    kv_heads: int | None,
+    head_dim: int,
+    layout: str,
+    causal: bool,
+    pass_: str = "forward",
+):
+    """``ringsim.timing.simulate`` of this run on the calibrated profile; returns the
+    ``SimResult`` and the ``Hardware`` used."""
+    from kernels.torch_block import TILE
+    from ringsim.timing import RingConfig, simulate
+
+    hw = calibration.hardware(block_tokens=seq_len // hosts, heads=heads, head_dim=head_dim)
+    config = RingConfig(
+        hosts=hosts, seq_len=seq_len, hardware=hw, heads=heads, kv_heads=kv_heads,
+        head_dim=head_dim, dtype=calibration.dtype, layout=layout, causal=causal,
+        pass_=pass_, tile=TILE if calibration.backend == "gloo" else 64, grad_dtype="fp32",
+    )  # fmt: skip
+    return simulate(config), hw
+
+
+def measure(
+    *,
+    hosts: int = 2,
+    seq_len: int = 2048,
+    heads: int = 4,
+    kv_heads: int | None = None,
+    head_dim: int = 64,
+    layout: str = "contiguous",
+    causal: bool = False,
+    repeats: int = 5,
+    backend: str = "gloo",
+    calibration: Calibration | None = None,
+    threads: int = 1,
+    timeout_s: float = 120.0,
+    trace: str | Path | None = None,
+) -> dict:
+    """Run the real ring (``hosts`` local processes) and the simulator; see the module doc.
+
+    Returns a JSON-ready dict with at least ``hosts``, ``backend``, ``measured_time_s``,
+    ``predicted_time_s``, ``ratio`` and ``max_abs_error`` (against the float64 reference), plus
+    per-step ``steps`` and the profile used. ``calibration``: reuse one (else measured now, on
+    the same ranks' configuration). ``trace``: write ``<trace>-measured.json`` and
+    ``<trace>-predicted.json`` Chrome traces.
+    """
+    from kernels.ring import RunConfig, launch, run_configs, summarize_run, timeline_from_records
+
+    if backend not in MEASURE_BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(MEASURE_BACKENDS)}, got {backend!r}")
+    dtype = "fp32" if backend == "gloo" else "bf16"
+    dtype = calibration.dtype if calibration is not None else dtype
+    config = RunConfig(
+        seq_len, heads, kv_heads, head_dim, 1, layout, causal, TORCH_DTYPES[dtype],
+        backward=False, repeats=repeats, warmup=1, timeout_s=timeout_s,
+        return_tensors=seq_len <= 8192,
+    )  # fmt: skip
+    shape = dict(hosts=hosts, seq_len=seq_len, heads=heads, kv_heads=kv_heads,
+                 head_dim=head_dim, layout=layout, causal=causal)  # fmt: skip
+    launch_kw = dict(backend=backend, timeout_s=timeout_s, threads=threads)
+    if calibration is None:  # paired: calibrate right before every repeat, in the same ranks
+        per_rank = launch(_paired_worker, hosts, args=(config, dtype), **launch_kw)
+        measured_all, predicted_all, cals = [], [], []
+        for i in range(repeats):
+            cal = _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
+            cals.append(cal)
+            measured_all.append(max(r["rings"][i]["forward_s"][0] for r in per_rank))
+            predicted_all.append(predict(cal, **shape)[0].summary()["total_time_s"])
+        middle = int(np.argsort(predicted_all)[len(predicted_all) // 2])
+        calibration = cals[middle]
+        results = [r["rings"][-1] for r in per_rank]
+    else:
+        per_rank = launch(run_configs, hosts, args=([config],), **launch_kw)
+        results = [r[0] for r in per_rank]
+        measured_all = [max(t) for t in zip(*(r["forward_s"] for r in results), strict=True)]
+        predicted_all = None
+    run = summarize_run(results, config)
+    measured_tl = timeline_from_records([r["forward_timeline"] for r in results])
+    sim, hw = predict(calibration, **shape)
+    predicted_tl = sim.timeline
+    measured_steps = _step_durations(measured_tl.compute_end, measured_tl.recv_end)
+    predicted_steps = _step_durations(predicted_tl.compute_end, predicted_tl.recv_end)
+    measured = float(np.median(measured_all))
+    predicted = float(sim.summary()["total_time_s"])
+    if predicted_all is not None:
+        predicted = float(np.median(predicted_all))
+    from ringsim.cost import overlap_threshold
+
+    threshold = overlap_threshold(
+        hw, heads=heads, kv_heads=kv_heads or heads, head_dim=head_dim, dtype=calibration.dtype
+    )
+    report = {
+        "hosts": hosts,
+        "backend": backend,
+        "seq_len": seq_len,
+        "block_tokens": seq_len // hosts,
+        "layout": layout,
+        "causal": causal,
+        "heads": heads,
+        "kv_heads": kv_heads or heads,
+        "head_dim": head_dim,
+        "dtype": calibration.dtype,
+        "repeats": repeats,
+        "threads_per_rank": threads,
+        "measured_time_s": measured,
+        "measured_times_s": measured_all,
+        "predicted_times_s": predicted_all or [predicted],
+        "calibration": "paired (before every repeat)" if predicted_all else "given",
+        "measured_makespan_s": measured_tl.makespan,
+        "measured_wait_s": float(np.max(measured_tl.meta["wait"].sum(axis=0))),
+        "predicted_time_s": predicted,
+        "ratio": measured / predicted if predicted > 0 else math.inf,
+        "max_abs_error": run.get("max_abs_error"),
+        "overlap_threshold_tokens": threshold,
+        "regime": "compute-bound" if seq_len // hosts >= threshold else "communication-bound",
+        "predicted_compute_s": float(sim.summary()["compute_time_s"]),
+        "predicted_exposed_comm_s": float(sim.summary()["exposed_comm_s"]),
+        "steps": [
+            {"step": s, "measured_s": float(m), "predicted_s": float(p), "ratio": float(m / p)}
+            for s, (m, p) in enumerate(zip(measured_steps, predicted_steps, strict=True))
+        ],
+        "profile": asdict(hw),
+    }
+    if trace is not None:
+        from ringsim.trace import write_chrome_trace
+
+        write_chrome_trace(measured_tl, f"{trace}-measured.json")
+        write_chrome_trace(predicted_tl, f"{trace}-predicted.json")
+        report["traces"] = [f"{trace}-measured.json", f"{trace}-predicted.json"]
+    return report
+
+
+def _link_sizes(config) -> list[int]:
+    """A small message and this run's kv message: the two points of the link's line."""
+    dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[config.dtype]
+    kv_heads = config.kv_heads or config.heads
+    message = 2 * (config.seq_len // 2) * kv_heads * config.head_dim * config.batch * dtype_bytes
+    return [1024, max(4096, message)]
+
+
+def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
+    """In each rank: ``warmup + repeats`` times, calibrate (block compute at this run's block
+    size and half of it, then the link at a small and at this run's message size) and run the
+    ring once. Pairing in time keeps a drifting machine load out of the comparison."""
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from kernels.calibrate import measure_compute, measure_link_p2p
+    from kernels.ring import run_ring
+
+    c = config.seq_len // hosts
+    once = dataclasses.replace(config, repeats=1, warmup=0)
+    out = {"compute": [], "link": [], "rings": []}
+    for i in range(config.warmup + config.repeats):
+        compute = measure_compute(
+            sorted({max(16, c // 2), c}), heads=config.heads, head_dim=config.head_dim,
+            dtype=dtype, device="cpu" if dist.get_backend() == "gloo" else "cuda", repeats=3,
+            barrier=dist.barrier,
+        )  # fmt: skip
+        link = measure_link_p2p(_link_sizes(config), repeats=3)
+        ring = run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed))
+        if i >= config.warmup:
+            out["compute"].append(compute)
+            out["link"].append(link)
+            out["rings"].append(ring)
+    return out
+
+
+def _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend) -> Calibration:
+    """Repeat ``i``'s calibration, the slowest rank's time for every measurement."""
+    cal = Calibration(backend, dtype, config.heads, config.head_dim, threads, hosts)
+    slowest = lambda rows_of: [
+        {**row, "seconds": max(rows_of(r)[j]["seconds"] for r in per_rank)}
+        for j, row in enumerate(rows_of(per_rank[0]))
+    ]
+    cal.compute = slowest(lambda r: r["compute"][i])
+    cal.exchange = slowest(lambda r: r["link"][i]["exchange"])
+    cal.pingpong = slowest(lambda r: r["link"][i]["pingpong"])
+    return cal
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    from ringsim.layouts import LAYOUTS
+
+    parser = parser or argparse.ArgumentParser(
+        prog="ringsim measure", description="Run the real ring; compare with the simulator."
+    )
+    parser.add_argument("--backend", choices=MEASURE_BACKENDS, default="gloo")
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--seq-len", default="2K", help="tokens (K/M suffixes)")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--kv-heads", type=int, default=None)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--layout", choices=LAYOUTS, default="contiguous")
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    parser.add_argument("--calibration", default=None, help="calibration data JSON to reuse")
+    parser.add_argument("--trace", default=None, help="prefix for Chrome traces")
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def measure_main(argv: Sequence[str] | None = None) -> int:
+    """``ringsim measure --backend gloo --hosts P --seq-len N [...] [--json]``."""
+    from ringsim.timing import parse_length
+
+    args = build_parser().parse_args(argv)
+    calibration = None
+    if args.calibration:
+        calibration = Calibration.from_json(json.loads(Path(args.calibration).read_text()))
+    report = measure(
+        hosts=args.hosts, seq_len=parse_length(args.seq_len), heads=args.heads,
+        kv_heads=args.kv_heads, head_dim=args.head_dim, layout=args.layout, causal=args.causal,
+        repeats=args.repeats, backend=args.backend, calibration=calibration,
+        threads=args.threads, trace=args.trace,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(
+        f"{report['hosts']} hosts, {report['seq_len']} tokens ({report['block_tokens']}/host), "
+        f"{report['layout']}, {'causal' if report['causal'] else 'full'}, {report['backend']}: "
+        f"{report['regime']} (overlap threshold {report['overlap_threshold_tokens']:.0f} tokens)"
+    )
+    print(f"{'step':>6} {'measured ms':>12} {'predicted ms':>13} {'ratio':>6}")
+    for row in report["steps"]:
+        print(
+            f"{row['step']:>6} {row['measured_s'] * 1e3:>12.3f} {row['predicted_s'] * 1e3:>13.3f} "
+            f"{row['ratio']:>6.2f}"
+        )
+    print(
+        f"{'total':>6} {report['measured_time_s'] * 1e3:>12.3f} "
+        f"{report['predicted_time_s'] * 1e3:>13.3f} {report['ratio']:>6.2f}"
+    )
+    if report["max_abs_error"] is not None:
+        print(f"max |error| vs float64 reference: {report['max_abs_error']:.2e}")
+    return 0

@@ -1,0 +1,224 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 2. The online softmax
+#
+# A softmax seems to need every score before it can normalise any of them. It does not: three
+# running numbers per query row are enough to take the keys a block at a time, in any order,
+# and still get the exact answer. This is the idea FlashAttention and Ring Attention share.
+#
+# **You will be able to**
+#
+# - state the partial of a block of keys: the unnormalised output `acc`, the `row_max` and the
+#   `row_sum`, and merge two partials by rescaling both to the larger maximum;
+# - explain why the merged result is exact (up to rounding) and why it cannot overflow even
+#   when the scores are in the thousands;
+# - read the precision lab: where a bf16 rounding enters a ring, and why one placement makes
+#   the error grow with the number of hosts while another does not.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+import ringsim
+from ringsim.attention import empty_partial
+from ringsim.lessons_support import scaled, use_lesson_style
+from ringsim.precision import error_growth, relative_error
+
+use_lesson_style()
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## Three numbers per row
+#
+# For one query row with scores $s_j$ against a set of keys with values $v_j$, a **partial**
+# keeps
+#
+# $$m = \max_j s_j, \qquad \ell = \sum_j e^{s_j - m}, \qquad a = \sum_j e^{s_j - m} v_j ,$$
+#
+# and the attention output over those keys is $a / \ell$. Two partials over disjoint key sets
+# merge by moving both to the common maximum $m' = \max(m_1, m_2)$:
+#
+# $$\ell' = \ell_1 e^{m_1 - m'} + \ell_2 e^{m_2 - m'}, \qquad
+#   a' = a_1 e^{m_1 - m'} + a_2 e^{m_2 - m'} .$$
+#
+# Every factor $e^{m_i - m'}$ is at most 1, so nothing overflows; and the merged sums are the
+# same sums, regrouped, so the result is exact up to the order of floating-point additions.
+#
+# **Predict first.** We split 4,096 keys into 8 blocks, score one query block against each
+# with `ringsim.block_attention`, and merge the partials left to right. After merging only
+# the first 3 blocks, is the running output $a/\ell$ *close* to the final answer? And after
+# all 8, how far is it from the float64 reference?
+#
+# <details><summary>Answer</summary>
+#
+# After 3 of 8 blocks it is the exact attention over those 1,536 keys only: a different
+# weighted average, so it is far from the final answer (errors of order 1). After the
+# last block it equals the reference to about $10^{-16}$ in float64: the same terms, summed
+# in a different order.
+#
+# </details>
+
+# %%
+n_keys, d, blocks = scaled(4096, multiple=64), 64, 8
+q = rng.standard_normal((16, d))
+k = rng.standard_normal((n_keys, d))
+v = rng.standard_normal((n_keys, d))
+scale = 1 / np.sqrt(d)
+exact = ringsim.reference_attention(q, k, v)  # float64, the whole score matrix
+
+state = empty_partial(q.shape, np.float64)
+history = []
+for k_block, v_block in zip(np.split(k, blocks), np.split(v, blocks), strict=True):
+    part = ringsim.block_attention(q, k_block, v_block, scale=scale)
+    state = ringsim.merge(state, part)
+    history.append((state.row_max[0], state.row_sum[0], relative_error(state.out, exact).max()))
+for i, (m, ell, err) in enumerate(history):
+    print(f"after block {i}: row_max = {m:5.2f}  row_sum = {ell:8.1f}  error = {err:.1e}")
+
+# %%
+row_max, row_sum, error = map(np.array, zip(*history, strict=True))
+fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(9, 3))
+steps = np.arange(1, blocks + 1)
+axes[0].step(steps, row_max, where="mid", color="C0")
+axes[0].set_title("running max $m$ (row 0)")
+axes[1].plot(steps, row_sum, "o-", color="C1", ms=4)
+axes[1].set_title(r"running sum $\ell$ (row 0)")
+axes[2].semilogy(steps, np.maximum(error, 1e-17), "o-", color="C3", ms=4)
+axes[2].set_title("error of $a/\\ell$ vs exact")
+for ax in axes:
+    ax.set_xlabel("blocks merged")
+plt.show()
+
+# %% [markdown]
+# *Figure 2.1. What to notice:* the running maximum only ever steps up, and when it does the
+# running sum is rescaled (it can dip) rather than restarted. The error stays of order one
+# until the last block arrives, then drops to rounding level: a partial answer is not an
+# approximation of the final one, it is the exact answer for fewer keys.
+
+# %% [markdown]
+# ## Any order, any grouping
+#
+# `merge` is associative and commutative (up to rounding), which is what lets a ring deliver
+# the blocks to each host in a different order, and lets decoding combine partials in a tree.
+
+# %%
+parts = [
+    ringsim.block_attention(q, kb, vb, scale=scale)
+    for kb, vb in zip(np.split(k, blocks), np.split(v, blocks), strict=True)
+]
+reverse = empty_partial(q.shape, np.float64)
+for part in reversed(parts):
+    reverse = ringsim.merge(reverse, part)
+pairs = [ringsim.merge(parts[i], parts[i + 1]) for i in range(0, blocks, 2)]
+while len(pairs) > 1:
+    pairs = [ringsim.merge(pairs[i], pairs[i + 1]) for i in range(0, len(pairs), 2)]
+print(f"reverse order: {relative_error(reverse.out, exact).max():.1e}")
+print(f"as a tree:     {relative_error(pairs[0].out, exact).max():.1e}")
+
+# %% [markdown]
+# ## Huge scores
+#
+# **Predict first.** Multiply the queries by 500, so some scores are in the thousands. A
+# textbook softmax computes $e^{s_j}$ first. What does it return in float32? And the online
+# softmax?
+#
+# <details><summary>Answer</summary>
+#
+# $e^{89}$ already overflows float32, so the textbook version produces `inf / inf = nan`. The
+# online softmax only ever exponentiates $s_j - m \le 0$, so its terms are in $(0, 1]$ and it
+# returns the right answer, up to float32 rounding of scores that large (about $10^{-4}$).
+#
+# </details>
+
+# %%
+q_hot = (q * 500).astype(np.float32)
+k32, v32 = k.astype(np.float32), v.astype(np.float32)
+scores = q_hot @ k32.T * np.float32(scale)
+with np.errstate(over="ignore", invalid="ignore"):
+    textbook = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True) @ v32
+online = empty_partial(q_hot.shape, np.float32)
+for k_block, v_block in zip(np.split(k32, blocks), np.split(v32, blocks), strict=True):
+    online = ringsim.merge(online, ringsim.block_attention(q_hot, k_block, v_block, scale=scale))
+exact_hot = ringsim.reference_attention(q_hot, k32, v32)
+print(f"largest score: {scores.max():.0f}")
+print(f"textbook softmax: {np.isnan(textbook).mean():.0%} of the outputs are nan")
+print(f"online softmax:   error {relative_error(online.out, exact_hot).max():.1e}")
+
+# %% [markdown]
+# ## The precision lab: bf16 on the ring
+#
+# Real kernels compute a block in fp32 but often *return* its output in bf16 (8 significant
+# bits, a relative rounding of up to $2^{-9} \approx 0.2\%$). A ring then merges $P$ such
+# partials per query row. Where the rounding happens matters:
+#
+# - `partial_dtype="bf16"`: each block's output is rounded once, then merged in fp32;
+# - `accum_dtype="bf16"`: the *running* output is kept in bf16 and rounded after every merge.
+#
+# `ringsim.precision.error_growth` runs the ring with a fixed block per host and more and more
+# hosts, and measures each query row against the float64 reference.
+#
+# **Predict first.** Going from 1 to 64 hosts, which of the two errors grows, and roughly how?
+#
+# <details><summary>Answer</summary>
+#
+# Rounding the partials rounds each key block's contribution once (the block's log-sum-exp
+# stays in fp32, as real kernels return it); the merge then averages $P$ independently
+# rounded numbers in fp32, so the error stays at about one bf16 rounding whatever $P$ is.
+# Rounding the accumulator rounds the *running* output at every one of the $P$ steps, and
+# those errors add up: about $5\times$ more error at 64 hosts than at one. Keep accumulators
+# in fp32.
+#
+# </details>
+
+# %%
+host_counts = [1, 2, 4, 8, 16, 32, scaled(64, multiple=64)]
+lab = {
+    "exact merges (fp32)": error_growth(host_counts),
+    "partials rounded to bf16": error_growth(host_counts, partial_dtype="bf16"),
+    "accumulator kept in bf16": error_growth(host_counts, accum_dtype="bf16"),
+}
+fig, ax = plt.subplots(layout="constrained", figsize=(7, 3.6))
+for (label, rows), marker in zip(lab.items(), "osD", strict=True):
+    hosts = [r["hosts"] for r in rows]
+    ax.loglog(hosts, [r["mean_rel_error"] for r in rows], marker + "-", label=label, ms=5)
+ax.axhline(2.0**-9, color="grey", ls=":", lw=1)
+ax.text(1, 2.0**-9 * 1.3, "one bf16 rounding ($2^{-9}$)", fontsize=8, color="dimgrey")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("hosts in the ring (32 tokens per host)")
+ax.set_ylabel("mean relative error per row")
+ax.set_title("Where the bf16 rounding happens decides whether error grows with hosts")
+ax.legend(fontsize=8, loc="center right")
+plt.show()
+
+# %% [markdown]
+# *Figure 2.2. What to notice:* with exact merges the ring is as accurate as dense fp32
+# attention at any size. Rounded partials sit level at below one bf16 rounding. Only the bf16
+# accumulator climbs with the host count, because every ring step rounds the running output
+# again.
+
+# %%
+for label, rows in lab.items():
+    print(f"{label:>28}: " + "  ".join(f"P={r['hosts']}: {r['mean_rel_error']:.1e}" for r in rows))
+
+# %% [markdown]
+# ## Takeaways
+#
+# - A partial is `(acc, row_max, row_sum)`; `merge` rescales both sides to the larger maximum.
+#   The result does not depend on the order or grouping, so the ring may deliver blocks in
+#   any order.
+# - Exponentials of $s - m \le 0$ never overflow: the online softmax is *more* robust than the
+#   textbook formula, not an approximation of it.
+# - Round partials if you must; keep the running accumulator in fp32.
+#
+# Next: [blockwise attention and the blockwise feed-forward](03_blockwise.py).

@@ -1,0 +1,125 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 8. The backward pass on the ring
+#
+# Training needs gradients. The backward pass runs the same ring again: each host keeps its
+# queries and its query gradient $dQ$ at home, and every key/value block travels *with its
+# gradient accumulators* $dK, dV$; each host adds its contribution as the block passes, and
+# one extra hop after the last step brings the finished $dK, dV$ home to the block's owner.
+#
+# **You will be able to**
+#
+# - say what travels in the backward ring (and what never moves), and why one extra hop is
+#   needed;
+# - explain how the backward recomputes the probabilities from the saved log-sum-exp instead of
+#   storing the $N \times N$ matrix;
+# - compare the backward's overlap threshold and timeline with the forward's.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+import ringsim
+from ringsim import cost, plots
+from ringsim.hardware import get_hardware
+from ringsim.lessons_support import scaled, use_lesson_style
+from ringsim.precision import relative_error
+from ringsim.timing import RingConfig, simulate
+
+use_lesson_style()
+rng = np.random.default_rng(8)
+
+# %% [markdown]
+# ## The schedule
+#
+# **Predict first.** In the forward ring each host sends $P-1$ blocks. In the backward ring,
+# how many messages does a host send, and what is in the last one?
+#
+# <details><summary>Answer</summary>
+#
+# $P$: after each of the first $P-1$ steps it passes on $(K, V, dK, dV)$; after the last step
+# the block's $K, V$ are no longer needed, but its $dK, dV$ are on the wrong host (one before
+# the owner), so a final message carries only $dK, dV$ one hop home.
+#
+# </details>
+
+# %%
+print(ringsim.build_schedule(4, "zigzag", causal=True, pass_="backward", seq_len=32).describe())
+
+# %% [markdown]
+# ## Exact gradients
+#
+# Each host rebuilds $p_{ij} = e^{s_{ij} - \mathrm{lse}_i}$ for its block from the forward's
+# log-sum-exp (one number per query row), so the probabilities are exact without ever storing
+# them; with $\delta_i = \sum_j dO_{ij} O_{ij}$ (also one number per row), the softmax gradient
+# is $dS = P \circ (dP - \delta)$. We compare with the float64 reference that builds the whole
+# matrix:
+
+# %%
+n, d = scaled(256, multiple=32), 32
+q, k, v, dout = (rng.standard_normal((2, n, d)) for _ in range(4))
+exact = ringsim.reference_attention_grad(q, k, v, dout, causal=True)
+for layout in ringsim.LAYOUTS:
+    ring = ringsim.ring_attention_backward(q, k, v, dout, hosts=8, layout=layout, causal=True)
+    errors = [relative_error(g, e).max() for g, e in zip(ring, exact, strict=True)]
+    print(f"{layout:>10}: dq {errors[0]:.1e}  dk {errors[1]:.1e}  dv {errors[2]:.1e}")
+
+# %% [markdown]
+# ## Timing
+#
+# Per step the backward computes about $2.5\times$ the forward's FLOPs (it recomputes the
+# scores, then four more matmuls), and its link carries $K, V$ and $dK, dV$: twice the bytes.
+#
+# **Predict first.** So is the backward's overlap threshold higher or lower than the forward's?
+#
+# <details><summary>Answer</summary>
+#
+# Lower: compute grows $2.5\times$, traffic $2\times$, so the threshold is $2/2.5 = 0.8$ of the
+# forward's, when the gradients travel in the same dtype as $K, V$. (Sending $dK, dV$ in fp32
+# doubles their bytes and raises it to $1.2\times$.)
+#
+# </details>
+
+# %%
+a100_ib = get_hardware("a100-ib")
+kw = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False)
+fwd = cost.overlap_threshold(a100_ib, **kw)
+bwd = cost.overlap_threshold(a100_ib, pass_="backward", **kw)
+bwd32 = cost.overlap_threshold(a100_ib, pass_="backward", grad_dtype="fp32", **kw)
+print(
+    f"A100 InfiniBand: forward {fwd:,.0f}, backward {bwd:,.0f} ({bwd / fwd:.2f}x), "
+    f"backward with fp32 gradients {bwd32:,.0f} ({bwd32 / fwd:.2f}x)"
+)
+
+# %%
+runs = {}
+for pass_ in ("forward", "backward"):
+    config = RingConfig(hosts=4, seq_len=4 * 16384, hardware=a100_ib, pass_=pass_)
+    runs[f"{pass_}, 16K tokens per host"] = simulate(config).timeline
+fig = plots.plot_timelines(list(runs.items()), max_hosts=4)
+plt.show()
+
+# %% [markdown]
+# *Figure 8.1. What to notice:* at 16K tokens per host, below InfiniBand's threshold, the
+# forward waits on the link at every step. The backward's bars are wider (2.5× the compute)
+# and its messages twice as large, so it waits relatively less; and it has one more message at
+# the end, the $dK, dV$ homecoming, which no compute can hide.
+#
+# ## Takeaways
+#
+# - $dQ$ stays home; $dK, dV$ travel with their block and come home with one extra hop.
+# - The saved log-sum-exp makes the probabilities exact without the matrix.
+# - Backward: 2.5× the FLOPs, 2× the bytes, so its threshold is 0.8× the forward's.
+#
+# Next: [ring, Ulysses and all-gather; prefill and decode](09_strategies_decode.py).

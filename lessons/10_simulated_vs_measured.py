@@ -1,0 +1,138 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10. Simulated vs measured
+#
+# Every timing in lessons 5 to 9 came from the event timer. Is it right? This lesson runs a
+# real ring on this machine (separate processes passing blocks with `torch.distributed` over
+# gloo, the same schedule as the simulator), measures the machine first (`kernels.calibrate`:
+# the block compute rate and the link's latency and bandwidth), predicts the run with
+# `ringsim.timing.simulate` on that measured profile, and compares, step by step. Then it shows
+# the GPU results committed under `results/`, if there are any.
+#
+# **You will be able to**
+#
+# - calibrate a hardware profile and say what each of its numbers means;
+# - read a measured-vs-predicted ratio and tell a good prediction from a lucky one;
+# - say what a CPU ring can and cannot tell you about a GPU cluster.
+
+# %%
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from kernels.measure import measure
+from ringsim.lessons_support import scaled, use_lesson_style
+
+use_lesson_style()
+RESULTS = Path("..") / "results"
+
+# %% [markdown]
+# ## A real ring on this machine
+#
+# `kernels.measure.measure` calibrates, runs the ring in `hosts` processes (forward pass,
+# median of a few repeats of the slowest rank), predicts the same run, and reports both with
+# their ratio and the output's error against the float64 reference. We run two block sizes:
+# one below this machine's overlap threshold and one above it.
+#
+# **Predict first.** Two processes on one machine "send" a block by copying it through shared
+# memory, which is fast next to a single-threaded CPU computing attention. Which regime will
+# the runs be in, and which will the simulator predict better?
+#
+# <details><summary>Answer</summary>
+#
+# The local "link" moves gigabytes per second while one CPU thread computes a few GFLOP/s,
+# so this machine's threshold is only a few hundred tokens: the small block sits just below
+# it, the large one well above it (compute-bound). The large block should be predicted
+# closely, since the calibration measured exactly that kernel at that block size. Small
+# blocks are harder: fixed per-call costs and scheduler noise are a large share of a short
+# step.
+#
+# </details>
+
+# %%
+runs = []
+for seq_len in (scaled(256, multiple=64), scaled(2048, multiple=64)):
+    report = measure(hosts=2, seq_len=seq_len, heads=2, head_dim=32, repeats=3)
+    runs.append(report)
+    ms = {key: report[key] * 1e3 for key in ("measured_time_s", "predicted_time_s")}
+    print(
+        f"block {report['block_tokens']} tokens ({report['regime']}, threshold "
+        f"{report['overlap_threshold_tokens']:.0f} tokens):\n"
+        f"    measured {ms['measured_time_s']:.2f} ms, predicted {ms['predicted_time_s']:.2f} ms, "
+        f"ratio {report['ratio']:.2f}, error vs exact {report['max_abs_error']:.1e}"
+    )
+
+# %%
+fig, axes = plt.subplots(1, len(runs), figsize=(9, 3.6), layout="constrained")
+for ax, report in zip(axes, runs, strict=True):
+    steps = [s["step"] for s in report["steps"]]
+    width = 0.38
+    x = np.arange(len(steps))
+    ax.bar(x - width / 2, [s["measured_s"] * 1e3 for s in report["steps"]], width, label="measured")
+    ax.bar(
+        x + width / 2, [s["predicted_s"] * 1e3 for s in report["steps"]], width, label="simulated"
+    )
+    ax.set_xticks(x, [f"step {s}" for s in steps])
+    ax.set_ylabel("ms (slowest host)")
+    ax.set_title(f"{report['block_tokens']} tokens per host: ratio {report['ratio']:.2f}")
+axes[0].legend(fontsize=8)
+fig.suptitle("Real gloo ring on this machine vs the event timer on its calibrated profile")
+plt.show()
+
+# %% [markdown]
+# *Figure 10.1. What to notice:* each bar pair is one ring step on the slowest host. A ratio
+# near 1 at the larger block means the simulator, fed only two measured numbers (compute rate
+# and link), reproduces a real run; the small block usually strays further, because what
+# dominates there (process scheduling, per-call overheads) is exactly what a rate-and-latency
+# model simplifies. These numbers change from run to run and machine to machine: read them, do
+# not memorise them.
+
+# %% [markdown]
+# ## Committed results
+#
+# `results/` holds measurements committed with their date and hardware: CPU runs from this
+# kind of machine and, when someone had one, GPU runs (`gpu-*.json`).
+
+# %%
+files = sorted(RESULTS.glob("*.json"))
+gpu_files = [f for f in files if f.name.startswith("gpu")]
+for path in files:
+    data = json.loads(path.read_text())
+    rows = data if isinstance(data, list) else [data]
+    first = rows[0] if rows and isinstance(rows[0], dict) else {}
+    keys = ("when", "date", "machine", "hardware", "name", "backend", "ratio")
+    print(path.name, {k: first[k] for k in keys if k in first})
+if not gpu_files:
+    print("No GPU results (results/gpu-*.json) are committed yet: every measured number in this")
+    print("lesson comes from this CPU, and nothing here has been checked against a GPU.")
+
+# %% [markdown]
+# If the list above has no `gpu-*.json`, there is no GPU measurement to compare with yet:
+# the GPU presets in lessons 5 to 9 use datasheet numbers (see `ringsim presets`), and their
+# predictions are untested. A CPU ring checks the *simulator's logic* (the schedule, the
+# overlap, the accounting) on a machine where the two numbers it needs can be measured; it
+# says nothing about how close a GPU's kernels get to their peak, or how a real NVLink or
+# InfiniBand fabric behaves under load.
+#
+# ## Takeaways
+#
+# - Calibrate, predict, measure, compare: the ratio tells you whether the model holds on
+#   this machine.
+# - A rate-and-latency model is good where steps are long and regular, weaker where fixed
+#   costs and noise dominate.
+# - Treat GPU predictions without committed GPU measurements as hypotheses.
+#
+# Back to [the start](01_memory_wall.py).

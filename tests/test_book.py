@@ -1,0 +1,264 @@
+"""The built book, seen by a browser: every page renders its figures and math, links resolve,
+and nothing is fetched from the network.
+
+Builds the book with ``book/build.py`` (the lessons execute once, cached for
+``test_lessons.py``), then opens each page in headless Chromium (Debian's ``chromium``) over the
+DevTools protocol and asks the page itself: are the images decoded (``naturalWidth > 0``), has
+MathJax replaced every formula, which links and resources does it use.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-port=0",
+    # the book must read offline: any name lookup fails at once instead of hanging a page
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--window-size=1280,1600",
+    "about:blank",
+]
+PAGE_TIMEOUT_S = 30
+
+
+def _load_build():
+    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load_build()
+
+
+# ---------------------------------------------------------------------------------------------
+# A minimal DevTools-protocol client (websocket-client), one tab per page
+# ---------------------------------------------------------------------------------------------
+
+
+class Browser:
+    def __init__(self) -> None:
+        import websocket
+
+        exe = shutil.which("chromium") or shutil.which("chromium-browser")
+        if exe is None:
+            pytest.fail(
+                "headless Chromium is needed: apt-get install -y chromium chromium-driver",
+                pytrace=False,
+            )
+        self.profile = tempfile.mkdtemp(prefix="ringsim-chromium-")
+        self.proc = subprocess.Popen(
+            [exe, f"--user-data-dir={self.profile}", *CHROMIUM_FLAGS],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        port_file = Path(self.profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not port_file.exists() or len(port_file.read_text().split()) < 2:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.close()
+                pytest.fail("Chromium did not start its DevTools endpoint", pytrace=False)
+            time.sleep(0.1)
+        port, path = port_file.read_text().split()[:2]
+        self.ws = websocket.create_connection(f"ws://127.0.0.1:{port}{path}", timeout=60)
+        self.next_id = 0
+
+    def send(self, method: str, session: str | None = None, **params) -> dict:
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        self.ws.send(json.dumps(msg))
+        while True:
+            reply = json.loads(self.ws.recv())
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    def inspect(self, url: str) -> dict:
+        """Open ``url`` in a fresh tab, let it settle, return what ``PAGE_PROBE`` reports."""
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        try:
+            self.send("Page.navigate", session, url=url)
+            result = self.send(
+                "Runtime.evaluate",
+                session,
+                expression=PAGE_PROBE,
+                awaitPromise=True,
+                returnByValue=True,
+                timeout=PAGE_TIMEOUT_S * 1000,
+            )
+            if "exceptionDetails" in result:
+                raise RuntimeError(f"probe failed on {url}: {result['exceptionDetails']}")
+            return result["result"]["value"]
+        finally:
+            self.send("Target.closeTarget", targetId=target)
+
+    def close(self) -> None:
+        if getattr(self, "ws", None) is not None:
+            self.ws.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+# Runs inside the page: waits for the load event, MathJax and every image, then reports.
+PAGE_PROBE = """
+(async () => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  for (let i = 0; i < 200 && document.readyState !== 'complete'; i++) await sleep(50);
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  for (let i = 0; i < 100 && ![...document.images].every((im) => im.complete); i++) await sleep(50);
+  const formulas = [...document.querySelectorAll('span.math, div.math')];
+  const prose = [...document.querySelectorAll('article p, article li, article td')]
+    .filter((el) => !el.closest('pre, code, .cell_output'))
+    .map((el) => el.innerText);
+  return {
+    ready: document.readyState,
+    mathjax: Boolean(window.MathJax && MathJax.startup),
+    images: [...document.images].map((im) => ({src: im.currentSrc || im.src,
+                                             width: im.naturalWidth})),
+    formulas: formulas.length,
+    unrendered: formulas.filter((el) => !el.querySelector('mjx-container'))
+                        .map((el) => el.textContent.slice(0, 80)),
+    rawTex: prose.filter((t) => /\\\\\\(|\\\\\\[|\\$\\$|\\$[^$\\s][^$]*\\$/.test(t))
+                 .map((t) => t.slice(0, 80)),
+    links: [...document.querySelectorAll('a[href]')].map((a) => a.getAttribute('href')),
+    resources: performance.getEntriesByType('resource').map((e) => e.name),
+  };
+})()
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def book_html() -> Path:
+    index = build.build(jobs=2)
+    return index.parent
+
+
+@pytest.fixture(scope="module")
+def pages(book_html: Path) -> dict[str, dict]:
+    browser = Browser()
+    try:
+        return {
+            path.name: browser.inspect(path.as_uri())
+            for path in sorted(book_html.glob("*.html"))
+            if path.name not in ("genindex.html", "search.html")
+        }
+    finally:
+        browser.close()
+
+
+def _lesson_pages() -> list[str]:
+    return [f"{p.stem}.html" for p in build.lessons()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_lesson_has_a_page(book_html: Path) -> None:
+    missing = [name for name in ["index.html", *_lesson_pages()] if not (book_html / name).exists()]
+    assert not missing, f"pages not built: {missing}"
+
+
+@pytest.mark.parametrize("name", _lesson_pages())
+def test_lesson_page_renders_figures(pages: dict, name: str) -> None:
+    page = pages[name]
+    assert page["ready"] == "complete"
+    assert page["images"], f"{name} shows no figure"
+    broken = [im["src"][-60:] for im in page["images"] if im["width"] <= 0]
+    assert not broken, f"{name}: images that did not decode: {broken}"
+
+
+@pytest.mark.parametrize("name", _lesson_pages())
+def test_lesson_page_renders_math(pages: dict, name: str) -> None:
+    page = pages[name]
+    if page["formulas"]:
+        assert page["mathjax"], f"{name}: has formulas but MathJax did not load"
+    assert not page["unrendered"], f"{name}: formulas MathJax left as TeX: {page['unrendered']}"
+    assert not page["rawTex"], f"{name}: TeX delimiters left in the text: {page['rawTex']}"
+
+
+def test_math_is_typeset_somewhere(pages: dict) -> None:
+    typeset = [name for name, page in pages.items() if page["formulas"] and page["mathjax"]]
+    assert len(typeset) >= 5, f"MathJax typeset formulas on only {typeset}"
+
+
+def test_pages_load_nothing_from_the_network(pages: dict) -> None:
+    remote = {
+        name: [r for r in page["resources"] if urlsplit(r).scheme in ("http", "https")]
+        for name, page in pages.items()
+    }
+    remote = {name: r for name, r in remote.items() if r}
+    assert not remote, f"pages fetch remote resources (vendor them): {remote}"
+
+
+def test_pages_reference_no_remote_scripts_or_styles(book_html: Path) -> None:
+    pattern = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(https?://[^\"]+)\"")
+    remote = {
+        page.name: pattern.findall(page.read_text(encoding="utf-8"))
+        for page in book_html.glob("*.html")
+    }
+    remote = {name: urls for name, urls in remote.items() if urls}
+    assert not remote, f"pages reference remote scripts/styles: {remote}"
+
+
+def _ids(page: Path) -> set[str]:
+    return set(re.findall(r'\bid="([^"]+)"', page.read_text(encoding="utf-8")))
+
+
+def test_internal_links_resolve(book_html: Path, pages: dict) -> None:
+    broken = []
+    ids: dict[Path, set[str]] = {}
+    for name, page in pages.items():
+        for href in page["links"]:
+            parts = urlsplit(href)
+            if parts.scheme in ("http", "https", "mailto") or href.startswith("javascript:"):
+                continue
+            target = (book_html / name).parent / unquote(parts.path) if parts.path else None
+            target = (book_html / name) if target is None else target.resolve()
+            if not target.exists():
+                broken.append(f"{name} -> {href}")
+                continue
+            if parts.fragment and target.suffix == ".html":
+                known = ids.setdefault(target, _ids(target))
+                if unquote(parts.fragment) not in known:
+                    broken.append(f"{name} -> {href} (no such anchor)")
+    assert not broken, "broken internal links:\n" + "\n".join(broken)
+
+
+def test_index_links_every_lesson(pages: dict) -> None:
+    linked = {urlsplit(h).path for h in pages["index.html"]["links"]}
+    missing = [name for name in _lesson_pages() if name not in linked]
+    assert not missing, f"index.html does not link {missing}"

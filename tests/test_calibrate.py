@@ -1,0 +1,165 @@
+"""Calibration fits, the profile it saves, the prediction it feeds, and one real (tiny) gloo
+calibrate + measure round trip; plus the pure-Python parts of the GPU check script."""
+
+import json
+
+import numpy as np
+import pytest
+
+from kernels.calibrate import Calibration, calibrate_data, fit_line, save_calibration
+from kernels.measure import _step_durations, measure, predict
+from ringsim.cost import attention_flops
+from ringsim.hardware import load_profile
+
+pytestmark = pytest.mark.torch
+
+
+def _synthetic(rate=2e10, overhead=1e-4, bandwidth=1e9, latency=5e-4) -> Calibration:
+    cal = Calibration("gloo", "fp32", heads=2, head_dim=32, threads=1, hosts=2, when="today")
+    for c in (64, 128, 256, 512):
+        flops = attention_flops(c, c, 2, 32)
+        cal.compute.append({"block_tokens": c, "flops": flops, "seconds": overhead + flops / rate})
+    for n in (1024, 65536, 1 << 20):
+        row = {"bytes": n, "seconds": latency + n / bandwidth}
+        cal.exchange.append(row)
+        cal.pingpong.append(dict(row))
+    return cal
+
+
+def test_fit_line_recovers_rate_and_intercept():
+    x = np.array([1e6, 4e6, 1.6e7, 6.4e7])
+    fit = fit_line(x, 2e-4 + x / 5e9)
+    assert fit.rate == pytest.approx(5e9, rel=1e-9)
+    assert fit.intercept == pytest.approx(2e-4, rel=1e-6)
+    # noise that would give a negative intercept is clamped to a line through the origin
+    fit = fit_line([1.0, 2.0], [1.0, 2.5])
+    assert fit.intercept == 0 and fit.rate > 0
+    with pytest.raises(ValueError, match="two distinct"):
+        fit_line([1.0, 1.0], [1.0, 2.0])
+
+
+def test_effective_rate_includes_the_per_call_overhead():
+    cal = _synthetic()
+    flops = attention_flops(256, 256, 2, 32)
+    assert cal.rate_at(256) == pytest.approx(flops / (1e-4 + flops / 2e10), rel=1e-9)
+    assert cal.rate_at(181) < cal.rate_at(256) < 2e10  # interpolated, overhead shrinks with c
+    big = attention_flops(4096, 4096, 2, 32)  # outside the measured range: the fit
+    assert cal.rate_at(4096) == pytest.approx(big / (1e-4 + big / 2e10), rel=1e-6)
+    hw = cal.hardware(block_tokens=256)
+    assert hw.flops_for("fp32") == pytest.approx(cal.rate_at(256))
+    assert hw.link_bandwidth == pytest.approx(1e9) and hw.link_latency == pytest.approx(5e-4)
+
+
+def test_profile_saves_loadable_and_data_stays_out_of_the_preset_glob(tmp_path):
+    cal = _synthetic()
+    profile, data = save_calibration(cal, tmp_path / "cpu-profile-2099-01-01.json")
+    hw = load_profile(profile)
+    assert hw.link_bandwidth == pytest.approx(1e9)
+    assert not data.name.startswith("cpu-profile")
+    again = Calibration.from_json(json.loads(data.read_text()))
+    assert again.rate_at(128) == pytest.approx(cal.rate_at(128))
+
+
+def test_prediction_of_a_compute_bound_ring_is_steps_times_block_time():
+    cal = _synthetic(latency=1e-6, bandwidth=1e12)
+    sim, _hw = predict(
+        cal, hosts=2, seq_len=512, heads=2, kv_heads=None, head_dim=32, layout="contiguous",
+        causal=False,
+    )  # fmt: skip
+    block = cal.block_seconds(256)
+    assert sim.summary()["total_time_s"] == pytest.approx(2 * block, rel=1e-3)
+    steps = _step_durations(sim.timeline.compute_end, sim.timeline.recv_end)
+    np.testing.assert_allclose(steps, [block, block], rtol=1e-3)
+
+
+def test_step_durations_take_the_slowest_host_and_the_arrival():
+    nan = np.nan
+    compute_end = np.array([[1.0, 2.0], [3.0, 3.5]])
+    recv_end = np.array([[2.5, 1.0], [nan, nan]])
+    steps = _step_durations(compute_end, recv_end)
+    np.testing.assert_allclose(steps, [2.5, 1.5])  # host 0 waits for its block until 2.5
+
+
+def test_real_calibration_and_measurement_on_gloo():
+    """Tiny sizes, two local ranks: the pipeline runs, the profile is valid, the ring is exact
+    and the prediction is in the right range (not the 10% target: this runs beside other CI
+    jobs on shared cores)."""
+    cal = calibrate_data(
+        "gloo", heads=2, head_dim=16, sizes=[32, 64, 128], link_bytes=[1024, 65536], repeats=3
+    )
+    assert cal.rate_at(64) > 0 and cal.link_fit().rate > 0
+    report = measure(seq_len=256, heads=2, head_dim=16, causal=True, layout="zigzag",
+                     calibration=cal, repeats=3)  # fmt: skip
+    paired = measure(seq_len=128, heads=2, head_dim=16, causal=False, repeats=2)
+    assert paired["calibration"].startswith("paired") and len(paired["predicted_times_s"]) == 2
+    assert paired["max_abs_error"] < 1e-5 and 0.1 < paired["ratio"] < 10
+    for key in ("hosts", "backend", "measured_time_s", "predicted_time_s", "ratio"):
+        assert key in report
+    assert report["hosts"] == 2 and report["backend"] == "gloo"
+    assert report["max_abs_error"] < 1e-5
+    assert 0.1 < report["ratio"] < 10
+    assert len(report["steps"]) == 2
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="backend"):
+        calibrate_data("mpi")
+    with pytest.raises(ValueError, match="backend"):
+        measure(backend="cuda", calibration=_synthetic())
+    from kernels.calibrate import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--sizes", "12,x"])
+
+
+# ---- the GPU check's pure-Python parts (the GPU sections cannot run here) -----------------
+
+
+def test_gpu_check_budget_skips_sections_that_do_not_fit(tmp_path):
+    from kernels.gpu_check import Budget, Report
+
+    now = [0.0]
+    budget = Budget(100, clock=lambda: now[0])
+    report = Report(tmp_path / "gpu.json", {"device": "test"})
+    report.run("fits", lambda: {"value": 1}, budget, estimate_s=50)
+    now[0] = 80.0
+    report.run("too_long", lambda: {"value": 2}, budget, estimate_s=50)
+    report.run("broken", lambda: 1 / 0, budget, estimate_s=10)
+    data = json.loads((tmp_path / "gpu.json").read_text())
+    assert data["sections"]["fits"]["value"] == 1
+    assert "too_long" in data["skipped"] and "20 s left" in data["skipped"]["too_long"]
+    assert "ZeroDivisionError" in data["errors"]["broken"]
+    with pytest.raises(ValueError, match="budget"):
+        Budget(0)
+
+
+def test_gpu_check_names_args_and_flops(monkeypatch, tmp_path):
+    from kernels.gpu_check import attention_tflops, default_out, device_slug, parse_args
+
+    assert device_slug("NVIDIA H200") == "h200"
+    assert device_slug("NVIDIA A100-SXM4-80GB") == "a100"
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert default_out("NVIDIA H200", "2030-01-02") == tmp_path / "gpu-h200-2030-01-02.json"
+    # 4 b h c^2 d FLOPs in one second; causal halves them, backward is 2.5x
+    assert attention_tflops(1, 1, 10_000, 2_500, 1.0, causal=False) == pytest.approx(1.0)
+    assert attention_tflops(1, 1, 10_000, 2_500, 1.0, causal=True, backward=True) == pytest.approx(
+        1.25
+    )
+    assert parse_args(["--quick"]).budget_s == 420
+    with pytest.raises(SystemExit):
+        parse_args(["--sections", "speed,warp"])
+    with pytest.raises(SystemExit):
+        parse_args(["--budget-s", "-3"])
+
+
+def test_gpu_check_without_a_gpu_writes_why(tmp_path):
+    import torch
+
+    from kernels.gpu_check import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this test is about machines without a GPU")
+    out = tmp_path / "gpu.json"
+    assert main(["--out", str(out), "--budget-s", "5"]) == 1
+    data = json.loads(out.read_text())
+    assert "no CUDA device" in data["errors"]["device"] and data["sections"] == {}

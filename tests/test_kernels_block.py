@@ -1,0 +1,245 @@
+"""The block kernels (Triton under TRITON_INTERPRET=1, and plain torch) against ringsim's exact
+reference: every layout's positions, causal or not, GQA, segments, fully masked rows.
+
+The interpreter runs each Triton program in NumPy, so shapes are small (blocks of 24 tokens
+cut into 16-token tiles, so padding and tile skipping are exercised).
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels.triton_block is imported
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kernels
+import ringsim
+from kernels.block import block_attention, block_attention_backward
+from ringsim.attention import Partial, merge
+from ringsim.attention import block_attention as np_block_attention
+from ringsim.masks import count_visible
+
+pytestmark = pytest.mark.torch
+BACKENDS = ["torch", "triton"]
+TOL = dict(atol=2e-5, rtol=2e-5)
+
+
+def _qkv(rng, heads=2, kv_heads=1, seq=48, dim=8, batch=1):
+    def draw(h):
+        return torch.from_numpy(rng.standard_normal((batch, h, seq, dim)).astype(np.float32))
+
+    return draw(heads), draw(kv_heads), draw(kv_heads), draw(heads)
+
+
+def test_kernels_is_this_repository():
+    repo = Path(__file__).resolve().parents[1]
+    assert Path(kernels.__file__).resolve().parent == repo / "kernels"
+
+
+@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_blocks_merged_over_a_ring_equal_reference(layout, causal):
+    """Two hosts: every (query block, kv block) pair through the kernel, merged with the lse,
+    equals dense attention; the backward from the final lse equals the exact gradients."""
+    rng = np.random.default_rng(1)
+    q, k, v, dout = _qkv(rng)
+    pos = ringsim.host_positions(layout, 2, q.shape[-2])
+    ref = ringsim.reference_attention(q.numpy(), k.numpy(), v.numpy(), causal=causal)
+    ref_grads = ringsim.reference_attention_grad(
+        q.numpy(), k.numpy(), v.numpy(), dout.numpy(), causal=causal
+    )
+    grads = [np.zeros(x.shape) for x in (q, k, v)]
+    for i in range(2):
+        qi, doi = q[..., pos[i], :], dout[..., pos[i], :]
+        state = None
+        parts = []
+        for j in range(2):
+            kw = dict(q_pos=pos[i], k_pos=pos[j], causal=causal, backend="triton")
+            out, lse = block_attention(qi, k[..., pos[j], :], v[..., pos[j], :], **kw)
+            part = Partial.from_out_lse(out.double().numpy(), lse.double().numpy())
+            state = part if state is None else merge(state, part)
+            parts.append(kw)
+        np.testing.assert_allclose(state.out, ref[..., pos[i], :], **TOL)
+        lse_i = torch.from_numpy(state.lse).float()
+        out_i = torch.from_numpy(state.out).float()
+        for j, kw in enumerate(parts):
+            dq, dk, dv = block_attention_backward(
+                qi, k[..., pos[j], :], v[..., pos[j], :], doi, out_i, lse_i, **kw
+            )
+            grads[0][..., pos[i], :] += dq.numpy()
+            grads[1][..., pos[j], :] += dk.numpy()
+            grads[2][..., pos[j], :] += dv.numpy()
+    for got, want in zip(grads, ref_grads, strict=True):
+        np.testing.assert_allclose(got, want, atol=5e-5, rtol=5e-5)
+
+
+def _np_block(q, k, v, q_pos, k_pos, causal, q_seg=None, k_seg=None):
+    part = np_block_attention(
+        q.double().numpy(),
+        k.double().numpy(),
+        v.double().numpy(),
+        scale=q.shape[-1] ** -0.5,
+        q_pos=q_pos,
+        k_pos=k_pos,
+        causal=causal,
+        q_seg=q_seg,
+        k_seg=k_seg,
+    )
+    return part.out, part.lse
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_random_unsorted_positions_and_segments(backend):
+    """Positions in any order and document ids: the mask rule, not the layout, decides."""
+    rng = np.random.default_rng(2)
+    q, k, v, _ = _qkv(rng, heads=3, kv_heads=3, seq=20, dim=16)
+    k, v = k[..., :18, :], v[..., :18, :]  # cq != ck
+    q_pos, k_pos = rng.permutation(40)[:20], rng.permutation(40)[:18]
+    q_seg, k_seg = rng.integers(0, 3, 20), rng.integers(0, 3, 18)
+    for causal in (False, True):
+        for seg in ((None, None), (q_seg, k_seg)):
+            out, lse = block_attention(
+                q, k, v, q_pos=q_pos, k_pos=k_pos, causal=causal, q_seg=seg[0], k_seg=seg[1],
+                backend=backend,
+            )  # fmt: skip
+            want_out, want_lse = _np_block(q, k, v, q_pos, k_pos, causal, *seg)
+            np.testing.assert_allclose(out.numpy(), want_out, **TOL)
+            np.testing.assert_array_equal(np.isneginf(lse.numpy()), np.isneginf(want_lse))
+            live = np.isfinite(want_lse)
+            np.testing.assert_allclose(lse.numpy()[live], want_lse[live], **TOL)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fully_masked_rows_give_zero_output_and_no_nan(backend):
+    """Keys all in the future of some queries: those rows get lse=-inf, out=0, zero grads."""
+    rng = np.random.default_rng(3)
+    q, k, v, dout = _qkv(rng, heads=2, kv_heads=2, seq=20, dim=8)
+    q_pos = np.arange(20)
+    k_pos = np.arange(10, 30)  # queries 0..9 see nothing
+    out, lse = block_attention(q, k, v, q_pos=q_pos, k_pos=k_pos, causal=True, backend=backend)
+    assert torch.isneginf(lse[..., :10]).all() and torch.isfinite(lse[..., 10:]).all()
+    assert (out[..., :10, :] == 0).all() and torch.isfinite(out).all()
+    grads = block_attention_backward(
+        q, k, v, dout, out, lse, q_pos=q_pos, k_pos=k_pos, causal=True, backend=backend
+    )
+    for g in grads:
+        assert torch.isfinite(g).all()
+    assert (grads[0][..., :10, :] == 0).all()
+    # an entirely empty block (kv wholly in the future): nothing computed, nothing NaN
+    out, lse = block_attention(
+        q, k, v, q_pos=q_pos, k_pos=q_pos + 100, causal=True, backend=backend
+    )
+    assert torch.isneginf(lse).all() and (out == 0).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gqa_two_dim_and_batch_shapes(backend):
+    rng = np.random.default_rng(4)
+    q, k, v, dout = _qkv(rng, heads=4, kv_heads=2, seq=17, dim=5, batch=2)
+    out, lse = block_attention(q, k, v, causal=True, backend=backend)
+    assert out.shape == q.shape and lse.shape == q.shape[:-1]
+    ref = ringsim.reference_attention(q.numpy(), k.numpy(), v.numpy(), causal=True)
+    np.testing.assert_allclose(out.numpy(), ref, **TOL)
+    grads = block_attention_backward(q, k, v, dout, out, lse, causal=True, backend=backend)
+    want = ringsim.reference_attention_grad(
+        q.numpy(), k.numpy(), v.numpy(), dout.numpy(), causal=True
+    )
+    for got, w in zip(grads, want, strict=True):
+        assert got.shape == w.shape
+        np.testing.assert_allclose(got.numpy(), w, atol=5e-5, rtol=5e-5)
+    out2, lse2 = block_attention(q[0, 0], k[0, 0], v[0, 0], backend=backend)  # (c, d): one head
+    ref2 = ringsim.reference_attention(q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy())
+    np.testing.assert_allclose(out2.numpy(), ref2, **TOL)
+    assert lse2.shape == (17,)
+
+
+@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+def test_tile_skipping_matches_the_cost_models_tile_count(layout):
+    """The kernel visits, per query tile, the range [lo, hi) of key tiles; for every layout's
+    sorted positions that range holds exactly the live tiles, and the live tiles cover exactly
+    the pairs ``ringsim.masks.count_visible(tile=T)`` charges."""
+    from kernels.block import check_block_args
+    from kernels.triton_block import live_tiles, tile_ranges
+
+    tile, hosts, seq = 4, 4, 128
+    pos = ringsim.host_positions(layout, hosts, seq)
+    x = torch.zeros(1, 1, seq // hosts, 8)
+    for i in range(hosts):
+        for j in range(hosts):
+            args = check_block_args(
+                x, x, x, q_pos=pos[i], k_pos=pos[j], causal=True, scale=None, q_seg=None,
+                k_seg=None,
+            )  # fmt: skip
+            live = live_tiles(args, tile, tile)
+            lo, hi = tile_ranges(live)
+            assert int((hi - lo).sum()) == int(live.sum())  # nothing dead inside a range
+            want = count_visible(pos[i], pos[j], causal=True, tile=tile)
+            assert int(live.sum()) * tile * tile == want
+
+
+@given(
+    seq=st.integers(1, 12),
+    kv_seq=st.integers(1, 12),
+    group=st.sampled_from([1, 2]),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_torch_backend_equals_numpy_block(seq, kv_seq, group, causal, seed):
+    rng = np.random.default_rng(seed)
+    q = torch.from_numpy(rng.standard_normal((group, seq, 4)).astype(np.float32))
+    k = torch.from_numpy(rng.standard_normal((1, kv_seq, 4)).astype(np.float32))
+    v = torch.from_numpy(rng.standard_normal((1, kv_seq, 4)).astype(np.float32))
+    q_pos, k_pos = rng.integers(0, 20, seq), rng.integers(0, 20, kv_seq)
+    out, lse = block_attention(q, k, v, q_pos=q_pos, k_pos=k_pos, causal=causal, backend="torch")
+    want_out, want_lse = _np_block(q, k, v, q_pos, k_pos, causal)
+    np.testing.assert_allclose(out.numpy(), want_out, **TOL)
+    np.testing.assert_allclose(lse.numpy(), want_lse, **TOL)
+
+
+def test_bad_arguments_name_the_argument():
+    x = torch.zeros(2, 4, 8)
+    with pytest.raises(ValueError, match="backend"):
+        block_attention(x, x, x, backend="cuda")
+    with pytest.raises(ValueError, match="q_pos"):
+        block_attention(x, x, x, q_pos=np.arange(3))
+    with pytest.raises(ValueError, match="heads"):
+        block_attention(torch.zeros(3, 4, 8), x, x)
+    with pytest.raises(ValueError, match="q_seg"):
+        block_attention(x, x, x, q_seg=np.zeros(4, int))
+    with pytest.raises(ValueError, match="q must be a float"):
+        block_attention(x.int(), x, x)
+    with pytest.raises(ValueError, match="scale"):
+        block_attention(x, x, x, scale=float("nan"))
+
+
+@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+def test_tiled_torch_path_skips_tiles_and_stays_exact(layout):
+    """Small tiles (4 tokens) on every layout's diagonal and off-diagonal blocks, with
+    segments: the tiled torch forward/backward equal the untiled one."""
+    from kernels import torch_block
+    from kernels.block import check_block_args
+
+    rng = np.random.default_rng(5)
+    q, k, v, dout = _qkv(rng, heads=2, kv_heads=1, seq=24, dim=4)
+    pos = ringsim.host_positions(layout, 2, 48)
+    seg = np.repeat(np.arange(4), 12)
+    for i, j in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        for segs in ((None, None), (seg[pos[i]], seg[pos[j]])):
+            args = check_block_args(
+                q, k, v, q_pos=pos[i], k_pos=pos[j], causal=True, scale=None, q_seg=segs[0],
+                k_seg=segs[1],
+            )  # fmt: skip
+            out, lse = torch_block.forward(args, tile=4)
+            want_out, want_lse = torch_block.forward(args, tile=24)
+            torch.testing.assert_close(out, want_out)
+            torch.testing.assert_close(lse, want_lse)
+            delta = (dout * out).sum(-1)
+            got = torch_block.backward(args, dout, lse, delta, tile=4)
+            want = torch_block.backward(args, dout, lse, delta, tile=24)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w)

@@ -1,0 +1,166 @@
+"""The torch.distributed ring (gloo, local processes) against ringsim's exact reference, and
+its behaviour when ranks die, never join, or disagree.
+
+Starting processes dominates the cost (each imports torch), so each launch runs several
+problems in one process group.
+"""
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+import ringsim
+from kernels.ring import (
+    RingError,
+    RunConfig,
+    assemble,
+    launch,
+    merge_out_lse,
+    ring_attention,
+    run_configs,
+    shard,
+    unshard,
+)
+
+pytestmark = pytest.mark.torch
+TOL = dict(atol=2e-5, rtol=2e-5)
+
+
+def _check_against_reference(results, config):
+    """Output and gradients, per rank and per token: rank r must hold exactly the reference
+    rows at its own positions (a dk/dv accumulator sent home to the wrong owner fails here)."""
+    q, k, v, dout = (x.double().numpy() for x in config.inputs(torch.device("cpu")))
+    out = ringsim.reference_attention(q, k, v, causal=config.causal)
+    grads = dict(
+        zip(
+            ("dq", "dk", "dv"),
+            ringsim.reference_attention_grad(q, k, v, dout, causal=config.causal),
+            strict=True,
+        )
+    )
+    hosts = len(results)
+    pos = ringsim.host_positions(config.layout, hosts, config.seq_len)
+    for rank, res in enumerate(results):
+        np.testing.assert_allclose(res["out"], out[..., pos[rank], :], **TOL)
+        for name, want in grads.items():
+            np.testing.assert_allclose(res[name], want[..., pos[rank], :], **TOL, err_msg=name)
+    np.testing.assert_allclose(assemble(results, "dk", config.layout), grads["dk"], **TOL)
+
+
+def _configs_then_mismatch(rank, hosts, configs):
+    """The configs, then a call where rank 1's block is longer: every rank must refuse it."""
+    results = run_configs(rank, hosts, configs)
+    c = 4 + 2 * rank
+    x = torch.zeros(1, 2, c, 8)
+    try:
+        ring_attention(x, x, x, layout="contiguous", timeout_s=10)
+        results.append("no error")
+    except ValueError as err:
+        results.append(str(err))
+    return results
+
+
+def test_two_ranks_every_layout_causal_or_not_gqa():
+    configs = [
+        RunConfig(24, heads=4, kv_heads=2, head_dim=8, layout=layout, causal=causal, seed=i)
+        for i, (layout, causal) in enumerate(
+            (layout, causal) for layout in ringsim.LAYOUTS for causal in (False, True)
+        )
+    ]
+    per_rank = launch(_configs_then_mismatch, 2, args=(configs,), timeout_s=30)
+    for i, config in enumerate(configs):
+        _check_against_reference([r[i] for r in per_rank], config)
+    for r in per_rank:
+        assert "disagree" in r[-1] and "q_shape" in r[-1], r[-1]
+
+
+def test_four_ranks_causal_layouts_and_timelines():
+    configs = [
+        RunConfig(32, heads=2, kv_heads=1, head_dim=8, layout="zigzag", causal=True, seed=7),
+        RunConfig(16, heads=3, head_dim=4, layout="striped", causal=False, seed=8, batch=2),
+        RunConfig(16, heads=2, head_dim=8, layout="contiguous", causal=True, seed=9),
+    ]
+    per_rank = launch(run_configs, 4, args=(configs,), timeout_s=30)
+    for i, config in enumerate(configs):
+        _check_against_reference([r[i] for r in per_rank], config)
+    # contiguous causal: rank 0 skips every block but its own, rank 3 computes all four
+    timelines = [r[2]["forward_timeline"] for r in per_rank]
+    computed = [int(np.isfinite(t["compute_start"]).sum()) for t in timelines]
+    assert computed == [1, 2, 3, 4]
+    for t in timelines:
+        assert np.all(t["compute_end"][np.isfinite(t["compute_end"])] >= 0)
+        assert np.isnan(t["send_start"][-1])  # the last forward step sends nothing
+        assert np.all(t["recv_end"][:-1] >= t["recv_start"][:-1])
+    backward = per_rank[0][2]["backward_timeline"]
+    assert backward["compute_start"].shape == (5,)  # 4 steps + the homecoming hop
+    assert np.isfinite(backward["recv_end"][4])
+
+
+def _lonely(rank, hosts):
+    return "unreachable"
+
+
+def test_rank_that_never_joins_fails_fast():
+    start = time.monotonic()
+    with pytest.raises(RingError, match="rendezvous"):
+        launch(_lonely, 3, ranks=[0, 1], timeout_s=4, deadline_s=20)
+    assert time.monotonic() - start < 20
+
+
+def _dies_mid_ring(rank, hosts):
+    """Rank 1 passes the header check, then dies before its first transfer."""
+    x = torch.ones(1, 1, 4, 8)
+    from kernels.ring import Ring, _header, check_agreement
+
+    ring = Ring("contiguous", False, 4 * hosts, timeout_s=5)
+    check_agreement(ring, _header(ring, x, x, x, 1.0))
+    if rank == 1:
+        os._exit(3)
+    return ring_attention(x, x, x, ring=ring, check=False)
+
+
+def test_rank_that_dies_mid_ring_fails_fast():
+    start = time.monotonic()
+    with pytest.raises(RingError) as info:
+        launch(_dies_mid_ring, 2, timeout_s=5, deadline_s=20)
+    message = str(info.value)
+    assert "rank 0" in message and "step 0" in message
+    assert "[1] did not answer" in message
+    assert time.monotonic() - start < 20
+
+
+def test_merge_out_lse_is_the_online_softmax():
+    rng = np.random.default_rng(0)
+    scores = rng.standard_normal((3, 10))
+    values = rng.standard_normal((10, 4))
+    parts = []
+    for cols in (slice(0, 4), slice(4, 10)):
+        s = scores[:, cols]
+        lse = np.log(np.exp(s).sum(1))
+        parts.append((torch.tensor(np.exp(s - lse[:, None]) @ values[cols]), torch.tensor(lse)))
+    empty = (torch.zeros(3, 4, dtype=torch.float64), torch.full((3,), -np.inf, dtype=torch.float64))
+    out, lse = merge_out_lse(*merge_out_lse(*empty, *parts[0]), *parts[1])
+    probs = np.exp(scores) / np.exp(scores).sum(1, keepdims=True)
+    np.testing.assert_allclose(out.numpy(), probs @ values, atol=1e-12)
+    out, lse = merge_out_lse(*empty, *empty)
+    assert torch.isneginf(lse).all() and (out == 0).all()
+
+
+@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+def test_shard_unshard_roundtrip(layout):
+    x = torch.arange(2 * 24 * 3, dtype=torch.float32).reshape(2, 24, 3)
+    blocks = [shard(x, layout, 4, r) for r in range(4)]
+    pos = ringsim.host_positions(layout, 4, 24)
+    assert torch.equal(blocks[1], x[:, pos[1], :])
+    assert torch.equal(unshard(blocks, layout), x)
+
+
+def test_ring_attention_needs_an_initialised_group():
+    assert not dist.is_initialized()
+    x = torch.zeros(1, 4, 8)
+    with pytest.raises(ValueError, match=r"torch\.distributed"):
+        ring_attention(x, x, x)

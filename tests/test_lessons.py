@@ -1,0 +1,92 @@
+"""Every lesson executes top to bottom, and has the parts a lesson promises.
+
+Execution goes through ``book/build.py``'s cache (keyed by the lesson, the library sources and
+``results/``), so when ``tests/test_book.py`` has already built the book, nothing runs twice;
+run alone, this file executes each lesson itself. A failing cell fails the test with the
+cell's traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LESSON_SECONDS = 120  # lessons aim at well under a minute; this catches a runaway one
+
+
+def _load_build():
+    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load_build()
+LESSONS = build.lessons()
+
+
+def test_the_ten_lessons_are_there() -> None:
+    assert [p.name[:2] for p in LESSONS] == [f"{i:02d}" for i in range(1, 11)]
+    assert (ROOT / "lessons" / "index.md").exists()
+
+
+@pytest.fixture(scope="module", params=LESSONS, ids=lambda p: p.stem)
+def executed(request) -> dict:
+    path = build.execute_lesson(request.param)
+    return json.loads(path.read_text())
+
+
+def _outputs(nb: dict) -> list[dict]:
+    return [out for cell in nb["cells"] if cell["cell_type"] == "code" for out in cell["outputs"]]
+
+
+def _markdown(nb: dict) -> str:
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
+def test_every_cell_ran_without_error(executed: dict) -> None:
+    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    assert code, "a lesson without code"
+    assert all(c["execution_count"] is not None for c in code)
+    errors = [o for o in _outputs(executed) if o["output_type"] == "error"]
+    assert not errors, errors
+    stderr = [
+        "".join(o["text"])
+        for o in _outputs(executed)
+        if o["output_type"] == "stream" and o["name"] == "stderr"
+    ]
+    assert not stderr, f"a lesson wrote to stderr (warnings?): {stderr}"
+
+
+def test_lesson_ran_in_time(executed: dict) -> None:
+    seconds = executed["metadata"]["ringsim"]["seconds"]
+    assert seconds < MAX_LESSON_SECONDS, f"lesson took {seconds:.0f} s"
+
+
+def test_lesson_has_a_figure(executed: dict) -> None:
+    figures = [
+        o
+        for o in _outputs(executed)
+        if o["output_type"] in ("display_data", "execute_result") and "image/png" in o["data"]
+    ]
+    assert figures, "every lesson shows at least one figure"
+
+
+def test_lesson_has_goals_predictions_and_captions(executed: dict) -> None:
+    text = _markdown(executed)
+    assert "You will be able to" in text
+    assert "Predict first" in text
+    assert text.count("<details>") >= 1 and text.count("<details>") == text.count("</details>")
+    assert "What to notice" in text, "figures need a caption saying what to notice"
+
+
+def test_lesson_scale_knob_is_validated(monkeypatch) -> None:
+    from ringsim.lessons_support import lesson_scale
+
+    monkeypatch.setenv("RINGSIM_LESSON_SCALE", "zero")
+    with pytest.raises(ValueError, match="RINGSIM_LESSON_SCALE"):
+        lesson_scale()
