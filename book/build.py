@@ -160,10 +160,21 @@ def execute_all(jobs: int = 2, *, use_cache: bool = True) -> list[Path]:
     todo = lessons()
     if jobs <= 1:
         return [execute_lesson(p, use_cache=use_cache) for p in todo]
-    # threads are enough: each lesson runs in its own kernel process
+    # One Python process per lesson: two nbclient clients driven from threads of one process
+    # share jupyter's event-loop machinery, and we saw a cell stall for minutes that way.
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(execute_lesson, p, use_cache=use_cache) for p in todo]
+        futures = [pool.submit(_execute_in_subprocess, p, use_cache) for p in todo]
         return [f.result() for f in futures]
+
+
+def _execute_in_subprocess(lesson: Path, use_cache: bool) -> Path:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--execute", str(lesson)]
+    done = subprocess.run(
+        cmd + ([] if use_cache else ["--no-cache"]), capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"lesson {lesson.name} failed:\n{done.stdout}\n{done.stderr}")
+    return EXECUTED / f"{lesson.stem}.ipynb"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--no-cache", action="store_true", help="re-execute every lesson")
+    parser.add_argument("--execute", metavar="LESSON", help="only execute this one lesson")
     args = parser.parse_args(argv)
+    if args.execute:
+        print(execute_lesson(Path(args.execute), use_cache=not args.no_cache))
+        return 0
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     index = build(args.jobs, use_cache=not args.no_cache)

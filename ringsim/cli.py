@@ -413,10 +413,10 @@ def describe(config, strategy: str = "ring") -> str:
 # -- ringsim presets ------------------------------------------------------------------------
 def cmd_presets(args: argparse.Namespace) -> int:
     from ringsim.cost import overlap_threshold
-    from ringsim.hardware import PRESETS
+    from ringsim.hardware import all_hardware
 
     rows = []
-    for name, hw in PRESETS.items():
+    for name, hw in all_hardware().items():
         # the paper's convention is bf16; a calibrated CPU profile only knows its own dtype
         dtype = "bf16" if "bf16" in hw.flops else next(iter(hw.flops))
         threshold = overlap_threshold(hw, heads=32, kv_heads=32, head_dim=128, dtype=dtype)

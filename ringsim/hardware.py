@@ -8,7 +8,9 @@ the one-way rate is what bounds a transfer.
 
 A calibrated profile (FLOP/s and bandwidth measured on this machine by the real backend) is
 saved with ``save_profile`` as JSON under ``results/``; any ``results/cpu-profile*.json`` found
-there becomes the preset ``cpu-calibrated``.
+there becomes the profile ``cpu-calibrated``. Calibrated profiles live in ``CALIBRATED``, not
+``PRESETS``: a preset states peak rates for every dtype of the paper's comparison, while a
+calibrated profile knows only the dtype it was measured at. ``get_hardware`` finds both.
 """
 
 from __future__ import annotations
@@ -205,14 +207,21 @@ def _calibrated_presets() -> dict[str, Hardware]:
     return {}
 
 
-PRESETS: dict[str, Hardware] = {hw.name: hw for hw in _BUILTIN} | _calibrated_presets()
+PRESETS: dict[str, Hardware] = {hw.name: hw for hw in _BUILTIN}
+CALIBRATED: dict[str, Hardware] = _calibrated_presets()
+
+
+def all_hardware() -> dict[str, Hardware]:
+    """The presets, then the calibrated profiles."""
+    return PRESETS | CALIBRATED
 
 
 def get_hardware(name: str) -> Hardware:
-    """The preset called ``name``."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown hardware preset {name!r}; known: {', '.join(PRESETS)}")
-    return PRESETS[name]
+    """The preset (or calibrated profile) called ``name``."""
+    known = all_hardware()
+    if name not in known:
+        raise ValueError(f"unknown hardware preset {name!r}; known: {', '.join(known)}")
+    return known[name]
 
 
 def custom_hardware(

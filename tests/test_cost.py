@@ -171,3 +171,17 @@ def test_partial_bytes_are_the_bytes_of_a_real_fp32_partial():
     assert partial_bytes(5, 16, tokens=3, batch=2) == 2 * real
     with pytest.raises(ValueError, match="heads"):
         partial_bytes(0, 16)
+
+
+def test_calibrated_profiles_are_found_by_name_but_kept_out_of_the_presets(tmp_path, monkeypatch):
+    from ringsim import hardware
+
+    profile = hardware.custom_hardware(2e10, 1e9, 2e-4, dtype="fp32")
+    path = tmp_path / "cpu-profile-test.json"
+    hardware.save_profile(profile, path)
+    monkeypatch.setattr(hardware, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(hardware, "CALIBRATED", hardware._calibrated_presets())
+    assert "cpu-calibrated" not in hardware.PRESETS
+    found = hardware.get_hardware("cpu-calibrated")
+    assert found.flops_for("fp32") == 2e10 and found.link_latency == 2e-4
+    assert list(hardware.all_hardware())[-1] == "cpu-calibrated"
