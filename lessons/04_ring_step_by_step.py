@@ -121,9 +121,8 @@ def show_step(step: int) -> None:
 
 
 slider = widgets.IntSlider(value=0, min=0, max=story.steps - 1, description="step")
-controls = widgets.interactive(show_step, step=slider)
-if not static_book():
-    display(controls)
+if not static_book():  # a static page has no kernel to answer the slider
+    display(widgets.interactive(show_step, step=slider))
 
 # %% [markdown]
 # And the last step as a still picture, to look at closely:
