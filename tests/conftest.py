@@ -2,6 +2,11 @@
 
 import os
 
+# There is no GPU here: Triton kernels run in Triton's CPU interpreter. Triton reads this when it
+# is first imported (its own library functions are jitted then), so it is set for the whole
+# session, before any test module imports triton.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(

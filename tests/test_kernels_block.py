@@ -5,7 +5,6 @@ The interpreter runs each Triton program in NumPy, so shapes are small (blocks o
 cut into 16-token tiles, so padding and tile skipping are exercised).
 """
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +21,6 @@ from ringsim.attention import block_attention as np_block_attention
 from ringsim.masks import count_visible
 
 pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(autouse=True, scope="module")
-def triton_interpreter():
-    """Run Triton in its CPU interpreter for this module only (set before the first use imports
-    ``kernels.triton_block``): a process-wide setting leaks into every later test, and the
-    lesson kernels the book tests start inherit it."""
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    yield
-    if old is None:
-        del os.environ["TRITON_INTERPRET"]
-    else:
-        os.environ["TRITON_INTERPRET"] = old
 
 
 BACKENDS = ["torch", "triton"]
