@@ -38,7 +38,11 @@ def run(
     today = date.today().isoformat()
     load_at_start = os.getloadavg()
     sizes = sorted({16, 32, *block_sizes, *(2 * c for c in block_sizes)})
-    cal = calibrate_data("gloo", heads=heads, head_dim=head_dim, sizes=sizes, repeats=repeats)
+    large = [c for c in block_sizes if c > SMALL_BLOCK] or list(block_sizes)
+    cal = calibrate_data(
+        "gloo", heads=heads, head_dim=head_dim, sizes=sizes, repeats=repeats,
+        masked_sizes=large, solo_sizes=large, step_sizes=large,
+    )  # fmt: skip
     if save_profile:
         save_calibration(cal, RESULTS / f"cpu-profile-{today}.json")
     runs = []
@@ -91,7 +95,15 @@ def run(
         "heads": heads,
         "head_dim": head_dim,
         "dtype": "fp32",
-        "calibration": {**cal.summary(), "compute": cal.compute, "exchange": cal.exchange},
+        "calibration": {
+            **cal.summary(),
+            "compute": cal.compute,
+            "exchange": cal.exchange,
+            "masked": cal.masked,
+            "solo": cal.solo,
+            "overlap": cal.overlap,
+            "pass_setup": cal.pass_setup,
+        },
         "profile": cal.hardware().source,
         "runs": runs,
         "speedups": speedups,

@@ -18,10 +18,24 @@ part of what is measured. ``backend="cuda"`` measures one GPU: the Triton kernel
 "link", host-to-device copies from pinned memory (the emulated ring member of
 ``kernels.gpu_check``).
 
-The profile (``ringsim.hardware.Hardware``, via ``save_profile``) can hold one FLOP rate only,
-so ``Calibration.hardware(block_tokens=c)`` folds the per-call overhead into the *effective*
-rate at block size ``c``; the saved default profile uses the rate at the largest block
-measured. The raw data goes beside it as JSON (``Calibration.to_json``).
+Two more measurements feed the two kernel terms of ``ringsim.hardware.Hardware``:
+
+* **masked blocks** (``masked``): the blocks a causal ring computes with a mask (the diagonal
+  block of the contiguous and the zigzag layout, zigzag's off-diagonal halves from both sides),
+  each timed with the tile-granular fraction of the block it computes. On the torch path a
+  masked block runs a loop over query tiles that builds and applies the mask tile by tile: a
+  different kernel, with its own rate. ``masked_speed`` is that rate over the full block's.
+* **a lone host** (``solo``): the full block while the other ranks wait. Local ranks share the
+  machine's cores, caches, memory bandwidth and clock boost, so a rank computing alone (a
+  contiguous causal ring's last steps, where the others skip) is faster than one computing
+  beside the others, as the ``compute`` rows measure. ``solo_speed`` is that factor.
+
+``Calibration.hardware(block_tokens=c)`` builds the profile for blocks of ``c`` tokens:
+``block_overhead_s`` is the fixed cost per call (the time of the smallest block measured, less
+its FLOPs at the large-block rate), and the FLOP rate is the one that, with that overhead,
+reproduces the measured full block at ``c``; ``masked_speed`` and ``solo_speed`` come from the
+rows at (or nearest to) ``c``. The saved default profile uses the largest block measured. The
+raw data goes beside it as JSON (``Calibration.to_json``).
 """
 
 from __future__ import annotations
@@ -74,8 +88,13 @@ def fit_line(x: Sequence[float], t: Sequence[float]) -> Fit:
 
 @dataclass
 class Calibration:
-    """Raw measurements and their fits. ``compute``: rows ``{block_tokens, flops, seconds}``;
-    ``pingpong``/``exchange``: rows ``{bytes, seconds}`` (one-way / per exchange)."""
+    """Raw measurements and their fits. ``compute``: rows ``{block_tokens, flops, seconds}``
+    (every rank computing); ``solo``: the same, one rank at a time; ``masked``: rows
+    ``{block_tokens, block, work, flops, seconds}`` (``work`` the tile-granular fraction of the
+    block computed, ``flops`` its FLOPs); ``pingpong``/``exchange``: rows ``{bytes, seconds}``
+    (one-way / per exchange); ``overlap``: rows of ``measure_overlap``; ``pass_setup``: rows
+    ``{block_tokens, seconds}`` of ``measure_pass_setup``. Calibrations saved before the last
+    four existed load with them empty (neutral terms)."""
 
     backend: str
     dtype: str
@@ -86,6 +105,10 @@ class Calibration:
     compute: list[dict] = field(default_factory=list)
     pingpong: list[dict] = field(default_factory=list)
     exchange: list[dict] = field(default_factory=list)
+    masked: list[dict] = field(default_factory=list)
+    solo: list[dict] = field(default_factory=list)
+    overlap: list[dict] = field(default_factory=list)
+    pass_setup: list[dict] = field(default_factory=list)
     machine: str = field(default_factory=platform.node)
     when: str = field(default_factory=lambda: date.today().isoformat())
 
@@ -121,6 +144,75 @@ class Calibration:
         flops = attention_flops(block_tokens, block_tokens, heads, head_dim)
         return flops / self.block_seconds(block_tokens, heads, head_dim)
 
+    def block_overhead(self) -> float:
+        """Seconds per block call that do not shrink with the block: the smallest block's
+        measured time less its FLOPs at the fitted (large-block) rate, in ``[0, that time]``."""
+        small = min(self.compute, key=lambda r: r["block_tokens"])
+        flop_time = small["flops"] / self.compute_fit.rate
+        return float(min(max(small["seconds"] - flop_time, 0.0), small["seconds"]))
+
+    def flop_rate_at(
+        self, block_tokens: int, heads: int | None = None, head_dim: int | None = None
+    ) -> float:
+        """FLOP/s of the FLOP part of a full block of ``c``: with ``block_overhead()`` added,
+        a full block takes exactly ``block_seconds(c)`` (the overhead is capped at 90% of it,
+        so that blocks no larger than the smallest measured keep a finite rate)."""
+        heads, head_dim = heads or self.heads, head_dim or self.head_dim
+        seconds = self.block_seconds(block_tokens, heads, head_dim)
+        flops = attention_flops(block_tokens, block_tokens, heads, head_dim)
+        return flops / (seconds - min(self.block_overhead(), 0.9 * seconds))
+
+    def _rows_near(self, rows: list[dict], block_tokens: int) -> list[dict]:
+        """The rows measured at the block size nearest (in log) to ``block_tokens``."""
+        if not rows:
+            return []
+        near = min({r["block_tokens"] for r in rows}, key=lambda c: abs(math.log(c / block_tokens)))
+        return [r for r in rows if r["block_tokens"] == near]
+
+    def masked_speed_at(self, block_tokens: int) -> float:
+        """Rate on masked blocks over the rate on full blocks, at (or near) ``c``: the full
+        block's FLOP time scaled by each masked row's ``work``, summed, over the masked rows'
+        measured times less the per-call overhead, summed (1 without masked rows)."""
+        rows = self._rows_near(self.masked, block_tokens)
+        if not rows:
+            return 1.0
+        c = rows[0]["block_tokens"]
+        overhead = self.block_overhead()
+        full_flop_time = self.block_seconds(c) - min(overhead, 0.9 * self.block_seconds(c))
+        expected = sum(r["work"] * full_flop_time for r in rows)
+        measured = sum(max(r["seconds"] - overhead, 0.1 * r["seconds"]) for r in rows)
+        return expected / measured
+
+    def overlap_fraction(self) -> float:
+        """How much of the shorter of compute and transfer a ring step hides, from the
+        ``overlap`` rows: ``(compute + transfer - step) / min(compute, transfer)`` summed over
+        the rows, in ``[0, 1]`` (1 without rows: the double buffering works as designed)."""
+        if not self.overlap:
+            return 1.0
+        hidden = sum(r["compute_s"] + r["transfer_s"] - r["step_s"] for r in self.overlap)
+        hideable = sum(min(r["compute_s"], r["transfer_s"]) for r in self.overlap)
+        return float(min(max(hidden / hideable, 0.0), 1.0))
+
+    def overlaps(self) -> bool:
+        """Whether to simulate with overlap: the measured ``overlap_fraction`` is at least 1/2
+        (the timer's rule is all or nothing: the nearer one)."""
+        return self.overlap_fraction() >= 0.5
+
+    def pass_overhead_at(self, block_tokens: int) -> float:
+        """Seconds of a ring call outside its steps, at (or near) ``c`` (0 without rows)."""
+        rows = self._rows_near(self.pass_setup, block_tokens)
+        return float(np.median([r["seconds"] for r in rows])) if rows else 0.0
+
+    def solo_speed_at(self, block_tokens: int) -> float:
+        """How much faster a full block of (about) ``c`` runs while the other ranks wait than
+        while all compute (1 without solo rows)."""
+        rows = self._rows_near(self.solo, block_tokens)
+        if not rows:
+            return 1.0
+        busy = {r["block_tokens"]: r["seconds"] for r in self.compute}
+        c = rows[0]["block_tokens"]
+        return (busy[c] if c in busy else self.block_seconds(c)) / rows[0]["seconds"]
+
     def hardware(
         self,
         block_tokens: int | None = None,
@@ -130,36 +222,51 @@ class Calibration:
         link: str = "exchange",
         name: str | None = None,
     ):
-        """A ``ringsim.hardware.Hardware``: the effective rate at ``block_tokens`` (default:
-        the largest block measured) for ``heads``/``head_dim`` (default: as calibrated) and
-        the ``link`` fit (``exchange`` or ``pingpong``)."""
+        """A ``ringsim.hardware.Hardware`` for blocks of ``block_tokens`` (default: the largest
+        block measured) with ``heads``/``head_dim`` (default: as calibrated): the FLOP rate and
+        per-call overhead that reproduce the full block at ``c``, the masked-block and lone-host
+        speeds at ``c`` and the ``link`` fit (``exchange`` or ``pingpong``)."""
         from ringsim.hardware import Hardware
 
         c = block_tokens or max(r["block_tokens"] for r in self.compute)
         link_fit = self.link_fit(link)
-        comp = self.compute_fit
+        rate = self.flop_rate_at(c, heads, head_dim)
+        overhead = self.block_overhead()
+        masked, solo = self.masked_speed_at(c), self.solo_speed_at(c)
+        setup = self.pass_overhead_at(c)
         source = (
             f"calibrated {self.when} on {self.machine or self.backend} ({self.backend}, "
             f"{self.threads} thread(s)/rank, {self.hosts} ranks): block compute "
-            f"{comp.rate / 1e9:.3g} GFLOP/s + {comp.intercept * 1e6:.0f} us/call (effective at "
-            f"c={c}); {link} link {link_fit.rate / 1e9:.3g} GB/s + "
-            f"{link_fit.intercept * 1e6:.0f} us/message"
+            f"{rate / 1e9:.3g} GFLOP/s at c={c} + {overhead * 1e6:.0f} us/call, masked blocks "
+            f"x{masked:.2f}, a lone rank x{solo:.2f}, {setup * 1e6:.0f} us/pass; {link} link "
+            f"{link_fit.rate / 1e9:.3g} GB/s + {link_fit.intercept * 1e6:.0f} us/message; "
+            f"transfers hide {self.overlap_fraction():.0%} of a step's shorter part"
         )
         return Hardware(
             name=name or f"{self.backend}-calibrated",
-            flops={self.dtype: self.rate_at(c, heads, head_dim)},
+            flops={self.dtype: rate},
             link_bandwidth=link_fit.rate,
             link_latency=link_fit.intercept,
             memory_bytes=_memory_bytes(self.backend),
             efficiency=1.0,
             source=source,
+            pass_overhead_s=setup,
+            block_overhead_s=overhead,
+            masked_speed=masked,
+            solo_speed=solo,
         )
 
     def summary(self) -> dict:
         comp, ex, pp = self.compute_fit, self.link_fit("exchange"), self.link_fit("pingpong")
+        largest = max(r["block_tokens"] for r in self.compute)
         return {
             "compute_rate_flops": comp.rate,
             "compute_overhead_s": comp.intercept,
+            "block_overhead_s": self.block_overhead(),
+            "masked_speed": self.masked_speed_at(largest),
+            "solo_speed": self.solo_speed_at(largest),
+            "pass_overhead_s": self.pass_overhead_at(largest),
+            "overlap_fraction": self.overlap_fraction(),
             "exchange_bandwidth": ex.rate,
             "exchange_latency_s": ex.intercept,
             "pingpong_bandwidth": pp.rate,
@@ -244,6 +351,200 @@ def measure_compute(
     return rows
 
 
+MASKED_BLOCKS = ("contiguous-diagonal", "zigzag-diagonal", "zigzag-early-keys", "zigzag-late-keys")
+
+
+def _masked_block(name: str, block_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(q_pos, k_pos)`` of a masked block of a 2-host causal ring: a host's own block
+    (contiguous or zigzag), or a zigzag host's queries against the other host's keys."""
+    from ringsim.layouts import host_positions
+
+    layout, which = name.split("-", 1)
+    pos = host_positions(layout, 2, 2 * block_tokens)
+    if which == "diagonal":
+        return pos[0], pos[0]
+    return (pos[1], pos[0]) if which == "early-keys" else (pos[0], pos[1])
+
+
+def measure_masked(
+    block_tokens: int,
+    *,
+    heads: int,
+    head_dim: int,
+    dtype: str,
+    device: str = "cpu",
+    repeats: int = 5,
+    barrier=lambda: None,
+) -> list[dict]:
+    """The ring step of each of ``MASKED_BLOCKS`` at block size ``c`` (the ring's calls, with
+    the block's global positions and the causal mask), with the tile-granular fraction of the
+    block the kernel computes (``ringsim.masks.count_visible``, the simulator's count)."""
+    import torch
+
+    from kernels.block import block_attention
+    from kernels.ring import merge_out_lse
+    from kernels.torch_block import TILE
+    from ringsim.masks import count_visible
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    c = block_tokens
+    q, k, v = (torch.randn(1, heads, c, head_dim, device=device, dtype=torch_dtype) for _ in "qkv")
+    state = block_attention(q, k, v, out_dtype=torch.float32)
+    rows = []
+    for name in MASKED_BLOCKS:
+        q_pos, k_pos = _masked_block(name, c)
+        work = count_visible(q_pos, k_pos, causal=True, tile=TILE if device == "cpu" else 64)
+        q_t, k_t = (torch.as_tensor(p, device=device) for p in (q_pos, k_pos))
+
+        def step(q_t=q_t, k_t=k_t):
+            out_b, lse_b = block_attention(
+                q, k, v, q_pos=q_t, k_pos=k_t, causal=True, out_dtype=torch.float32
+            )
+            return merge_out_lse(*state, out_b, lse_b)
+
+        barrier()
+        seconds = _median_time(step, repeats, sync, min_time_s=0.05)
+        full = attention_flops(c, c, heads, head_dim)
+        rows.append({"block_tokens": c, "block": name, "work": work / c**2,
+                     "flops": full * work / c**2, "seconds": seconds})  # fmt: skip
+    return rows
+
+
+def measure_solo(
+    sizes: Sequence[int],
+    *,
+    heads: int,
+    head_dim: int,
+    dtype: str,
+    repeats: int = 5,
+) -> list[dict]:
+    """The full-block ring step of ``measure_compute`` on one rank at a time while the others
+    wait in a barrier (each rank returns its own turns' rows)."""
+    import torch.distributed as dist
+
+    rows = []
+    for turn in range(dist.get_world_size()):
+        dist.barrier()
+        if dist.get_rank() == turn:
+            rows = measure_compute(sizes, heads=heads, head_dim=head_dim, dtype=dtype,
+                                   repeats=repeats)  # fmt: skip
+        dist.barrier()
+    return rows
+
+
+# (tokens, heads, head_dim) of a block whose step and k, v message take about as long (~1 ms
+# each here): where the overlap of the two can be read; next to a long block the transfer is
+# lost in the compute's noise
+OVERLAP_PROBE = (8, 64, 256)
+
+
+def measure_overlap(
+    block_tokens: int,
+    *,
+    heads: int,
+    head_dim: int,
+    dtype: str,
+    repeats: int = 5,
+) -> dict:
+    """Does a transfer progress while the rank computes? Median seconds of the full-block step
+    alone (``compute_s``), of the exchange of its ``k, v`` alone (``transfer_s``) and of a
+    ring step (``step_s``: post the exchange, compute, wait), every rank at once. Perfect
+    overlap makes ``step = max``, none ``step = compute + transfer``;
+    ``Calibration.overlap_fraction`` reads which."""
+    import torch
+    import torch.distributed as dist
+
+    from kernels.block import block_attention
+    from kernels.ring import merge_out_lse
+
+    rank, hosts = dist.get_rank(), dist.get_world_size()
+    nxt, prv = (rank + 1) % hosts, (rank - 1) % hosts
+    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    c = block_tokens
+    q, k, v = (torch.randn(1, heads, c, head_dim, dtype=torch_dtype) for _ in "qkv")
+    kv, incoming = torch.stack([k, v]), torch.empty(2, *k.shape, dtype=torch_dtype)
+    state = block_attention(q, k, v, out_dtype=torch.float32)
+
+    def compute():
+        merge_out_lse(*state, *block_attention(q, k, v, out_dtype=torch.float32))
+
+    def post():
+        ops = [dist.P2POp(dist.isend, kv, nxt), dist.P2POp(dist.irecv, incoming, prv)]
+        return dist.batch_isend_irecv(ops)
+
+    def transfer():
+        for work in post():
+            work.wait()
+
+    def step():
+        works = post()
+        compute()
+        for work in works:
+            work.wait()
+
+    times = {"compute_s": [], "transfer_s": [], "step_s": []}
+    compute(), transfer(), step()
+    for _ in range(max(repeats, 3)):  # interleaved: a drifting load hits all three alike
+        for key, fn in (("compute_s", compute), ("transfer_s", transfer), ("step_s", step)):
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - t0)
+    row = {key: statistics.median(values) for key, values in times.items()}
+    return {"block_tokens": c, "bytes": kv.numel() * kv.element_size(), **row}
+
+
+SETUP_TOKENS = 64
+
+
+def measure_pass_setup(
+    block_tokens: int, *, heads: int, head_dim: int, dtype: str, repeats: int = 5, groups=None
+) -> dict:
+    """The fixed cost of a ring call around its steps (schedule, positions, buffers, autograd):
+    ``kernels.ring.ring_attention`` of this shape (at most ``SETUP_TOKENS`` tokens) on a
+    one-rank group (``groups[rank]``, made by every rank with ``dist.new_group``), less the same
+    rank's block step timed beside it.
+    Every rank measures at once. Returns ``{block_tokens, seconds}``."""
+    import torch
+    import torch.distributed as dist
+
+    from kernels.block import block_attention
+    from kernels.ring import merge_out_lse, ring_attention
+
+    rank = dist.get_rank()
+    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    # at most SETUP_TOKENS: the setup hardly grows with c, the subtracted block's noise does
+    c = min(block_tokens, SETUP_TOKENS)
+    q, k, v = (torch.randn(1, heads, c, head_dim, dtype=torch_dtype) for _ in "qkv")
+    state = block_attention(q, k, v, out_dtype=torch.float32)
+    group = groups[rank]
+
+    def call():
+        ring_attention(q, k, v, group=group, check=False)
+
+    def block():
+        merge_out_lse(*state, *block_attention(q, k, v, out_dtype=torch.float32))
+
+    calls, blocks = [], []
+    call(), block()
+    for _ in range(max(repeats, 3)):
+        for out, fn in ((calls, call), (blocks, block)):
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    seconds = statistics.median(calls) - statistics.median(blocks)
+    return {"block_tokens": block_tokens, "seconds": max(seconds, 0.0)}
+
+
+def one_rank_groups() -> list:
+    """``dist.new_group([r])`` for every rank (every rank must make all of them, in order)."""
+    import torch.distributed as dist
+
+    return [dist.new_group([r]) for r in range(dist.get_world_size())]
+
+
 def measure_link_p2p(sizes: Sequence[int], *, repeats: int = 5, device: str = "cpu") -> dict:
     """Ping-pong (rank 0 <-> 1, one message at a time) and ring exchange (every rank sends to
     ``rank + 1`` and receives from ``rank - 1`` at once) with ``batch_isend_irecv``."""
@@ -318,7 +619,28 @@ def _rank_worker(rank: int, hosts: int, spec: dict) -> dict:
         device=device, repeats=spec["repeats"], barrier=dist.barrier,
     )  # fmt: skip
     link = measure_link_p2p(spec["bytes"], repeats=spec["repeats"], device=device)
-    return {"compute": compute, **link, "threads": torch.get_num_threads()}
+    shape = dict(heads=spec["heads"], head_dim=spec["head_dim"], dtype=spec["dtype"])
+    masked = [
+        row
+        for c in spec.get("masked_sizes", ())
+        for row in measure_masked(
+            c, **shape, device=device, repeats=spec["repeats"], barrier=dist.barrier
+        )
+    ]
+    solo, overlap, setup = [], [], []
+    if device == "cpu":
+        reps = spec["repeats"]
+        solo = measure_solo(spec.get("solo_sizes", ()), **shape, repeats=reps)
+        c, heads, head_dim = OVERLAP_PROBE
+        probe = dict(heads=heads, head_dim=head_dim, dtype=spec["dtype"], repeats=3 * reps)
+        overlap = [measure_overlap(c, **probe)] if spec.get("step_sizes") else []
+        groups = one_rank_groups()
+        setup = [
+            measure_pass_setup(c, **shape, repeats=reps, groups=groups)
+            for c in spec.get("step_sizes", ())
+        ]
+    return {"compute": compute, **link, "masked": masked, "solo": solo, "overlap": overlap,
+            "pass_setup": setup, "threads": torch.get_num_threads()}  # fmt: skip
 
 
 def _combine(per_rank: list[dict], key: str, value: str) -> list[dict]:
@@ -341,8 +663,14 @@ def calibrate_data(
     repeats: int = 5,
     threads: int = 1,
     timeout_s: float = 120.0,
+    masked_sizes: Sequence[int] = (),
+    solo_sizes: Sequence[int] = (),
+    step_sizes: Sequence[int] = (),
 ) -> Calibration:
-    """Run the measurements for ``backend`` and return them with their fits."""
+    """Run the measurements for ``backend`` and return them with their fits; ``masked_sizes``,
+    ``solo_sizes`` and ``step_sizes``: the block sizes at which to time masked blocks, a lone
+    rank, and a ring step's overlap and a ring call's fixed cost (the last three on local
+    gloo ranks only; by default none: neutral terms)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     dtype = dtype or ("fp32" if backend == "gloo" else "bf16")
@@ -357,23 +685,27 @@ def calibrate_data(
 
         cal.machine = torch.cuda.get_device_name(0)
         cal.hosts = 1
-        cal.compute = measure_compute(
-            sizes, heads=heads, head_dim=head_dim, dtype=dtype, device="cuda", repeats=repeats
-        )
+        shape = dict(heads=heads, head_dim=head_dim, dtype=dtype, device="cuda", repeats=repeats)
+        cal.compute = measure_compute(sizes, **shape)
+        cal.masked = [row for c in masked_sizes for row in measure_masked(c, **shape)]
         cal.pingpong = cal.exchange = measure_link_h2d(link_bytes, repeats=repeats)
         return cal
     from kernels.ring import launch
 
     spec = dict(
         backend=backend, sizes=list(sizes), bytes=list(link_bytes), heads=heads,
-        head_dim=head_dim, dtype=dtype, repeats=repeats,
+        head_dim=head_dim, dtype=dtype, repeats=repeats, masked_sizes=list(masked_sizes),
+        solo_sizes=list(solo_sizes), step_sizes=list(step_sizes),
     )  # fmt: skip
     per_rank = launch(
         _rank_worker, hosts, args=(spec,), backend=backend, timeout_s=timeout_s, threads=threads
     )
-    cal.compute = _combine(per_rank, "compute", "seconds")
-    cal.pingpong = _combine(per_rank, "pingpong", "seconds")
-    cal.exchange = _combine(per_rank, "exchange", "seconds")
+    for key in ("compute", "pingpong", "exchange", "masked", "solo", "pass_setup"):
+        setattr(cal, key, _combine(per_rank, key, "seconds"))
+    cal.overlap = [
+        {**row, **{k: max(r["overlap"][i][k] for r in per_rank) for k in row if k.endswith("_s")}}
+        for i, row in enumerate(per_rank[0]["overlap"])
+    ]
     return cal
 
 
@@ -433,6 +765,19 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--sizes", type=_int_list, default=list(DEFAULT_SIZES))
     parser.add_argument("--bytes", type=_int_list, default=list(DEFAULT_BYTES))
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--masked-sizes", type=_int_list, default=None,
+        help="block sizes at which to time masked blocks (default: the largest of --sizes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--solo-sizes", type=_int_list, default=None,
+        help="block sizes at which to time a lone rank (default: the largest of --sizes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--step-sizes", type=_int_list, default=None,
+        help="block sizes at which to time a ring call's fixed cost (and, once, whether a "
+        "transfer overlaps a step's compute; default: the largest of --sizes)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument("--out", default=None, help="profile path (default results/...)")
     parser.add_argument("--no-save", action="store_true")
@@ -446,7 +791,9 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     cal = calibrate_data(
         args.backend, hosts=args.hosts, heads=args.heads, head_dim=args.head_dim,
         dtype=args.dtype, sizes=args.sizes, link_bytes=args.bytes, repeats=args.repeats,
-        threads=args.threads,
+        threads=args.threads, masked_sizes=args.masked_sizes or [max(args.sizes)],
+        solo_sizes=args.solo_sizes or [max(args.sizes)],
+        step_sizes=args.step_sizes or [max(args.sizes)],
     )  # fmt: skip
     paths = None
     if not args.no_save:
@@ -459,6 +806,10 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         "compute": cal.compute,
         "exchange": cal.exchange,
         "pingpong": cal.pingpong,
+        "masked": cal.masked,
+        "solo": cal.solo,
+        "overlap": cal.overlap,
+        "pass_setup": cal.pass_setup,
         "saved": [str(p) for p in paths] if paths else None,
     }
     if args.json:

@@ -4,16 +4,24 @@ the same machine, and compare step by step.
 The prediction uses no fudge factor: ``ringsim.timing.simulate`` with a ``RingConfig`` that
 describes the run exactly (hosts, tokens, heads, dtype, layout, causal mask) on the
 ``Hardware`` that ``kernels.calibrate`` measured: the block compute rate *at this run's block
-size* (fixed per-call costs included) and the link as a ring step uses it (both directions at
-once). The torch block path skips masked tiles of ``kernels.torch_block.TILE`` tokens, so the
-simulation is told ``tile=TILE``: a partially visible tile costs whole, as in the real kernel.
+size* with the fixed cost per block call beside it, the rate on masked blocks (the torch path
+builds and applies the mask tile by tile), how much faster a rank computes while the others
+are idle (local ranks share the machine), and the link as a ring step uses it (both
+directions at once). The torch block path skips masked tiles of ``kernels.torch_block.TILE``
+tokens, so the simulation is told ``tile=TILE``: a partially visible tile costs whole, as in
+the real kernel.
 
 ``measured_time_s`` is the median over repeats of the slowest rank's forward time (from a
 barrier to its last merge); ``ratio = measured / predicted``.
 
 Without a given calibration the comparison is *paired*: before every repeat of the ring, the
-same ranks measure the block compute (at this block size and half of it) and the link (a small
-message and this run's), and that repeat is predicted from those numbers. The machine's load
+same ranks measure the block compute (a tiny block, half this block size and this one; for a
+causal run also its masked blocks and, if some ranks skip steps, a lone rank) and the link (a
+small message and this run's) and, on gloo, whether a transfer progresses while a rank
+computes (``kernels.calibrate.measure_overlap``, on a probe block whose compute and message
+take about as long) and the fixed cost of a ring call around its
+steps (``measure_pass_setup``, on a one-rank group), and that repeat is predicted from those
+numbers. The machine's load
 from other processes drifts over seconds; pairing keeps the drift out of the comparison without
 ever feeding the ring's own timings into its prediction.
 """
@@ -55,8 +63,9 @@ def predict(
     causal: bool,
     pass_: str = "forward",
 ):
-    """``ringsim.timing.simulate`` of this run on the calibrated profile; returns the
-    ``SimResult`` and the ``Hardware`` used."""
+    """``ringsim.timing.simulate`` of this run on the calibrated profile, with overlap if the
+    calibration saw transfers progress during compute; returns the ``SimResult`` and the
+    ``Hardware`` used."""
     from kernels.torch_block import TILE
     from ringsim.timing import RingConfig, simulate
 
@@ -65,6 +74,7 @@ def predict(
         hosts=hosts, seq_len=seq_len, hardware=hw, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, dtype=calibration.dtype, layout=layout, causal=causal,
         pass_=pass_, tile=TILE if calibration.backend == "gloo" else 64, grad_dtype="fp32",
+        overlap=calibration.overlaps(),
     )  # fmt: skip
     return simulate(config), hw
 
@@ -162,6 +172,8 @@ def measure(
         "max_abs_error": run.get("max_abs_error"),
         "overlap_threshold_tokens": threshold,
         "regime": "compute-bound" if seq_len // hosts >= threshold else "communication-bound",
+        "overlap_fraction": calibration.overlap_fraction(),
+        "simulated_overlap": sim.config.overlap,
         "predicted_compute_s": float(sim.summary()["compute_time_s"]),
         "predicted_exposed_comm_s": float(sim.summary()["exposed_comm_s"]),
         "steps": [
@@ -195,24 +207,49 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
 
     import torch.distributed as dist
 
-    from kernels.calibrate import measure_compute, measure_link_p2p
+    from kernels.calibrate import (
+        OVERLAP_PROBE,
+        measure_compute,
+        measure_link_p2p,
+        measure_masked,
+        measure_overlap,
+        measure_pass_setup,
+        measure_solo,
+        one_rank_groups,
+    )
     from kernels.ring import run_ring
+    from ringsim.schedule import BlockKind, build_schedule
 
     c = config.seq_len // hosts
     once = dataclasses.replace(config, repeats=1, warmup=0)
-    out = {"compute": [], "link": [], "rings": []}
+    kinds = build_schedule(hosts, config.layout, config.causal, seq_len=config.seq_len).kind
+    device = "cpu" if dist.get_backend() == "gloo" else "cuda"
+    shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype, repeats=3)
+    out = {key: [] for key in ("compute", "link", "masked", "solo", "overlap", "setup", "rings")}
+    groups = one_rank_groups() if device == "cpu" else None
     for i in range(config.warmup + config.repeats):
         compute = measure_compute(
-            sorted({max(16, c // 2), c}), heads=config.heads, head_dim=config.head_dim,
-            dtype=dtype, device="cpu" if dist.get_backend() == "gloo" else "cuda", repeats=3,
-            barrier=dist.barrier,
-        )  # fmt: skip
+            sorted({16, max(16, c // 2), c}), **shape, device=device, barrier=dist.barrier
+        )
+        masked = []
+        if (kinds == BlockKind.PARTIAL).any():
+            masked = measure_masked(c, **shape, device=device, barrier=dist.barrier)
+        solo = []
+        if device == "cpu" and (kinds == BlockKind.SKIP).any():
+            solo = measure_solo([c], **shape)
+        overlap, setup = [], []
+        if device == "cpu":
+            probe_c, probe_heads, probe_dim = OVERLAP_PROBE
+            overlap = [measure_overlap(probe_c, heads=probe_heads, head_dim=probe_dim,
+                                       dtype=dtype, repeats=5)]  # fmt: skip
+            setup = [measure_pass_setup(c, **shape, groups=groups)]
         link = measure_link_p2p(_link_sizes(config), repeats=3)
         ring = run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed))
         if i >= config.warmup:
-            out["compute"].append(compute)
-            out["link"].append(link)
-            out["rings"].append(ring)
+            for key, value in (("compute", compute), ("masked", masked), ("solo", solo),
+                               ("overlap", overlap), ("setup", setup), ("link", link),
+                               ("rings", ring)):  # fmt: skip
+                out[key].append(value)
     return out
 
 
@@ -224,6 +261,16 @@ def _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend) -> 
         for j, row in enumerate(rows_of(per_rank[0]))
     ]
     cal.compute = slowest(lambda r: r["compute"][i])
+    cal.masked = slowest(lambda r: r["masked"][i])
+    cal.solo = slowest(lambda r: r["solo"][i])
+    cal.pass_setup = slowest(lambda r: r["setup"][i])
+    cal.overlap = [
+        {
+            **row,
+            **{k: max(r["overlap"][i][j][k] for r in per_rank) for k in row if k.endswith("_s")},
+        }
+        for j, row in enumerate(per_rank[0]["overlap"][i])
+    ]
     cal.exchange = slowest(lambda r: r["link"][i]["exchange"])
     cal.pingpong = slowest(lambda r: r["link"][i]["pingpong"])
     return cal

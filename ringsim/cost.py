@@ -153,7 +153,10 @@ def overlap_threshold(
     traffic with ``c``. Grouped-query attention lowers the threshold by ``h / h_kv``; fp32
     (``b = 4``) doubles it at equal ``F``. With latency the condition is the quadratic
     ``a c^2 - beta c - L >= 0``, ``a = 4 d h / F``, ``beta = 2 d h_kv b / B``, whose positive
-    root (``hiding_block``) is returned; ``include_latency=False`` drops ``L``.
+    root (``hiding_block``) is returned; ``include_latency=False`` drops ``L``. A kernel's fixed
+    cost per block (``hw.block_overhead_s``, ``o``) adds to the compute side:
+    ``a c^2 + o >= beta c + L`` (dropped with ``L``); when ``o > L`` the returned ``c`` is the
+    larger root, above which every block hides (0 if every block does).
 
     Check against the paper (Table 2, ``include_latency=False``, ``h_kv = h``): A100
     312 TFLOP/s over NVLink 300 GB/s gives ``F/B = 1040`` tokens (paper: 1.0K); over
@@ -186,7 +189,13 @@ def overlap_threshold(
     )
     messages = 2 if pass_ == "backward" else 1
     latency = messages * hw.link_latency if include_latency else 0.0
-    return hiding_block(a, beta, latency)
+    # a fixed cost per block call (hw.block_overhead_s) is compute time too: it offsets latency
+    fixed = latency - (hw.block_overhead_s if include_latency else 0.0)
+    if fixed >= 0:
+        return hiding_block(a, beta, fixed)
+    # a c^2 - beta c + |fixed| >= 0 fails only between the roots (if any); hidden beyond them
+    disc = beta * beta + 4.0 * a * fixed
+    return 0.0 if disc < 0 else (beta + math.sqrt(disc)) / (2.0 * a)
 
 
 def hiding_block(a: float, beta: float, latency: float) -> float:

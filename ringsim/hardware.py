@@ -46,7 +46,26 @@ class Hardware:
     """One host: ``flops`` peak dense FLOP/s per dtype, ``link_bandwidth`` bytes/s per direction,
     ``link_latency`` seconds per message, ``memory_bytes`` device memory, ``efficiency`` the
     achieved fraction of peak FLOP/s, ``memory_bandwidth`` HBM bytes/s (0 = not modelled; only
-    decode, which streams the KV cache, uses it)."""
+    decode, which streams the KV cache, uses it).
+
+    Four terms describe a real implementation on a real machine rather than a datasheet
+    (calibrated profiles set them; presets leave them neutral):
+
+    * ``pass_overhead_s``: fixed seconds each host spends at the start of a ring pass before
+      its first block (building the schedule, positions and buffers);
+
+    * ``block_overhead_s``: fixed seconds per block computed (launch or dispatch, allocation,
+      the merge into the running output): what a small block pays however few FLOPs it has;
+    * ``masked_speed``: the FLOP rate on a block that needs a mask (a causal diagonal block, a
+      zigzag/striped block) over the rate on a full one. A kernel that builds and applies the
+      mask per tile is slower (< 1); one whose tiles stay in cache while a full block's scores
+      do not can be faster (> 1);
+    * ``solo_speed``: for hosts that share one machine (local processes on a CPU): how much
+      faster a host computes while the ring's other hosts are idle than while all compute (the
+      rate above is the all-busy one); 1 for hosts with a machine each.
+
+    ``ringsim.timing.simulate`` applies the first, ``ringsim.timing.HostClock.block`` the
+    others."""
 
     name: str
     flops: dict[str, float]
@@ -56,6 +75,10 @@ class Hardware:
     efficiency: float = 1.0
     source: str = ""
     memory_bandwidth: float = 0.0
+    pass_overhead_s: float = 0.0
+    block_overhead_s: float = 0.0
+    masked_speed: float = 1.0
+    solo_speed: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.flops, dict) or not self.flops:
@@ -67,6 +90,10 @@ class Hardware:
         _check_rate("link_latency", self.link_latency, allow_zero=True)
         _check_rate("memory_bytes", self.memory_bytes)
         _check_rate("memory_bandwidth", self.memory_bandwidth, allow_zero=True)
+        _check_rate("pass_overhead_s", self.pass_overhead_s, allow_zero=True)
+        _check_rate("block_overhead_s", self.block_overhead_s, allow_zero=True)
+        _check_rate("masked_speed", self.masked_speed)
+        _check_rate("solo_speed", self.solo_speed)
         eff = _check_rate("efficiency", self.efficiency)
         if eff > 1:
             raise ValueError(f"efficiency must be in (0, 1], got {eff!r}")
@@ -177,7 +204,8 @@ def save_profile(hw: Hardware, path: str | Path) -> None:
 
 
 def load_profile(path: str | Path) -> Hardware:
-    """Read a profile written by ``save_profile``; a bad file is a ``ValueError`` naming it."""
+    """Read a profile written by ``save_profile``; a bad file is a ``ValueError`` naming it.
+    Fields added to ``Hardware`` later (with defaults) may be missing: older profiles load."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())

@@ -12,7 +12,22 @@ a ``max`` of the times at which its conditions become true):
 * **compute** step ``s`` on host ``h`` starts when ``h`` has finished step ``s - 1`` and the
   key/value block of step ``s`` has arrived (step 0: its own block, at the phase start). It
   lasts ``work_at(s)[h]`` (the visible fraction of the block) times a full block's FLOPs over
-  the host's FLOP rate.
+  the host's FLOP rate. Three kernel terms of the ``Hardware`` refine it (all neutral by
+  default): a block that needs a mask (``kind_at(s)[h]`` partial) runs at ``masked_speed``
+  times the rate; every block computed (not a skipped one) adds ``block_overhead_s``, the
+  kernel's fixed cost per call; and hosts sharing one machine run ``solo_speed`` times faster
+  when the others are idle: with ``n`` of the ``P`` hosts computing at step ``s``, a
+  computing host's ``share = 1 + (solo_speed - 1) (P - n) / (P - 1)`` (the machine's spare
+  capacity grows linearly as hosts fall idle; a step-synchronous approximation: hosts in
+  different steps at the same moment are not seen). With ``m = masked_speed`` for a partial
+  block and 1 otherwise::
+
+      t = (block_overhead_s + work * full_flops / (rate * m)) / (speed * share)
+      t = 0 for a skipped block
+
+  ``HostClock.block`` is that one formula; both engines read it through ``_Costs.ring_rows``.
+* **pass start**: a ring pass starts on a host ``hardware.pass_overhead_s / speed`` after the
+  host is ready for it (building its schedule and buffers; 0 by default).
 * **link** ``h -> h + 1`` carries one message at a time, in step order, each for
   ``latency + bytes / bandwidth``.
 * **overlap** (double buffering). The step-``s`` block leaves ``h`` as soon as it is there,
@@ -88,7 +103,7 @@ from ringsim.cost import (
 from ringsim.hardware import Hardware, check_dtype
 from ringsim.layouts import check_layout, check_seq_len
 from ringsim.memory import attention_working_set_bytes
-from ringsim.schedule import Schedule, build_schedule
+from ringsim.schedule import BlockKind, Schedule, build_schedule
 from ringsim.timeline import Timeline
 
 PASSES = ("forward", "backward", "train-step", "decode")
@@ -251,6 +266,24 @@ class HostClock:
         """``(P,)`` seconds for each host to compute ``flops`` (a scalar or ``(P,)``) FLOPs."""
         return self.jitter(flops * self.seconds_per_flop)
 
+    def block(self, full_seconds: np.ndarray, work: np.ndarray, kind: np.ndarray) -> np.ndarray:
+        """``(P,)`` seconds for each host to compute its block of one ring step (the module
+        docstring's formula): ``work`` ``(P,)`` of a full block that takes ``full_seconds``
+        ``(P,)`` (its FLOPs over the host's rate, ``speed`` included), ``kind`` ``(P,)`` the
+        ``BlockKind`` of each host's block. With neutral kernel terms this is exactly
+        ``full_seconds * work``."""
+        hw = self.hardware
+        seconds = full_seconds * work
+        if hw.masked_speed != 1.0:
+            seconds = np.where(kind == BlockKind.PARTIAL, seconds / hw.masked_speed, seconds)
+        busy = kind != BlockKind.SKIP
+        if hw.block_overhead_s:
+            seconds = seconds + np.where(busy, hw.block_overhead_s, 0.0) / self.speed
+        if hw.solo_speed != 1.0 and self.hosts > 1:
+            idle = self.hosts - int(busy.sum())
+            seconds = seconds / (1.0 + (hw.solo_speed - 1.0) * idle / (self.hosts - 1))
+        return self.jitter(seconds)
+
     def transfer(self, nbytes: float, messages: int = 1) -> np.ndarray:
         """``(P,)`` seconds for each host to send ``messages`` messages of ``nbytes`` in all."""
         if nbytes == 0 and messages == 0:
@@ -299,7 +332,7 @@ class _Costs:
             # full_time * work rounds like the closed forms (full * work * seconds_per_flop can
             # differ in the last bit)
             return (
-                clock.jitter(full_time * work),
+                clock.block(full_time, work, schedule.kind_at(s)),
                 clock.transfer(self.kv_bytes),
                 clock.transfer(main),
             )
@@ -828,6 +861,8 @@ def simulate(config: RingConfig, *, engine: str = "vectorized") -> SimResult:
             _decode(config, costs, ready, view, recv)
         else:
             schedule = phase.schedule
+            if config.hardware.pass_overhead_s:
+                ready = ready + config.hardware.pass_overhead_s / costs.clock.speed
             row = costs.ring_rows(schedule)
             _RING_ENGINES[engine](schedule, row, config.overlap, ready, link_free, out)
             for ends in (view.se, view.ke):

@@ -6,7 +6,13 @@ import json
 import numpy as np
 import pytest
 
-from kernels.calibrate import Calibration, calibrate_data, fit_line, save_calibration
+from kernels.calibrate import (
+    MASKED_BLOCKS,
+    Calibration,
+    calibrate_data,
+    fit_line,
+    save_calibration,
+)
 from kernels.measure import _step_durations, measure, predict
 from ringsim.cost import attention_flops
 from ringsim.hardware import load_profile
@@ -46,8 +52,61 @@ def test_effective_rate_includes_the_per_call_overhead():
     big = attention_flops(4096, 4096, 2, 32)  # outside the measured range: the fit
     assert cal.rate_at(4096) == pytest.approx(big / (1e-4 + big / 2e10), rel=1e-6)
     hw = cal.hardware(block_tokens=256)
-    assert hw.flops_for("fp32") == pytest.approx(cal.rate_at(256))
+    # the profile splits the block's time into the per-call overhead and the FLOPs at a rate
+    assert hw.block_overhead_s == pytest.approx(1e-4, rel=1e-6)
+    assert hw.flops_for("fp32") == pytest.approx(2e10, rel=1e-6)
+    assert hw.block_overhead_s + flops / hw.flops_for("fp32") == pytest.approx(
+        cal.block_seconds(256), rel=1e-9
+    )
     assert hw.link_bandwidth == pytest.approx(1e9) and hw.link_latency == pytest.approx(5e-4)
+    # without masked, solo, overlap or setup rows the other terms are neutral
+    assert (hw.masked_speed, hw.solo_speed, hw.pass_overhead_s) == (1.0, 1.0, 0.0)
+    assert cal.overlaps()
+
+
+def _with_kernel_rows(cal: Calibration, *, masked=0.8, solo=1.25, setup=2e-3, hidden=0.1):
+    """Rows as a machine with these kernel terms would measure them at c = 256."""
+    c, overhead = 256, cal.block_overhead()
+    flop_time = cal.block_seconds(c) - overhead
+    for name, work in (("contiguous-diagonal", 0.625), ("zigzag-early-keys", 0.5)):
+        seconds = overhead + work * flop_time / masked
+        cal.masked.append({"block_tokens": c, "block": name, "work": work, "seconds": seconds})
+    cal.solo.append({"block_tokens": c, "flops": 0, "seconds": cal.block_seconds(c) / solo})
+    cal.pass_setup.append({"block_tokens": c, "seconds": setup})
+    compute, transfer = 1e-3, 2e-3
+    step = compute + transfer - hidden * compute
+    cal.overlap.append({"block_tokens": 8, "bytes": 1 << 20, "compute_s": compute,
+                        "transfer_s": transfer, "step_s": step})  # fmt: skip
+    return cal
+
+
+def test_kernel_terms_are_read_from_their_rows():
+    cal = _with_kernel_rows(_synthetic())
+    assert cal.masked_speed_at(256) == pytest.approx(0.8, rel=1e-9)
+    assert cal.solo_speed_at(256) == pytest.approx(1.25, rel=1e-9)
+    assert cal.pass_overhead_at(256) == pytest.approx(2e-3)
+    assert cal.overlap_fraction() == pytest.approx(0.1) and not cal.overlaps()
+    hw = cal.hardware(block_tokens=256)
+    assert (hw.masked_speed, hw.solo_speed) == pytest.approx((0.8, 1.25))
+    # the terms survive the JSON round trip; data saved before they existed loads neutral
+    again = Calibration.from_json(json.loads(json.dumps(cal.to_json())))
+    assert again.hardware(block_tokens=256) == hw
+    old = {k: v for k, v in cal.to_json().items()
+           if k not in ("masked", "solo", "overlap", "pass_setup")}  # fmt: skip
+    neutral = Calibration.from_json(old).hardware(block_tokens=256)
+    assert (neutral.masked_speed, neutral.solo_speed, neutral.pass_overhead_s) == (1.0, 1.0, 0.0)
+
+
+def test_prediction_uses_the_measured_overlap_and_setup():
+    cal = _with_kernel_rows(_synthetic(latency=1e-4, bandwidth=1e9), masked=1.0, solo=1.0)
+    sim, hw = predict(
+        cal, hosts=2, seq_len=512, heads=2, kv_heads=None, head_dim=32, layout="contiguous",
+        causal=False,
+    )  # fmt: skip
+    assert not sim.config.overlap  # 10% hidden: the transfers are simulated as not overlapping
+    transfer = hw.link_latency + 2 * 256 * 2 * 32 * 4 / hw.link_bandwidth
+    expect = 2e-3 + 2 * cal.block_seconds(256) + transfer
+    assert sim.summary()["total_time_s"] == pytest.approx(expect, rel=1e-6)
 
 
 def test_profile_saves_loadable_and_data_stays_out_of_the_preset_glob(tmp_path):
@@ -85,9 +144,15 @@ def test_real_calibration_and_measurement_on_gloo():
     and the prediction is in the right range (not the 10% target: this runs beside other CI
     jobs on shared cores)."""
     cal = calibrate_data(
-        "gloo", heads=2, head_dim=16, sizes=[32, 64, 128], link_bytes=[1024, 65536], repeats=3
-    )
+        "gloo", heads=2, head_dim=16, sizes=[32, 64, 128], link_bytes=[1024, 65536], repeats=3,
+        masked_sizes=[128], solo_sizes=[128], step_sizes=[128],
+    )  # fmt: skip
     assert cal.rate_at(64) > 0 and cal.link_fit().rate > 0
+    assert {r["block"] for r in cal.masked} == set(MASKED_BLOCKS) and len(cal.solo) == 1
+    assert len(cal.overlap) == 1 and len(cal.pass_setup) == 1
+    hw = cal.hardware(block_tokens=128)
+    assert hw.masked_speed > 0 and hw.solo_speed > 0 and hw.pass_overhead_s >= 0
+    assert 0 <= cal.overlap_fraction() <= 1
     report = measure(seq_len=256, heads=2, head_dim=16, causal=True, layout="zigzag",
                      calibration=cal, repeats=3)  # fmt: skip
     paired = measure(seq_len=128, heads=2, head_dim=16, causal=False, repeats=2)

@@ -1,6 +1,7 @@
 """The event timer: both engines agree, closed forms hold, causal imbalance as derived."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -212,7 +213,7 @@ def test_train_step_is_the_sum_of_its_phases_when_compute_bound():
 def exposed(hosts, block, hw, pass_):
     cfg = RingConfig(hosts=hosts, seq_len=hosts * block, hardware=hw, pass_=pass_, **SMALL)
     result = simulate(cfg)
-    hidden = hosts * block_time_hw(cfg, hw, pass_)
+    hidden = hosts * (hw.block_overhead_s + block_time_hw(cfg, hw, pass_))
     if pass_ == "backward":  # the homecoming hop is exposed at any block size
         hidden += hw.link_latency + g_bytes(cfg) / hw.link_bandwidth
     return result.makespan - hidden
@@ -444,3 +445,107 @@ def test_a_thousand_hosts_is_quick():
     result = simulate(cfg)
     assert result.summary()["events"] == 1024 * 1024 + 1024 * 1023
     assert result.idle_fraction == pytest.approx(0.0, abs=1e-12)
+
+
+# -- kernel terms of a calibrated profile: pass and block overheads, masked and lone speeds -----
+def kernel_config(hosts=4, block=64, *, pass_overhead=0.0, overhead=0.0, masked=1.0, solo=1.0,
+                  bandwidth=1e15, latency=0.0, **kw):  # fmt: skip
+    hw = replace(
+        custom_hardware(1e12, bandwidth, latency), pass_overhead_s=pass_overhead,
+        block_overhead_s=overhead, masked_speed=masked, solo_speed=solo,
+    )  # fmt: skip
+    return RingConfig(hosts=hosts, seq_len=hosts * block, hardware=hw, **SMALL, **kw)
+
+
+@given(
+    hosts=st.integers(1, 9),
+    layout=st.sampled_from(LAYOUTS),
+    causal=st.booleans(),
+    overlap=st.booleans(),
+    pass_=st.sampled_from(["forward", "backward", "train-step"]),
+    bandwidth=st.floats(1e6, 1e12),
+    pass_overhead=st.sampled_from([0.0, 2e-6]),
+    overhead=st.sampled_from([0.0, 1e-6]),
+    masked=st.sampled_from([0.5, 1.0, 1.7]),
+    solo=st.sampled_from([1.0, 1.4]),
+    jitter=st.sampled_from([0.0, 0.3]),
+)
+def test_engines_agree_with_the_kernel_terms(
+    hosts, layout, causal, overlap, pass_, bandwidth, pass_overhead, overhead, masked, solo, jitter
+):
+    speed = tuple(0.5 if h == 0 else 1.0 for h in range(hosts))
+    cfg = kernel_config(
+        hosts, 32, pass_overhead=pass_overhead, overhead=overhead, masked=masked, solo=solo,
+        bandwidth=bandwidth, layout=layout, causal=causal, overlap=overlap, pass_=pass_,
+        speed=speed, jitter=jitter, tile=8,
+    )  # fmt: skip
+    fast, slow = simulate(cfg), simulate(cfg, engine="heap")
+    for name in ARRAYS:
+        np.testing.assert_array_equal(getattr(fast.timeline, name), getattr(slow.timeline, name))
+
+
+def test_neutral_kernel_terms_change_nothing():
+    for kw in (dict(layout="zigzag", causal=True, tile=16), dict(pass_="backward")):
+        plain = simulate(config(4, 64, bandwidth=1e9, **kw))
+        neutral = simulate(kernel_config(4, 64, bandwidth=1e9, **kw))
+        for name in ARRAYS:
+            np.testing.assert_array_equal(
+                getattr(plain.timeline, name), getattr(neutral.timeline, name)
+            )
+
+
+@pytest.mark.parametrize("hosts", [2, 4])
+def test_kernel_terms_closed_forms(hosts):
+    setup, o, m = 3e-5, 2e-5, 0.8
+    full = kernel_config(hosts, 64, pass_overhead=setup, overhead=o, masked=m)
+    t = block_time(full)
+    # unmasked, compute bound: the pass setup once, every block pays the overhead
+    assert simulate(full).makespan == pytest.approx(setup + hosts * (o + t), rel=1e-12)
+    # zigzag with tile-aligned halves: every block is masked (the diagonal 10/16 of its tiles)
+    zig = kernel_config(hosts, 64, pass_overhead=setup, overhead=o, masked=m, layout="zigzag",
+                        causal=True, tile=16)  # fmt: skip
+    if hosts == 4:
+        expect = setup + hosts * o + (10 / 16 + 3 / 2) * t / m
+        assert simulate(zig).makespan == pytest.approx(expect, rel=1e-12)
+    # contiguous causal on 2 hosts: host 1 computes the last block alone (host 0 skips it)
+    if hosts == 2:
+        solo = 1.5
+        cont = kernel_config(2, 64, overhead=o, masked=m, solo=solo, causal=True, tile=16)
+        expect = o + 10 / 16 * t / m + (o + t) / solo
+        assert simulate(cont).makespan == pytest.approx(expect, rel=1e-12)
+        # a straggler's overhead is slowed like its FLOPs
+        slow = kernel_config(2, 64, overhead=o, speed=(1.0, 0.5))
+        assert simulate(slow).makespan == pytest.approx(2 * (o + t) / 0.5, rel=1e-12)
+    # without overlap: every step's block and transfer add up, the overhead included
+    no = kernel_config(hosts, 64, overhead=o, bandwidth=1e9, latency=1e-6, overlap=False)
+    t_l = link_time(no, kv_bytes(no))
+    assert simulate(no).makespan == pytest.approx(hosts * (o + t) + (hosts - 1) * t_l, rel=1e-12)
+
+
+def test_solo_speed_grows_with_the_idle_hosts():
+    """Contiguous causal: at step s, s of the P hosts skip; a computing host's share is
+    1 + (solo - 1) s / (P - 1), so the last step (one host busy) runs at the full solo speed."""
+    cfg = kernel_config(4, 64, solo=2.0, causal=True, tile=16)
+    clock = HostClock(cfg)
+    sched = cfg.schedule()
+    t_full = np.full(4, block_time(cfg))
+    for s in range(1, 4):
+        busy = sched.kind_at(s) != 0
+        share = 1 + (2.0 - 1) * s / 3
+        times = clock.block(t_full, sched.work_at(s), sched.kind_at(s))
+        np.testing.assert_allclose(times[busy], t_full[busy] / share, rtol=1e-12)
+        assert np.all(times[~busy] == 0)
+
+
+def test_block_overhead_offsets_latency_in_the_threshold():
+    kw = dict(heads=2, kv_heads=2, head_dim=16, dtype="bf16")
+    base = custom_hardware(1e12, 2e9, 2e-7)
+    with_overhead = replace(base, block_overhead_s=1e-7)
+    less_latency = custom_hardware(1e12, 2e9, 1e-7)
+    assert overlap_threshold(with_overhead, **kw) == pytest.approx(
+        overlap_threshold(less_latency, **kw), rel=1e-12
+    )
+    found = bisect_threshold(with_overhead, "forward")
+    assert found - 1 < overlap_threshold(with_overhead, **kw) <= found + 1e-9
+    # an overhead beyond latency plus the whole transfer: every block hides
+    assert overlap_threshold(replace(base, block_overhead_s=1.0), **kw) == 0.0
