@@ -102,7 +102,7 @@ def run(
             "masked": cal.masked,
             "solo": cal.solo,
             "overlap": cal.overlap,
-            "pass_setup": cal.pass_setup,
+            "ring_pass": cal.ring_pass,
         },
         "profile": cal.hardware().source,
         "runs": runs,

@@ -47,7 +47,7 @@ import platform
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
@@ -56,6 +56,7 @@ import numpy as np
 from ringsim.cost import attention_flops
 
 BACKENDS = ("gloo", "nccl", "cuda")
+OVERLAP_THRESHOLD = 0.5  # simulate with overlap when the median probe hides at least this
 DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048)
 DEFAULT_BYTES = tuple(2**p for p in range(10, 25, 2))  # 1 KiB .. 16 MiB
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -92,9 +93,9 @@ class Calibration:
     (every rank computing); ``solo``: the same, one rank at a time; ``masked``: rows
     ``{block_tokens, block, work, flops, seconds}`` (``work`` the tile-granular fraction of the
     block computed, ``flops`` its FLOPs); ``pingpong``/``exchange``: rows ``{bytes, seconds}``
-    (one-way / per exchange); ``overlap``: rows of ``measure_overlap``; ``pass_setup``: rows
-    ``{block_tokens, seconds}`` of ``measure_pass_setup``. Calibrations saved before the last
-    four existed load with them empty (neutral terms)."""
+    (one-way / per exchange); ``overlap``: rows of ``measure_overlap``; ``ring_pass``: rows of
+    ``measure_ring_pass``. Calibrations saved before the last four existed (or with the
+    one-rank ``pass_setup`` rows of an earlier version) load with them empty (neutral terms)."""
 
     backend: str
     dtype: str
@@ -108,7 +109,7 @@ class Calibration:
     masked: list[dict] = field(default_factory=list)
     solo: list[dict] = field(default_factory=list)
     overlap: list[dict] = field(default_factory=list)
-    pass_setup: list[dict] = field(default_factory=list)
+    ring_pass: list[dict] = field(default_factory=list)
     machine: str = field(default_factory=platform.node)
     when: str = field(default_factory=lambda: date.today().isoformat())
 
@@ -184,24 +185,52 @@ class Calibration:
         return expected / measured
 
     def overlap_fraction(self) -> float:
-        """How much of the shorter of compute and transfer a ring step hides, from the
-        ``overlap`` rows: ``(compute + transfer - step) / min(compute, transfer)`` summed over
-        the rows, in ``[0, 1]`` (1 without rows: the double buffering works as designed)."""
+        """How much of the shorter of compute and transfer a ring step hides: per ``overlap``
+        row ``(compute + transfer - step) / min(compute, transfer)`` clipped to ``[0, 1]``,
+        the median over the rows (one noisy probe cannot flip it; 1 without rows: the double
+        buffering works as designed)."""
         if not self.overlap:
             return 1.0
-        hidden = sum(r["compute_s"] + r["transfer_s"] - r["step_s"] for r in self.overlap)
-        hideable = sum(min(r["compute_s"], r["transfer_s"]) for r in self.overlap)
-        return float(min(max(hidden / hideable, 0.0), 1.0))
+        fractions = [
+            (r["compute_s"] + r["transfer_s"] - r["step_s"]) / min(r["compute_s"], r["transfer_s"])
+            for r in self.overlap
+        ]
+        return float(np.clip(np.median(fractions), 0.0, 1.0))
 
     def overlaps(self) -> bool:
-        """Whether to simulate with overlap: the measured ``overlap_fraction`` is at least 1/2
-        (the timer's rule is all or nothing: the nearer one)."""
-        return self.overlap_fraction() >= 0.5
+        """Whether to simulate with overlap: the timer's rule is all or nothing, so the nearer
+        one: ``overlap_fraction() >= OVERLAP_THRESHOLD`` (1/2)."""
+        return self.overlap_fraction() >= OVERLAP_THRESHOLD
 
-    def pass_overhead_at(self, block_tokens: int) -> float:
-        """Seconds of a ring call outside its steps, at (or near) ``c`` (0 without rows)."""
-        rows = self._rows_near(self.pass_setup, block_tokens)
-        return float(np.median([r["seconds"] for r in rows])) if rows else 0.0
+    def pass_overhead(self) -> float:
+        """Seconds a ring call costs beyond its simulated steps: per ``ring_pass`` row (a real
+        near-empty pass), its measured time less the simulated time of its steps (their
+        per-call overheads and message latencies, from this calibration, with no pass
+        overhead); the median over rows, at least 0 (0 without rows). What it holds on local
+        gloo ranks: the ranks leaving the barrier at different moments (the first to leave
+        waits for the other in its first transfer), gloo's threads waking up for the first
+        message, the schedule, positions and buffers built per call and the autograd
+        ``Function`` around the pass."""
+        if not self.ring_pass:
+            return 0.0
+        extra = [r["seconds"] - self.simulated_pass_time(r) for r in self.ring_pass]
+        return float(max(np.median(extra), 0.0))
+
+    def simulated_pass_time(self, row: dict) -> float:
+        """The simulated time of a ``ring_pass`` row's ring without a pass overhead: this
+        calibration's link and overlap, each block taking the row's measured ``block_s``."""
+        from kernels.torch_block import TILE
+        from ringsim.timing import RingConfig, simulate
+
+        hw = self.hardware(pass_overhead=False)
+        hw = replace(hw, block_overhead_s=row["block_s"], masked_speed=1.0, solo_speed=1.0)
+        config = RingConfig(
+            hosts=row["hosts"], seq_len=row["block_tokens"] * row["hosts"], hardware=hw,
+            heads=row["heads"], head_dim=row["head_dim"], dtype=self.dtype,
+            layout=row["layout"], causal=row["causal"], overlap=self.overlaps(),
+            tile=TILE if self.backend == "gloo" else 64,
+        )  # fmt: skip
+        return float(simulate(config).summary()["total_time_s"])
 
     def solo_speed_at(self, block_tokens: int) -> float:
         """How much faster a full block of (about) ``c`` runs while the other ranks wait than
@@ -221,11 +250,13 @@ class Calibration:
         head_dim: int | None = None,
         link: str = "exchange",
         name: str | None = None,
+        pass_overhead: bool = True,
     ):
         """A ``ringsim.hardware.Hardware`` for blocks of ``block_tokens`` (default: the largest
         block measured) with ``heads``/``head_dim`` (default: as calibrated): the FLOP rate and
         per-call overhead that reproduce the full block at ``c``, the masked-block and lone-host
-        speeds at ``c`` and the ``link`` fit (``exchange`` or ``pingpong``)."""
+        speeds at ``c``, the ``link`` fit (``exchange`` or ``pingpong``) and, with
+        ``pass_overhead``, the measured ``pass_overhead()`` (else 0)."""
         from ringsim.hardware import Hardware
 
         c = block_tokens or max(r["block_tokens"] for r in self.compute)
@@ -233,7 +264,7 @@ class Calibration:
         rate = self.flop_rate_at(c, heads, head_dim)
         overhead = self.block_overhead()
         masked, solo = self.masked_speed_at(c), self.solo_speed_at(c)
-        setup = self.pass_overhead_at(c)
+        setup = self.pass_overhead() if pass_overhead else 0.0
         source = (
             f"calibrated {self.when} on {self.machine or self.backend} ({self.backend}, "
             f"{self.threads} thread(s)/rank, {self.hosts} ranks): block compute "
@@ -265,7 +296,7 @@ class Calibration:
             "block_overhead_s": self.block_overhead(),
             "masked_speed": self.masked_speed_at(largest),
             "solo_speed": self.solo_speed_at(largest),
-            "pass_overhead_s": self.pass_overhead_at(largest),
+            "pass_overhead_s": self.pass_overhead(),
             "overlap_fraction": self.overlap_fraction(),
             "exchange_bandwidth": ex.rate,
             "exchange_latency_s": ex.intercept,
@@ -324,9 +355,12 @@ def measure_compute(
     device: str = "cpu",
     repeats: int = 5,
     barrier=lambda: None,
+    received: bool = False,
 ) -> list[dict]:
     """One forward ring step's compute on a full ``c x c`` block: ``block_attention`` (fp32
-    output) and the merge into the running ``(out, lse)``, exactly the ring's calls."""
+    output) and the merge into the running ``(out, lse)``, exactly the ring's calls.
+    ``received``: on a ``k, v`` block that has just arrived from the previous rank, as the
+    ring computes it (see ``_received_time``; every rank must call it alike)."""
     import torch
 
     from kernels.block import block_attention
@@ -339,16 +373,46 @@ def measure_compute(
         q, k, v = (
             torch.randn(1, heads, c, head_dim, device=device, dtype=torch_dtype) for _ in "qkv"
         )
-        state = block_attention(q, k, v, out_dtype=torch.float32)
+        kv, state = torch.stack([k, v]), block_attention(q, k, v, out_dtype=torch.float32)
 
-        def step(q=q, k=k, v=v, state=state):
-            return merge_out_lse(*state, *block_attention(q, k, v, out_dtype=torch.float32))
+        def step(block, q=q, state=state):
+            return merge_out_lse(*state, *block_attention(q, *block, out_dtype=torch.float32))
 
-        barrier()  # every rank computes at the same time, as in the ring
-        seconds = _median_time(step, repeats, sync, min_time_s=0.05)
+        if received:
+            seconds = _received_time(step, kv, repeats)
+        else:
+            barrier()  # every rank computes at the same time, as in the ring
+            seconds = _median_time(lambda kv=kv: step(kv), repeats, sync, min_time_s=0.05)
         flops = attention_flops(c, c, heads, head_dim)
         rows.append({"block_tokens": c, "flops": flops, "seconds": seconds})
     return rows
+
+
+def _received_time(step, kv, repeats: int, active: bool = True) -> float:
+    """Median seconds of ``step(block)`` on a block that has just arrived: each sample first
+    exchanges ``kv`` with the neighbours into a fresh buffer (``rank + 1`` / ``rank - 1``, the
+    ring's transfer, untimed), then times the step on what came in. On local gloo ranks such a
+    block is slower to compute than one computed over and over (its pages were just written
+    by gloo's thread, on whichever core that ran), and a ring step computes exactly such
+    blocks. Runs ``repeats + 1`` exchanges on every rank; ``active=False`` ranks only
+    exchange (they wait in the next exchange while the others compute)."""
+    import torch
+
+    times = []
+    for _ in range(max(repeats, 3) + 1):
+        block = torch.empty_like(kv)
+        _batch([("send", kv, _neighbour(1)), ("recv", block, _neighbour(-1))])
+        t0 = time.perf_counter()
+        if active:
+            step(block)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def _neighbour(offset: int) -> int:
+    import torch.distributed as dist
+
+    return (dist.get_rank() + offset) % dist.get_world_size()
 
 
 MASKED_BLOCKS = ("contiguous-diagonal", "zigzag-diagonal", "zigzag-early-keys", "zigzag-late-keys")
@@ -375,10 +439,12 @@ def measure_masked(
     device: str = "cpu",
     repeats: int = 5,
     barrier=lambda: None,
+    received: bool = False,
 ) -> list[dict]:
     """The ring step of each of ``MASKED_BLOCKS`` at block size ``c`` (the ring's calls, with
     the block's global positions and the causal mask), with the tile-granular fraction of the
-    block the kernel computes (``ringsim.masks.count_visible``, the simulator's count)."""
+    block the kernel computes (``ringsim.masks.count_visible``, the simulator's count).
+    ``received``: as in ``measure_compute``."""
     import torch
 
     from kernels.block import block_attention
@@ -390,21 +456,24 @@ def measure_masked(
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     c = block_tokens
     q, k, v = (torch.randn(1, heads, c, head_dim, device=device, dtype=torch_dtype) for _ in "qkv")
-    state = block_attention(q, k, v, out_dtype=torch.float32)
+    kv, state = torch.stack([k, v]), block_attention(q, k, v, out_dtype=torch.float32)
     rows = []
     for name in MASKED_BLOCKS:
         q_pos, k_pos = _masked_block(name, c)
         work = count_visible(q_pos, k_pos, causal=True, tile=TILE if device == "cpu" else 64)
         q_t, k_t = (torch.as_tensor(p, device=device) for p in (q_pos, k_pos))
 
-        def step(q_t=q_t, k_t=k_t):
+        def step(block, q_t=q_t, k_t=k_t):
             out_b, lse_b = block_attention(
-                q, k, v, q_pos=q_t, k_pos=k_t, causal=True, out_dtype=torch.float32
+                q, *block, q_pos=q_t, k_pos=k_t, causal=True, out_dtype=torch.float32
             )
             return merge_out_lse(*state, out_b, lse_b)
 
-        barrier()
-        seconds = _median_time(step, repeats, sync, min_time_s=0.05)
+        if received:
+            seconds = _received_time(step, kv, repeats)
+        else:
+            barrier()
+            seconds = _median_time(lambda step=step: step(kv), repeats, sync, min_time_s=0.05)
         full = attention_flops(c, c, heads, head_dim)
         rows.append({"block_tokens": c, "block": name, "work": work / c**2,
                      "flops": full * work / c**2, "seconds": seconds})  # fmt: skip
@@ -418,11 +487,34 @@ def measure_solo(
     head_dim: int,
     dtype: str,
     repeats: int = 5,
+    received: bool = False,
 ) -> list[dict]:
     """The full-block ring step of ``measure_compute`` on one rank at a time while the others
-    wait in a barrier (each rank returns its own turns' rows)."""
+    wait (each rank returns its own turns' rows). ``received``: on a block just received, as
+    in ``measure_compute`` (the others exchange with it, then wait in the next exchange)."""
+    import torch
     import torch.distributed as dist
 
+    if received:
+        from kernels.block import block_attention
+        from kernels.ring import merge_out_lse
+
+        torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+        rows = []
+        for c in sizes:
+            q, k, v = (torch.randn(1, heads, c, head_dim, dtype=torch_dtype) for _ in "qkv")
+            state = block_attention(q, k, v, out_dtype=torch.float32)
+
+            def step(kv, q=q, state=state):
+                return merge_out_lse(*state, *block_attention(q, *kv, out_dtype=torch.float32))
+
+            for turn in range(dist.get_world_size()):
+                mine = dist.get_rank() == turn
+                seconds = _received_time(step, torch.stack([k, v]), repeats, active=mine)
+                if mine:
+                    flops = attention_flops(c, c, heads, head_dim)
+                    rows.append({"block_tokens": c, "flops": flops, "seconds": seconds})
+        return rows
     rows = []
     for turn in range(dist.get_world_size()):
         dist.barrier()
@@ -495,54 +587,41 @@ def measure_overlap(
     return {"block_tokens": c, "bytes": kv.numel() * kv.element_size(), **row}
 
 
-SETUP_TOKENS = 64
+# (tokens per host, heads, head_dim) of the near-empty ring pass that measures a ring call's
+# fixed cost: its blocks take a call's overhead and its messages a latency, nothing more
+PASS_PROBE = (2, 1, 1)
 
 
-def measure_pass_setup(
-    block_tokens: int, *, heads: int, head_dim: int, dtype: str, repeats: int = 5, groups=None
-) -> dict:
-    """The fixed cost of a ring call around its steps (schedule, positions, buffers, autograd):
-    ``kernels.ring.ring_attention`` of this shape (at most ``SETUP_TOKENS`` tokens) on a
-    one-rank group (``groups[rank]``, made by every rank with ``dist.new_group``), less the same
-    rank's block step timed beside it.
-    Every rank measures at once. Returns ``{block_tokens, seconds}``."""
-    import torch
+def measure_ring_pass(*, layout: str, causal: bool, dtype: str, repeats: int = 5) -> dict:
+    """A ring call's fixed cost, paid the way the comparison pays it: ``kernels.ring.run_ring``
+    (a barrier, then ``ring_attention``, timed as every measured ring is) on every rank of the
+    world group at once, with ``PASS_PROBE`` blocks (near-zero compute, 8-byte messages).
+    Returns ``{layout, causal, hosts, block_tokens, heads, head_dim, seconds}``, ``seconds``
+    the median over repeats of the slowest rank's wall time (gathered: every rank returns the
+    same row), and ``block_s``: the slowest rank's step on one such block.
+    ``Calibration.pass_overhead`` takes from it the simulated time of its steps."""
     import torch.distributed as dist
 
-    from kernels.block import block_attention
-    from kernels.ring import merge_out_lse, ring_attention
+    from kernels.ring import RunConfig, run_ring
 
-    rank = dist.get_rank()
-    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
-    # at most SETUP_TOKENS: the setup hardly grows with c, the subtracted block's noise does
-    c = min(block_tokens, SETUP_TOKENS)
-    q, k, v = (torch.randn(1, heads, c, head_dim, dtype=torch_dtype) for _ in "qkv")
-    state = block_attention(q, k, v, out_dtype=torch.float32)
-    group = groups[rank]
-
-    def call():
-        ring_attention(q, k, v, group=group, check=False)
-
-    def block():
-        merge_out_lse(*state, *block_attention(q, k, v, out_dtype=torch.float32))
-
-    calls, blocks = [], []
-    call(), block()
-    for _ in range(max(repeats, 3)):
-        for out, fn in ((calls, call), (blocks, block)):
-            dist.barrier()
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    seconds = statistics.median(calls) - statistics.median(blocks)
-    return {"block_tokens": block_tokens, "seconds": max(seconds, 0.0)}
-
-
-def one_rank_groups() -> list:
-    """``dist.new_group([r])`` for every rank (every rank must make all of them, in order)."""
-    import torch.distributed as dist
-
-    return [dist.new_group([r]) for r in range(dist.get_world_size())]
+    c, heads, head_dim = PASS_PROBE
+    hosts = dist.get_world_size()
+    config = RunConfig(
+        seq_len=c * hosts, heads=heads, head_dim=head_dim, layout=layout, causal=causal,
+        dtype=TORCH_DTYPES[dtype], backward=False, repeats=max(repeats, 3), warmup=1,
+        return_tensors=False,
+    )  # fmt: skip
+    times = run_ring(dist.get_rank(), hosts, config)["forward_s"]
+    # its blocks' cost (the ring's step on a just-received block of this shape): the per-call
+    # overhead of the profile is fitted at the run's shape, where it also holds per-head work
+    (block,) = measure_compute([c], heads=heads, head_dim=head_dim, dtype=dtype,
+                               repeats=max(repeats, 3), received=True)  # fmt: skip
+    every: list = [None] * hosts
+    dist.all_gather_object(every, (times, block["seconds"]))
+    slowest = np.max(np.array([t for t, _ in every], float), axis=0)
+    return {"layout": layout, "causal": causal, "hosts": hosts, "block_tokens": c,
+            "heads": heads, "head_dim": head_dim, "seconds": float(np.median(slowest)),
+            "block_s": max(b for _, b in every)}  # fmt: skip
 
 
 def measure_link_p2p(sizes: Sequence[int], *, repeats: int = 5, device: str = "cpu") -> dict:
@@ -614,9 +693,10 @@ def _rank_worker(rank: int, hosts: int, spec: dict) -> dict:
     import torch.distributed as dist
 
     device = "cuda" if spec["backend"] == "nccl" else "cpu"
+    received = device == "cpu"  # local ranks: blocks computed as they arrive (_received_time)
     compute = measure_compute(
         spec["sizes"], heads=spec["heads"], head_dim=spec["head_dim"], dtype=spec["dtype"],
-        device=device, repeats=spec["repeats"], barrier=dist.barrier,
+        device=device, repeats=spec["repeats"], barrier=dist.barrier, received=received,
     )  # fmt: skip
     link = measure_link_p2p(spec["bytes"], repeats=spec["repeats"], device=device)
     shape = dict(heads=spec["heads"], head_dim=spec["head_dim"], dtype=spec["dtype"])
@@ -624,23 +704,25 @@ def _rank_worker(rank: int, hosts: int, spec: dict) -> dict:
         row
         for c in spec.get("masked_sizes", ())
         for row in measure_masked(
-            c, **shape, device=device, repeats=spec["repeats"], barrier=dist.barrier
+            c,
+            **shape,
+            device=device,
+            repeats=spec["repeats"],
+            barrier=dist.barrier,
+            received=received,
         )
     ]
     solo, overlap, setup = [], [], []
     if device == "cpu":
         reps = spec["repeats"]
-        solo = measure_solo(spec.get("solo_sizes", ()), **shape, repeats=reps)
+        solo = measure_solo(spec.get("solo_sizes", ()), **shape, repeats=reps, received=True)
         c, heads, head_dim = OVERLAP_PROBE
         probe = dict(heads=heads, head_dim=head_dim, dtype=spec["dtype"], repeats=3 * reps)
         overlap = [measure_overlap(c, **probe)] if spec.get("step_sizes") else []
-        groups = one_rank_groups()
-        setup = [
-            measure_pass_setup(c, **shape, repeats=reps, groups=groups)
-            for c in spec.get("step_sizes", ())
-        ]
+        setup = [measure_ring_pass(layout="contiguous", causal=False, dtype=spec["dtype"],
+                                   repeats=3 * reps)] if spec.get("step_sizes") else []  # fmt: skip
     return {"compute": compute, **link, "masked": masked, "solo": solo, "overlap": overlap,
-            "pass_setup": setup, "threads": torch.get_num_threads()}  # fmt: skip
+            "ring_pass": setup, "threads": torch.get_num_threads()}  # fmt: skip
 
 
 def _combine(per_rank: list[dict], key: str, value: str) -> list[dict]:
@@ -700,7 +782,7 @@ def calibrate_data(
     per_rank = launch(
         _rank_worker, hosts, args=(spec,), backend=backend, timeout_s=timeout_s, threads=threads
     )
-    for key in ("compute", "pingpong", "exchange", "masked", "solo", "pass_setup"):
+    for key in ("compute", "pingpong", "exchange", "masked", "solo", "ring_pass"):
         setattr(cal, key, _combine(per_rank, key, "seconds"))
     cal.overlap = [
         {**row, **{k: max(r["overlap"][i][k] for r in per_rank) for k in row if k.endswith("_s")}}
@@ -809,7 +891,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         "masked": cal.masked,
         "solo": cal.solo,
         "overlap": cal.overlap,
-        "pass_setup": cal.pass_setup,
+        "ring_pass": cal.ring_pass,
         "saved": [str(p) for p in paths] if paths else None,
     }
     if args.json:

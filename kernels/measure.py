@@ -16,12 +16,13 @@ barrier to its last merge); ``ratio = measured / predicted``.
 
 Without a given calibration the comparison is *paired*: before every repeat of the ring, the
 same ranks measure the block compute (a tiny block, half this block size and this one; for a
-causal run also its masked blocks and, if some ranks skip steps, a lone rank) and the link (a
-small message and this run's) and, on gloo, whether a transfer progresses while a rank
-computes (``kernels.calibrate.measure_overlap``, on a probe block whose compute and message
-take about as long) and the fixed cost of a ring call around its
-steps (``measure_pass_setup``, on a one-rank group), and that repeat is predicted from those
-numbers. The machine's load
+causal run also its masked blocks and, if some ranks skip steps, a lone rank; on gloo each on
+a block that has just arrived over the link, as a ring step computes it) and the link (a small
+message and this run's) and, on gloo, whether a transfer progresses while a rank computes
+(``kernels.calibrate.measure_overlap``, on a probe block whose compute and message take about
+as long) and the fixed cost of a ring call (``measure_ring_pass``: the real ring, on every
+rank, with near-empty blocks), and that repeat is predicted from those numbers. The overlap
+decision and the pass overhead are the medians over all repeats' probes. The machine's load
 from other processes drifts over seconds; pairing keeps the drift out of the comparison without
 ever feeding the ring's own timings into its prediction.
 """
@@ -64,8 +65,9 @@ def predict(
     pass_: str = "forward",
 ):
     """``ringsim.timing.simulate`` of this run on the calibrated profile, with overlap if the
-    calibration saw transfers progress during compute; returns the ``SimResult`` and the
-    ``Hardware`` used."""
+    calibration saw transfers progress during compute (``Calibration.overlaps``) and its
+    measured fixed cost per ring call (``Calibration.pass_overhead``); returns the ``SimResult`` and
+    the ``Hardware`` used."""
     from kernels.torch_block import TILE
     from ringsim.timing import RingConfig, simulate
 
@@ -119,12 +121,20 @@ def measure(
     launch_kw = dict(backend=backend, timeout_s=timeout_s, threads=threads)
     if calibration is None:  # paired: calibrate right before every repeat, in the same ranks
         per_rank = launch(_paired_worker, hosts, args=(config, dtype), **launch_kw)
-        measured_all, predicted_all, cals = [], [], []
-        for i in range(repeats):
-            cal = _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
-            cals.append(cal)
-            measured_all.append(max(r["rings"][i]["forward_s"][0] for r in per_rank))
-            predicted_all.append(predict(cal, **shape)[0].summary()["total_time_s"])
+        cals = [
+            _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
+            for i in range(repeats)
+        ]
+        # the overlap decision (all or nothing in the timer) and the pass overhead are medians
+        # over every repeat's probes: one noisy probe must not flip or inflate a prediction
+        probes = [row for cal in cals for row in cal.overlap]
+        passes = [row for cal in cals for row in cal.ring_pass]
+        for cal in cals:
+            cal.overlap, cal.ring_pass = probes, passes
+        measured_all = [
+            max(r["rings"][i]["forward_s"][0] for r in per_rank) for i in range(repeats)
+        ]
+        predicted_all = [predict(cal, **shape)[0].summary()["total_time_s"] for cal in cals]
         middle = int(np.argsort(predicted_all)[len(predicted_all) // 2])
         calibration = cals[middle]
         results = [r["rings"][-1] for r in per_rank]
@@ -213,9 +223,8 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
         measure_link_p2p,
         measure_masked,
         measure_overlap,
-        measure_pass_setup,
+        measure_ring_pass,
         measure_solo,
-        one_rank_groups,
     )
     from kernels.ring import run_ring
     from ringsim.schedule import BlockKind, build_schedule
@@ -226,23 +235,24 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
     device = "cpu" if dist.get_backend() == "gloo" else "cuda"
     shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype, repeats=3)
     out = {key: [] for key in ("compute", "link", "masked", "solo", "overlap", "setup", "rings")}
-    groups = one_rank_groups() if device == "cpu" else None
     for i in range(config.warmup + config.repeats):
         compute = measure_compute(
-            sorted({16, max(16, c // 2), c}), **shape, device=device, barrier=dist.barrier
-        )
+            sorted({16, max(16, c // 2), c}), **shape, device=device, barrier=dist.barrier,
+            received=device == "cpu",
+        )  # fmt: skip
         masked = []
         if (kinds == BlockKind.PARTIAL).any():
-            masked = measure_masked(c, **shape, device=device, barrier=dist.barrier)
+            masked = measure_masked(c, **shape, device=device, barrier=dist.barrier,
+                                    received=device == "cpu")  # fmt: skip
         solo = []
         if device == "cpu" and (kinds == BlockKind.SKIP).any():
-            solo = measure_solo([c], **shape)
+            solo = measure_solo([c], **shape, received=True)
         overlap, setup = [], []
         if device == "cpu":
             probe_c, probe_heads, probe_dim = OVERLAP_PROBE
             overlap = [measure_overlap(probe_c, heads=probe_heads, head_dim=probe_dim,
                                        dtype=dtype, repeats=5)]  # fmt: skip
-            setup = [measure_pass_setup(c, **shape, groups=groups)]
+            setup = [measure_ring_pass(layout=config.layout, causal=config.causal, dtype=dtype)]
         link = measure_link_p2p(_link_sizes(config), repeats=3)
         ring = run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed))
         if i >= config.warmup:
@@ -263,7 +273,7 @@ def _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend) -> 
     cal.compute = slowest(lambda r: r["compute"][i])
     cal.masked = slowest(lambda r: r["masked"][i])
     cal.solo = slowest(lambda r: r["solo"][i])
-    cal.pass_setup = slowest(lambda r: r["setup"][i])
+    cal.ring_pass = slowest(lambda r: r["setup"][i])
     cal.overlap = [
         {
             **row,

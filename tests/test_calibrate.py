@@ -72,11 +72,14 @@ def _with_kernel_rows(cal: Calibration, *, masked=0.8, solo=1.25, setup=2e-3, hi
         seconds = overhead + work * flop_time / masked
         cal.masked.append({"block_tokens": c, "block": name, "work": work, "seconds": seconds})
     cal.solo.append({"block_tokens": c, "flops": 0, "seconds": cal.block_seconds(c) / solo})
-    cal.pass_setup.append({"block_tokens": c, "seconds": setup})
     compute, transfer = 1e-3, 2e-3
     step = compute + transfer - hidden * compute
     cal.overlap.append({"block_tokens": 8, "bytes": 1 << 20, "compute_s": compute,
                         "transfer_s": transfer, "step_s": step})  # fmt: skip
+    row = {"layout": "contiguous", "causal": False, "hosts": 2, "block_tokens": 2, "heads": 1,
+           "head_dim": 1, "block_s": 3e-4}  # fmt: skip
+    row["seconds"] = cal.simulated_pass_time(row) + setup
+    cal.ring_pass.append(row)
     return cal
 
 
@@ -84,7 +87,13 @@ def test_kernel_terms_are_read_from_their_rows():
     cal = _with_kernel_rows(_synthetic())
     assert cal.masked_speed_at(256) == pytest.approx(0.8, rel=1e-9)
     assert cal.solo_speed_at(256) == pytest.approx(1.25, rel=1e-9)
-    assert cal.pass_overhead_at(256) == pytest.approx(2e-3)
+    assert cal.pass_overhead() == pytest.approx(2e-3)
+    # the near-empty pass's steps: its two blocks (their measured cost and their 16 FLOPs) and
+    # one blocking exchange of k, v (16 bytes)
+    hw = cal.hardware(block_tokens=256)
+    block = 3e-4 + attention_flops(2, 2, 1, 1) / hw.flops_for("fp32")
+    tiny = 2 * block + hw.link_latency + 16 / hw.link_bandwidth
+    assert cal.simulated_pass_time(cal.ring_pass[0]) == pytest.approx(tiny, rel=1e-6)
     assert cal.overlap_fraction() == pytest.approx(0.1) and not cal.overlaps()
     hw = cal.hardware(block_tokens=256)
     assert (hw.masked_speed, hw.solo_speed) == pytest.approx((0.8, 1.25))
@@ -92,9 +101,21 @@ def test_kernel_terms_are_read_from_their_rows():
     again = Calibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert again.hardware(block_tokens=256) == hw
     old = {k: v for k, v in cal.to_json().items()
-           if k not in ("masked", "solo", "overlap", "pass_setup")}  # fmt: skip
+           if k not in ("masked", "solo", "overlap", "ring_pass")}  # fmt: skip
     neutral = Calibration.from_json(old).hardware(block_tokens=256)
     assert (neutral.masked_speed, neutral.solo_speed, neutral.pass_overhead_s) == (1.0, 1.0, 0.0)
+
+
+def test_overlap_decision_is_the_median_probe():
+    cal = _synthetic()
+    for hidden in (0.1, 1.0, 0.2):  # one probe that saw full overlap must not flip the decision
+        compute, transfer = 1e-3, 2e-3
+        cal.overlap.append({"block_tokens": 8, "bytes": 1 << 20, "compute_s": compute,
+                            "transfer_s": transfer,
+                            "step_s": compute + transfer - hidden * compute})  # fmt: skip
+    assert cal.overlap_fraction() == pytest.approx(0.2) and not cal.overlaps()
+    cal.overlap[0]["step_s"] = cal.overlap[2]["step_s"] = 2e-3  # two of three hide it all
+    assert cal.overlap_fraction() == pytest.approx(1.0) and cal.overlaps()
 
 
 def test_prediction_uses_the_measured_overlap_and_setup():
@@ -149,7 +170,8 @@ def test_real_calibration_and_measurement_on_gloo():
     )  # fmt: skip
     assert cal.rate_at(64) > 0 and cal.link_fit().rate > 0
     assert {r["block"] for r in cal.masked} == set(MASKED_BLOCKS) and len(cal.solo) == 1
-    assert len(cal.overlap) == 1 and len(cal.pass_setup) == 1
+    assert len(cal.overlap) == 1 and len(cal.ring_pass) == 1
+    assert cal.ring_pass[0]["seconds"] > 0 and cal.ring_pass[0]["block_s"] > 0
     hw = cal.hardware(block_tokens=128)
     assert hw.masked_speed > 0 and hw.solo_speed > 0 and hw.pass_overhead_s >= 0
     assert 0 <= cal.overlap_fraction() <= 1
