@@ -56,7 +56,6 @@ import numpy as np
 from ringsim.cost import attention_flops
 
 BACKENDS = ("gloo", "nccl", "cuda")
-OVERLAP_THRESHOLD = 0.5  # simulate with overlap when the median probe hides at least this
 DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048)
 DEFAULT_BYTES = tuple(2**p for p in range(10, 25, 2))  # 1 KiB .. 16 MiB
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -184,23 +183,24 @@ class Calibration:
         measured = sum(max(r["seconds"] - overhead, 0.1 * r["seconds"]) for r in rows)
         return expected / measured
 
-    def overlap_fraction(self) -> float:
-        """How much of the shorter of compute and transfer a ring step hides: per ``overlap``
-        row ``(compute + transfer - step) / min(compute, transfer)`` clipped to ``[0, 1]``,
-        the median over the rows (one noisy probe cannot flip it; 1 without rows: the double
-        buffering works as designed)."""
+    def overlap_efficiency(self) -> float:
+        """``Hardware.overlap_efficiency``: per ``overlap`` row ``(compute + transfer - step) /
+        min(compute, transfer)``, the median over the rows (one noisy probe cannot move it),
+        not clipped at 0: a step slower than its compute and transfer in turn is contention,
+        and the timer models it (only kept within the term's range ``[-1, 1]``). 1 without
+        rows: the double buffering works as designed."""
         if not self.overlap:
             return 1.0
         fractions = [
             (r["compute_s"] + r["transfer_s"] - r["step_s"]) / min(r["compute_s"], r["transfer_s"])
             for r in self.overlap
         ]
-        return float(np.clip(np.median(fractions), 0.0, 1.0))
+        return float(np.clip(np.median(fractions), -1.0, 1.0))
 
-    def overlaps(self) -> bool:
-        """Whether to simulate with overlap: the timer's rule is all or nothing, so the nearer
-        one: ``overlap_fraction() >= OVERLAP_THRESHOLD`` (1/2)."""
-        return self.overlap_fraction() >= OVERLAP_THRESHOLD
+    def overlap_fraction(self) -> float:
+        """How much of the shorter of compute and transfer a ring step hides:
+        ``overlap_efficiency()`` clipped to ``[0, 1]`` (a report; the timer reads the former)."""
+        return float(np.clip(self.overlap_efficiency(), 0.0, 1.0))
 
     def pass_overhead(self) -> float:
         """Seconds a ring call costs beyond its simulated steps: per ``ring_pass`` row (a real
@@ -218,7 +218,8 @@ class Calibration:
 
     def simulated_pass_time(self, row: dict) -> float:
         """The simulated time of a ``ring_pass`` row's ring without a pass overhead: this
-        calibration's link and overlap, each block taking the row's measured ``block_s``."""
+        calibration's link and overlap efficiency, each block taking the row's measured
+        ``block_s``."""
         from kernels.torch_block import TILE
         from ringsim.timing import RingConfig, simulate
 
@@ -227,7 +228,7 @@ class Calibration:
         config = RingConfig(
             hosts=row["hosts"], seq_len=row["block_tokens"] * row["hosts"], hardware=hw,
             heads=row["heads"], head_dim=row["head_dim"], dtype=self.dtype,
-            layout=row["layout"], causal=row["causal"], overlap=self.overlaps(),
+            layout=row["layout"], causal=row["causal"],
             tile=TILE if self.backend == "gloo" else 64,
         )  # fmt: skip
         return float(simulate(config).summary()["total_time_s"])
@@ -271,7 +272,8 @@ class Calibration:
             f"{rate / 1e9:.3g} GFLOP/s at c={c} + {overhead * 1e6:.0f} us/call, masked blocks "
             f"x{masked:.2f}, a lone rank x{solo:.2f}, {setup * 1e6:.0f} us/pass; {link} link "
             f"{link_fit.rate / 1e9:.3g} GB/s + {link_fit.intercept * 1e6:.0f} us/message; "
-            f"transfers hide {self.overlap_fraction():.0%} of a step's shorter part"
+            f"overlap efficiency {self.overlap_efficiency():+.2f} (1: a transfer hides behind "
+            f"compute, 0: they add up, < 0: they slow each other)"
         )
         return Hardware(
             name=name or f"{self.backend}-calibrated",
@@ -285,6 +287,7 @@ class Calibration:
             block_overhead_s=overhead,
             masked_speed=masked,
             solo_speed=solo,
+            overlap_efficiency=self.overlap_efficiency(),
         )
 
     def summary(self) -> dict:
@@ -298,6 +301,7 @@ class Calibration:
             "solo_speed": self.solo_speed_at(largest),
             "pass_overhead_s": self.pass_overhead(),
             "overlap_fraction": self.overlap_fraction(),
+            "overlap_efficiency": self.overlap_efficiency(),
             "exchange_bandwidth": ex.rate,
             "exchange_latency_s": ex.intercept,
             "pingpong_bandwidth": pp.rate,
@@ -543,7 +547,8 @@ def measure_overlap(
     alone (``compute_s``), of the exchange of its ``k, v`` alone (``transfer_s``) and of a
     ring step (``step_s``: post the exchange, compute, wait), every rank at once. Perfect
     overlap makes ``step = max``, none ``step = compute + transfer``;
-    ``Calibration.overlap_fraction`` reads which."""
+    ``Calibration.overlap_efficiency`` reads which (and contention, ``step > compute +
+    transfer``)."""
     import torch
     import torch.distributed as dist
 

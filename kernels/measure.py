@@ -22,7 +22,7 @@ message and this run's) and, on gloo, whether a transfer progresses while a rank
 (``kernels.calibrate.measure_overlap``, on a probe block whose compute and message take about
 as long) and the fixed cost of a ring call (``measure_ring_pass``: the real ring, on every
 rank, with near-empty blocks), and that repeat is predicted from those numbers. The overlap
-decision and the pass overhead are the medians over all repeats' probes. The machine's load
+efficiency and the pass overhead are the medians over all repeats' probes. The machine's load
 from other processes drifts over seconds; pairing keeps the drift out of the comparison without
 ever feeding the ring's own timings into its prediction.
 """
@@ -64,10 +64,11 @@ def predict(
     causal: bool,
     pass_: str = "forward",
 ):
-    """``ringsim.timing.simulate`` of this run on the calibrated profile, with overlap if the
-    calibration saw transfers progress during compute (``Calibration.overlaps``) and its
-    measured fixed cost per ring call (``Calibration.pass_overhead``); returns the ``SimResult`` and
-    the ``Hardware`` used."""
+    """``ringsim.timing.simulate`` of this run on the calibrated profile: with overlap (the ring
+    posts the next block before it computes) at the measured ``overlap_efficiency`` (how much
+    a transfer and a compute beside it really overlap, or slow each other) and its measured
+    fixed cost per ring call (``Calibration.pass_overhead``); returns the ``SimResult`` and the
+    ``Hardware`` used."""
     from kernels.torch_block import TILE
     from ringsim.timing import RingConfig, simulate
 
@@ -76,7 +77,6 @@ def predict(
         hosts=hosts, seq_len=seq_len, hardware=hw, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, dtype=calibration.dtype, layout=layout, causal=causal,
         pass_=pass_, tile=TILE if calibration.backend == "gloo" else 64, grad_dtype="fp32",
-        overlap=calibration.overlaps(),
     )  # fmt: skip
     return simulate(config), hw
 
@@ -125,8 +125,8 @@ def measure(
             _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
             for i in range(repeats)
         ]
-        # the overlap decision (all or nothing in the timer) and the pass overhead are medians
-        # over every repeat's probes: one noisy probe must not flip or inflate a prediction
+        # the overlap efficiency and the pass overhead are medians over every repeat's probes:
+        # one noisy probe must not swing or inflate a prediction
         probes = [row for cal in cals for row in cal.overlap]
         passes = [row for cal in cals for row in cal.ring_pass]
         for cal in cals:
@@ -183,6 +183,7 @@ def measure(
         "overlap_threshold_tokens": threshold,
         "regime": "compute-bound" if seq_len // hosts >= threshold else "communication-bound",
         "overlap_fraction": calibration.overlap_fraction(),
+        "overlap_efficiency": hw.overlap_efficiency,
         "simulated_overlap": sim.config.overlap,
         "predicted_compute_s": float(sim.summary()["compute_time_s"]),
         "predicted_exposed_comm_s": float(sim.summary()["exposed_comm_s"]),
@@ -249,9 +250,11 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
             solo = measure_solo([c], **shape, received=True)
         overlap, setup = [], []
         if device == "cpu":
+            # one probe (~3 ms a sample) scatters widely on shared cores (f from -1.2 to +0.5
+            # within a minute here): 15 samples each, and the median over the repeats' probes
             probe_c, probe_heads, probe_dim = OVERLAP_PROBE
             overlap = [measure_overlap(probe_c, heads=probe_heads, head_dim=probe_dim,
-                                       dtype=dtype, repeats=5)]  # fmt: skip
+                                       dtype=dtype, repeats=15)]  # fmt: skip
             setup = [measure_ring_pass(layout=config.layout, causal=config.causal, dtype=dtype)]
         link = measure_link_p2p(_link_sizes(config), repeats=3)
         ring = run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed))

@@ -48,7 +48,7 @@ class Hardware:
     achieved fraction of peak FLOP/s, ``memory_bandwidth`` HBM bytes/s (0 = not modelled; only
     decode, which streams the KV cache, uses it).
 
-    Four terms describe a real implementation on a real machine rather than a datasheet
+    Five terms describe a real implementation on a real machine rather than a datasheet
     (calibrated profiles set them; presets leave them neutral):
 
     * ``pass_overhead_s``: fixed seconds each host spends at the start of a ring pass before
@@ -62,10 +62,17 @@ class Hardware:
       do not can be faster (> 1);
     * ``solo_speed``: for hosts that share one machine (local processes on a CPU): how much
       faster a host computes while the ring's other hosts are idle than while all compute (the
-      rate above is the all-busy one); 1 for hosts with a machine each.
+      rate above is the all-busy one); 1 for hosts with a machine each;
+    * ``overlap_efficiency`` ``f`` in ``[-1, 1]``: how well a block's compute ``c`` and the
+      transfer ``t`` that runs beside it (double buffering) actually overlap, in the probe's
+      terms ``c + t - step = f min(c, t)``: 1 (the default) is perfect overlap (``step =
+      max(c, t)``), 0 no overlap at all (``step = c + t``), and a negative ``f`` contention
+      (``step > c + t``): on a CPU whose cores both the compute and the transport's threads
+      need, each slows the other. The timer stretches both by ``(1 - f) min(c, t)``.
 
     ``ringsim.timing.simulate`` applies the first, ``ringsim.timing.HostClock.block`` the
-    others."""
+    next three and ``ringsim.timing.HostClock.overlapped`` the last (which only a run with
+    ``overlap`` reads; ``ringsim.cost.overlap_threshold`` assumes ``f = 1``)."""
 
     name: str
     flops: dict[str, float]
@@ -79,6 +86,7 @@ class Hardware:
     block_overhead_s: float = 0.0
     masked_speed: float = 1.0
     solo_speed: float = 1.0
+    overlap_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.flops, dict) or not self.flops:
@@ -94,6 +102,10 @@ class Hardware:
         _check_rate("block_overhead_s", self.block_overhead_s, allow_zero=True)
         _check_rate("masked_speed", self.masked_speed)
         _check_rate("solo_speed", self.solo_speed)
+        f = self.overlap_efficiency
+        if isinstance(f, bool) or not isinstance(f, numbers.Real) or not -1.0 <= f <= 1.0:
+            raise ValueError(f"overlap_efficiency must be a real number in [-1, 1], got {f!r}")
+        object.__setattr__(self, "overlap_efficiency", float(f))
         eff = _check_rate("efficiency", self.efficiency)
         if eff > 1:
             raise ValueError(f"efficiency must be in (0, 1], got {eff!r}")

@@ -33,7 +33,15 @@ a ``max`` of the times at which its conditions become true):
 * **overlap** (double buffering). The step-``s`` block leaves ``h`` as soon as it is there,
   while ``h`` computes on it. The receiver takes it into its spare buffer, which is free once
   the receiver has finished computing step ``s - 1`` and has sent that block on, so at most one
-  block is in flight per link.
+  block is in flight per link. ``hardware.overlap_efficiency`` ``f`` says how well the two
+  really overlap (1 by default: perfectly). A host's compute of step ``s`` and the message it
+  sends during it (the block, or in a backward pass its ``k, v``) each last
+  ``(1 - f) min(compute, transfer)`` longer, so that a step that runs both costs
+  ``max + (1 - f) min``: ``f = 0`` is ``compute + transfer``, a negative ``f`` more (on shared
+  CPU cores the transport's threads and the compute slow each other). ``HostClock.overlapped``
+  is that rule; a step that sends nothing, or computes nothing (a skipped block), is not
+  stretched. It is a duration rule, fixed before the step runs (both engines read the same
+  floats): it assumes the message does travel during the compute, as it does in a steady ring.
 * **no overlap**: compute and communication alternate. After computing step ``s`` both
   neighbours meet in a blocking send/receive (it starts when sender and receiver have finished
   step ``s``), and nobody computes step ``s + 1`` before its own send is done and its block
@@ -284,6 +292,18 @@ class HostClock:
             seconds = seconds / (1.0 + (hw.solo_speed - 1.0) * idle / (self.hosts - 1))
         return self.jitter(seconds)
 
+    def overlapped(
+        self, compute: np.ndarray, transfer: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(compute, transfer)`` ``(P,)`` seconds of a step's compute and the message each
+        host sends while it computes, both stretched by ``(1 - f) min(compute, transfer)``
+        (``f = hardware.overlap_efficiency``; unchanged, the very same arrays, for ``f = 1``)."""
+        f = self.hardware.overlap_efficiency
+        if f == 1.0:
+            return compute, transfer
+        extra = (1.0 - f) * np.minimum(compute, transfer)
+        return compute + extra, transfer + extra
+
     def transfer(self, nbytes: float, messages: int = 1) -> np.ndarray:
         """``(P,)`` seconds for each host to send ``messages`` messages of ``nbytes`` in all."""
         if nbytes == 0 and messages == 0:
@@ -331,11 +351,15 @@ class _Costs:
                 main = self.kv_bytes + self.grad_bytes
             # full_time * work rounds like the closed forms (full * work * seconds_per_flop can
             # differ in the last bit)
-            return (
-                clock.block(full_time, work, schedule.kind_at(s)),
-                clock.transfer(self.kv_bytes),
-                clock.transfer(main),
-            )
+            compute = clock.block(full_time, work, schedule.kind_at(s))
+            kv, msg = clock.transfer(self.kv_bytes), clock.transfer(main)
+            if cfg.overlap and schedule.payload(s):  # its message travels while it computes
+                if backward:  # the early k, v (the last step sends only dk, dv)
+                    if s < last:
+                        compute, kv = clock.overlapped(compute, kv)
+                else:
+                    compute, msg = clock.overlapped(compute, msg)
+            return compute, kv, msg
 
         return row
 

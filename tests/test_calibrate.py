@@ -61,7 +61,7 @@ def test_effective_rate_includes_the_per_call_overhead():
     assert hw.link_bandwidth == pytest.approx(1e9) and hw.link_latency == pytest.approx(5e-4)
     # without masked, solo, overlap or setup rows the other terms are neutral
     assert (hw.masked_speed, hw.solo_speed, hw.pass_overhead_s) == (1.0, 1.0, 0.0)
-    assert cal.overlaps()
+    assert cal.overlap_efficiency() == hw.overlap_efficiency == 1.0
 
 
 def _with_kernel_rows(cal: Calibration, *, masked=0.8, solo=1.25, setup=2e-3, hidden=0.1):
@@ -88,15 +88,17 @@ def test_kernel_terms_are_read_from_their_rows():
     assert cal.masked_speed_at(256) == pytest.approx(0.8, rel=1e-9)
     assert cal.solo_speed_at(256) == pytest.approx(1.25, rel=1e-9)
     assert cal.pass_overhead() == pytest.approx(2e-3)
-    # the near-empty pass's steps: its two blocks (their measured cost and their 16 FLOPs) and
-    # one blocking exchange of k, v (16 bytes)
+    # the near-empty pass's steps: its two blocks (their measured cost and their 16 FLOPs), the
+    # first beside the exchange of k, v (16 bytes), 10% of the shorter of the two hidden
     hw = cal.hardware(block_tokens=256)
     block = 3e-4 + attention_flops(2, 2, 1, 1) / hw.flops_for("fp32")
-    tiny = 2 * block + hw.link_latency + 16 / hw.link_bandwidth
+    link = hw.link_latency + 16 / hw.link_bandwidth
+    tiny = max(block, link) + 0.9 * min(block, link) + block
     assert cal.simulated_pass_time(cal.ring_pass[0]) == pytest.approx(tiny, rel=1e-6)
-    assert cal.overlap_fraction() == pytest.approx(0.1) and not cal.overlaps()
+    assert cal.overlap_efficiency() == pytest.approx(0.1)
     hw = cal.hardware(block_tokens=256)
-    assert (hw.masked_speed, hw.solo_speed) == pytest.approx((0.8, 1.25))
+    terms = (hw.masked_speed, hw.solo_speed, hw.overlap_efficiency)
+    assert terms == pytest.approx((0.8, 1.25, 0.1))
     # the terms survive the JSON round trip; data saved before they existed loads neutral
     again = Calibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert again.hardware(block_tokens=256) == hw
@@ -106,16 +108,24 @@ def test_kernel_terms_are_read_from_their_rows():
     assert (neutral.masked_speed, neutral.solo_speed, neutral.pass_overhead_s) == (1.0, 1.0, 0.0)
 
 
-def test_overlap_decision_is_the_median_probe():
+def test_overlap_efficiency_is_the_median_probe_contention_included():
     cal = _synthetic()
-    for hidden in (0.1, 1.0, 0.2):  # one probe that saw full overlap must not flip the decision
+    for hidden in (0.1, 1.0, 0.2):  # one probe that saw full overlap must not swing it
         compute, transfer = 1e-3, 2e-3
         cal.overlap.append({"block_tokens": 8, "bytes": 1 << 20, "compute_s": compute,
                             "transfer_s": transfer,
                             "step_s": compute + transfer - hidden * compute})  # fmt: skip
-    assert cal.overlap_fraction() == pytest.approx(0.2) and not cal.overlaps()
+    assert cal.overlap_efficiency() == pytest.approx(0.2) == cal.overlap_fraction()
     cal.overlap[0]["step_s"] = cal.overlap[2]["step_s"] = 2e-3  # two of three hide it all
-    assert cal.overlap_fraction() == pytest.approx(1.0) and cal.overlaps()
+    assert cal.overlap_efficiency() == pytest.approx(1.0)
+    # steps slower than compute + transfer: contention, kept (not clipped to 0) for the timer
+    for row, slower in zip(cal.overlap, (0.3e-3, 0.5e-3, 0.1e-3), strict=True):
+        row["step_s"] = 3e-3 + slower
+    assert cal.overlap_efficiency() == pytest.approx(-0.3)
+    assert cal.overlap_fraction() == 0.0
+    assert cal.hardware().overlap_efficiency == pytest.approx(-0.3)
+    cal.overlap = [{**row, "step_s": 9e-3} for row in cal.overlap]  # beyond the term's range
+    assert cal.overlap_efficiency() == -1.0
 
 
 def test_prediction_uses_the_measured_overlap_and_setup():
@@ -124,9 +134,11 @@ def test_prediction_uses_the_measured_overlap_and_setup():
         cal, hosts=2, seq_len=512, heads=2, kv_heads=None, head_dim=32, layout="contiguous",
         causal=False,
     )  # fmt: skip
-    assert not sim.config.overlap  # 10% hidden: the transfers are simulated as not overlapping
+    # 10% hidden: the step that sends costs max + 0.9 min of its compute and transfer
+    assert sim.config.overlap and hw.overlap_efficiency == pytest.approx(0.1)
     transfer = hw.link_latency + 2 * 256 * 2 * 32 * 4 / hw.link_bandwidth
-    expect = 2e-3 + 2 * cal.block_seconds(256) + transfer
+    block = cal.block_seconds(256)
+    expect = 2e-3 + max(block, transfer) + 0.9 * min(block, transfer) + block
     assert sim.summary()["total_time_s"] == pytest.approx(expect, rel=1e-6)
 
 
@@ -174,7 +186,8 @@ def test_real_calibration_and_measurement_on_gloo():
     assert cal.ring_pass[0]["seconds"] > 0 and cal.ring_pass[0]["block_s"] > 0
     hw = cal.hardware(block_tokens=128)
     assert hw.masked_speed > 0 and hw.solo_speed > 0 and hw.pass_overhead_s >= 0
-    assert 0 <= cal.overlap_fraction() <= 1
+    assert 0 <= cal.overlap_fraction() <= 1 and -1 <= cal.overlap_efficiency() <= 1
+    assert hw.overlap_efficiency == cal.overlap_efficiency()
     report = measure(seq_len=256, heads=2, head_dim=16, causal=True, layout="zigzag",
                      calibration=cal, repeats=3)  # fmt: skip
     paired = measure(seq_len=128, heads=2, head_dim=16, causal=False, repeats=2)

@@ -449,10 +449,11 @@ def test_a_thousand_hosts_is_quick():
 
 # -- kernel terms of a calibrated profile: pass and block overheads, masked and lone speeds -----
 def kernel_config(hosts=4, block=64, *, pass_overhead=0.0, overhead=0.0, masked=1.0, solo=1.0,
-                  bandwidth=1e15, latency=0.0, **kw):  # fmt: skip
+                  overlap_eff=1.0, bandwidth=1e15, latency=0.0, **kw):  # fmt: skip
     hw = replace(
         custom_hardware(1e12, bandwidth, latency), pass_overhead_s=pass_overhead,
         block_overhead_s=overhead, masked_speed=masked, solo_speed=solo,
+        overlap_efficiency=overlap_eff,
     )  # fmt: skip
     return RingConfig(hosts=hosts, seq_len=hosts * block, hardware=hw, **SMALL, **kw)
 
@@ -468,16 +469,18 @@ def kernel_config(hosts=4, block=64, *, pass_overhead=0.0, overhead=0.0, masked=
     overhead=st.sampled_from([0.0, 1e-6]),
     masked=st.sampled_from([0.5, 1.0, 1.7]),
     solo=st.sampled_from([1.0, 1.4]),
+    overlap_eff=st.sampled_from([1.0, 0.3, 0.0, -0.6]),
     jitter=st.sampled_from([0.0, 0.3]),
 )
 def test_engines_agree_with_the_kernel_terms(
-    hosts, layout, causal, overlap, pass_, bandwidth, pass_overhead, overhead, masked, solo, jitter
-):
+    hosts, layout, causal, overlap, pass_, bandwidth, pass_overhead, overhead, masked, solo,
+    overlap_eff, jitter,
+):  # fmt: skip
     speed = tuple(0.5 if h == 0 else 1.0 for h in range(hosts))
     cfg = kernel_config(
         hosts, 32, pass_overhead=pass_overhead, overhead=overhead, masked=masked, solo=solo,
-        bandwidth=bandwidth, layout=layout, causal=causal, overlap=overlap, pass_=pass_,
-        speed=speed, jitter=jitter, tile=8,
+        overlap_eff=overlap_eff, bandwidth=bandwidth, layout=layout, causal=causal,
+        overlap=overlap, pass_=pass_, speed=speed, jitter=jitter, tile=8,
     )  # fmt: skip
     fast, slow = simulate(cfg), simulate(cfg, engine="heap")
     for name in ARRAYS:
@@ -549,3 +552,35 @@ def test_block_overhead_offsets_latency_in_the_threshold():
     assert found - 1 < overlap_threshold(with_overhead, **kw) <= found + 1e-9
     # an overhead beyond latency plus the whole transfer: every block hides
     assert overlap_threshold(replace(base, block_overhead_s=1.0), **kw) == 0.0
+
+
+# -- overlap efficiency: compute and the transfer beside it slow each other --------------------
+@pytest.mark.parametrize("bandwidth", [1e7, 1e9])  # transfer longer, then shorter, than compute
+@pytest.mark.parametrize("f", [1.0, 0.5, 0.0, -0.5])
+def test_overlap_efficiency_closed_forms(bandwidth, f):
+    """Forward on 2 hosts, no latency: step 0 runs the compute ``t`` beside the transfer ``l``,
+    step 1 only computes. Step 0 costs ``max(t, l) + (1 - f) min(t, l)`` (f = 1: max, f = 0:
+    the sum, f < 0: more than the sum), step 1 ``t``."""
+    cfg = kernel_config(2, 64, overlap_eff=f, bandwidth=bandwidth)
+    t, t_l = block_time(cfg), link_time(cfg, kv_bytes(cfg))
+    expect = max(t, t_l) + (1 - f) * min(t, t_l) + t
+    assert simulate(cfg).makespan == pytest.approx(expect, rel=1e-12)
+    # without overlap the term is not read: the blocking exchange is already serial
+    off = simulate(kernel_config(2, 64, overlap_eff=f, bandwidth=bandwidth, overlap=False))
+    assert off.makespan == pytest.approx(2 * t + t_l, rel=1e-12)
+
+
+def test_overlap_efficiency_spares_steps_without_a_transfer_or_compute():
+    """Contiguous causal, 2 hosts: host 0 skips step 1 (no compute, nothing stretched), and the
+    last step sends nothing; with f = 1 the timeline is bit-identical to the neutral one."""
+    kw = dict(causal=True, tile=16, bandwidth=1e9)
+    neutral = simulate(kernel_config(2, 64, **kw))
+    same = simulate(kernel_config(2, 64, overlap_eff=1.0, **kw))
+    for name in ARRAYS:
+        np.testing.assert_array_equal(getattr(neutral.timeline, name), getattr(same.timeline, name))
+    tl = simulate(kernel_config(2, 64, overlap_eff=0.0, **kw)).timeline
+    cfg = kernel_config(2, 64, **kw)
+    t, t_l = block_time(cfg, work=10 / 16), link_time(cfg, kv_bytes(cfg))
+    assert tl.compute_end[0, 0] - tl.compute_start[0, 0] == pytest.approx(t + min(t, t_l))
+    assert tl.compute_end[1, 0] == tl.compute_start[1, 0]  # the skipped block stays empty
+    assert tl.compute_end[1, 1] - tl.compute_start[1, 1] == pytest.approx(block_time(cfg))
