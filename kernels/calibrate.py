@@ -842,7 +842,14 @@ def _int_list(text: str) -> list[int]:
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(
-        prog="ringsim calibrate", description="Measure block compute and link; save a profile."
+        prog="ringsim calibrate",
+        description="Measure block compute and link; save a profile.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="""examples:
+  ringsim calibrate                   2 gloo ranks; writes results/cpu-profile-<date>.json
+  ringsim calibrate --no-save --json  print the fitted profile, write nothing
+  ringsim calibrate --backend cuda --dtype bf16   (on a GPU: results/gpu-profile-<date>.json)
+then: ringsim simulate --hardware cpu-calibrated --hosts 2 --seq-len 4K""",
     )
     parser.add_argument("--backend", choices=BACKENDS, default="gloo")
     parser.add_argument("--hosts", type=int, default=2, help="local ranks (gloo/nccl)")

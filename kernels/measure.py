@@ -293,7 +293,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     from ringsim.layouts import LAYOUTS
 
     parser = parser or argparse.ArgumentParser(
-        prog="ringsim measure", description="Run the real ring; compare with the simulator."
+        prog="ringsim measure",
+        description="Run the real ring; compare with the simulator.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="""examples:
+  ringsim measure --hosts 2 --seq-len 4K --causal --layout zigzag
+  ringsim measure --hosts 2 --seq-len 2K --repeats 9 --json --trace /tmp/ring
+  torchrun --nproc-per-node 8 -m kernels.ring --seq-len 65536   (NCCL, on GPUs)""",
     )
     parser.add_argument("--backend", choices=MEASURE_BACKENDS, default="gloo")
     parser.add_argument("--hosts", type=int, default=2)
