@@ -8,26 +8,11 @@ import types
 from pathlib import Path
 
 import pytest
+from contract import DESIGN_KEYS
 
 from ringsim import cli
 
 RINGSIM = [sys.executable, "-m", "ringsim.cli"]
-DESIGN_KEYS = {
-    "hosts",
-    "seq_len",
-    "block_tokens",
-    "layout",
-    "causal",
-    "overlap",
-    "total_time_s",
-    "compute_time_s",
-    "exposed_comm_s",
-    "comm_time_s",
-    "idle_fraction",
-    "min_block_for_overlap",
-    "memory_per_host_bytes",
-    "flops_total",
-}
 
 
 def run_json(capsys, *argv: str):
