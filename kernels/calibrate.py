@@ -183,24 +183,29 @@ class Calibration:
         measured = sum(max(r["seconds"] - overhead, 0.1 * r["seconds"]) for r in rows)
         return expected / measured
 
-    def overlap_efficiency(self) -> float:
-        """``Hardware.overlap_efficiency``: per ``overlap`` row ``(compute + transfer - step) /
-        min(compute, transfer)``, the median over the rows (one noisy probe cannot move it),
-        not clipped at 0: a step slower than its compute and transfer in turn is contention,
-        and the timer models it (only kept within the term's range ``[-1, 1]``). 1 without
-        rows: the double buffering works as designed."""
+    def overlap_efficiency(self, block_tokens: int | None = None) -> float:
+        """``Hardware.overlap_efficiency`` at (or near) ``block_tokens`` (default: the largest
+        probed): per ``overlap`` row ``(compute + transfer - step) / min(compute, transfer)``,
+        the median over the rows (one noisy probe cannot move it), not clipped at 0: a step
+        slower than its compute and transfer in turn is contention, and the timer models it
+        (only kept within the term's range ``[-1, 1]``). 1 without rows: the double buffering
+        works as designed. On CPU ranks it depends on the message size (measured here: about
+        +0.5 to +0.9 for 1 MB messages, about 0 to +0.3 for 8 MB ones; likely the kernel's
+        socket buffers take a small message at once, while a large one needs the core as it
+        computes), so it is read at the block size it is used for."""
         if not self.overlap:
             return 1.0
+        c = block_tokens or max(r["block_tokens"] for r in self.overlap)
         fractions = [
             (r["compute_s"] + r["transfer_s"] - r["step_s"]) / min(r["compute_s"], r["transfer_s"])
-            for r in self.overlap
+            for r in self._rows_near(self.overlap, c)
         ]
         return float(np.clip(np.median(fractions), -1.0, 1.0))
 
-    def overlap_fraction(self) -> float:
+    def overlap_fraction(self, block_tokens: int | None = None) -> float:
         """How much of the shorter of compute and transfer a ring step hides:
         ``overlap_efficiency()`` clipped to ``[0, 1]`` (a report; the timer reads the former)."""
-        return float(np.clip(self.overlap_efficiency(), 0.0, 1.0))
+        return float(np.clip(self.overlap_efficiency(block_tokens), 0.0, 1.0))
 
     def pass_overhead(self) -> float:
         """Seconds a ring call costs beyond its simulated steps: per ``ring_pass`` row (a real
@@ -265,6 +270,7 @@ class Calibration:
         rate = self.flop_rate_at(c, heads, head_dim)
         overhead = self.block_overhead()
         masked, solo = self.masked_speed_at(c), self.solo_speed_at(c)
+        overlap = self.overlap_efficiency(c)
         setup = self.pass_overhead() if pass_overhead else 0.0
         source = (
             f"calibrated {self.when} on {self.machine or self.backend} ({self.backend}, "
@@ -272,7 +278,7 @@ class Calibration:
             f"{rate / 1e9:.3g} GFLOP/s at c={c} + {overhead * 1e6:.0f} us/call, masked blocks "
             f"x{masked:.2f}, a lone rank x{solo:.2f}, {setup * 1e6:.0f} us/pass; {link} link "
             f"{link_fit.rate / 1e9:.3g} GB/s + {link_fit.intercept * 1e6:.0f} us/message; "
-            f"overlap efficiency {self.overlap_efficiency():+.2f} (1: a transfer hides behind "
+            f"overlap efficiency {overlap:+.2f} (1: a transfer hides behind "
             f"compute, 0: they add up, < 0: they slow each other)"
         )
         return Hardware(
@@ -287,7 +293,7 @@ class Calibration:
             block_overhead_s=overhead,
             masked_speed=masked,
             solo_speed=solo,
-            overlap_efficiency=self.overlap_efficiency(),
+            overlap_efficiency=overlap,
         )
 
     def summary(self) -> dict:
@@ -529,12 +535,6 @@ def measure_solo(
     return rows
 
 
-# (tokens, heads, head_dim) of a block whose step and k, v message take about as long (~1 ms
-# each here): where the overlap of the two can be read; next to a long block the transfer is
-# lost in the compute's noise
-OVERLAP_PROBE = (8, 64, 256)
-
-
 def measure_overlap(
     block_tokens: int,
     *,
@@ -560,14 +560,15 @@ def measure_overlap(
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     c = block_tokens
     q, k, v = (torch.randn(1, heads, c, head_dim, dtype=torch_dtype) for _ in "qkv")
-    kv, incoming = torch.stack([k, v]), torch.empty(2, *k.shape, dtype=torch_dtype)
+    incoming = [torch.empty_like(k), torch.empty_like(v)]
     state = block_attention(q, k, v, out_dtype=torch.float32)
 
     def compute():
         merge_out_lse(*state, *block_attention(q, k, v, out_dtype=torch.float32))
 
-    def post():
-        ops = [dist.P2POp(dist.isend, kv, nxt), dist.P2POp(dist.irecv, incoming, prv)]
+    def post():  # as a ring step posts its block: k and v, two messages at once
+        ops = [dist.P2POp(dist.isend, t, nxt) for t in (k, v)]
+        ops += [dist.P2POp(dist.irecv, t, prv) for t in incoming]
         return dist.batch_isend_irecv(ops)
 
     def transfer():
@@ -589,7 +590,7 @@ def measure_overlap(
             fn()
             times[key].append(time.perf_counter() - t0)
     row = {key: statistics.median(values) for key, values in times.items()}
-    return {"block_tokens": c, "bytes": kv.numel() * kv.element_size(), **row}
+    return {"block_tokens": c, "bytes": 2 * k.numel() * k.element_size(), **row}
 
 
 # (tokens per host, heads, head_dim) of the near-empty ring pass that measures a ring call's
@@ -721,9 +722,9 @@ def _rank_worker(rank: int, hosts: int, spec: dict) -> dict:
     if device == "cpu":
         reps = spec["repeats"]
         solo = measure_solo(spec.get("solo_sizes", ()), **shape, repeats=reps, received=True)
-        c, heads, head_dim = OVERLAP_PROBE
-        probe = dict(heads=heads, head_dim=head_dim, dtype=spec["dtype"], repeats=3 * reps)
-        overlap = [measure_overlap(c, **probe)] if spec.get("step_sizes") else []
+        overlap = [
+            measure_overlap(c, **shape, repeats=3 * reps) for c in spec.get("step_sizes", ())
+        ]
         setup = [measure_ring_pass(layout="contiguous", causal=False, dtype=spec["dtype"],
                                    repeats=3 * reps)] if spec.get("step_sizes") else []  # fmt: skip
     return {"compute": compute, **link, "masked": masked, "solo": solo, "overlap": overlap,

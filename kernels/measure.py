@@ -12,16 +12,18 @@ tokens, so the simulation is told ``tile=TILE``: a partially visible tile costs 
 the real kernel.
 
 ``measured_time_s`` is the median over repeats of the slowest rank's forward time (from a
-barrier to its last merge); ``ratio = measured / predicted``.
+barrier to its last merge); ``ratio = measured / predicted``, with ``ratio_ci95`` its 95%
+bootstrap interval over the repeats (``ratio_interval``).
 
 Without a given calibration the comparison is *paired*: before every repeat of the ring, the
 same ranks measure the block compute (a tiny block, half this block size and this one; for a
 causal run also its masked blocks and, if some ranks skip steps, a lone rank; on gloo each on
 a block that has just arrived over the link, as a ring step computes it) and the link (a small
 message and this run's) and, on gloo, whether a transfer progresses while a rank computes
-(``kernels.calibrate.measure_overlap``, on a probe block whose compute and message take about
-as long) and the fixed cost of a ring call (``measure_ring_pass``: the real ring, on every
-rank, with near-empty blocks), and that repeat is predicted from those numbers. The overlap
+(``kernels.calibrate.measure_overlap`` at this run's block and message: on a CPU it depends on
+the message size) and the fixed cost of a ring call (``measure_ring_pass``: the real ring, on
+every rank, with near-empty blocks), and that repeat is predicted from those numbers. The
+timed ring follows one untimed pass, as every probe is timed warm. The overlap
 efficiency and the pass overhead are the medians over all repeats' probes. The machine's load
 from other processes drifts over seconds; pairing keeps the drift out of the comparison without
 ever feeding the ring's own timings into its prediction.
@@ -179,6 +181,7 @@ def measure(
         "measured_wait_s": float(np.max(measured_tl.meta["wait"].sum(axis=0))),
         "predicted_time_s": predicted,
         "ratio": measured / predicted if predicted > 0 else math.inf,
+        "ratio_ci95": ratio_interval(measured_all, predicted_all or [predicted]),
         "max_abs_error": run.get("max_abs_error"),
         "overlap_threshold_tokens": threshold,
         "regime": "compute-bound" if seq_len // hosts >= threshold else "communication-bound",
@@ -202,12 +205,37 @@ def measure(
     return report
 
 
+def ratio_interval(
+    measured: Sequence[float], predicted: Sequence[float], *, draws: int = 2000, seed: int = 0
+) -> list[float]:
+    """95% bootstrap interval of ``median(measured) / median(predicted)``: the repeats are
+    resampled (as pairs when each repeat has its own prediction), so the interval says how far
+    the ratio could move on another run of as many repeats on an equally loaded machine."""
+    m = np.asarray(measured, float)
+    p = np.asarray(predicted, float)
+    idx = np.random.default_rng(seed).integers(0, len(m), size=(draws, len(m)))
+    p_med = np.median(p[idx], axis=1) if len(p) == len(m) else np.full(draws, np.median(p))
+    ratios = np.median(m[idx], axis=1) / p_med
+    return [float(x) for x in np.percentile(ratios, [2.5, 97.5])]
+
+
 def _link_sizes(config) -> list[int]:
     """A small message and this run's kv message: the two points of the link's line."""
     dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[config.dtype]
     kv_heads = config.kv_heads or config.heads
     message = 2 * (config.seq_len // 2) * kv_heads * config.head_dim * config.batch * dtype_bytes
     return [1024, max(4096, message)]
+
+
+def compute_sizes(block_tokens: int) -> list[int]:
+    """Block sizes the paired calibration times: a tiny block (its time is the fixed cost per
+    call), half this run's block and this block; at least two distinct sizes, so the rate and
+    the fixed cost can both be fitted even when the run's block is tiny itself."""
+    c = block_tokens
+    sizes = {16, max(1, c // 2), c}
+    if len(sizes) < 2 or c <= 16:
+        sizes.add(2 * max(c, 16))
+    return sorted(sizes)
 
 
 def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
@@ -219,7 +247,6 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
     import torch.distributed as dist
 
     from kernels.calibrate import (
-        OVERLAP_PROBE,
         measure_compute,
         measure_link_p2p,
         measure_masked,
@@ -231,14 +258,15 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
     from ringsim.schedule import BlockKind, build_schedule
 
     c = config.seq_len // hosts
-    once = dataclasses.replace(config, repeats=1, warmup=0)
+    # one warm-up pass before the timed one: every calibration probe is timed warm too
+    once = dataclasses.replace(config, repeats=1, warmup=1)
     kinds = build_schedule(hosts, config.layout, config.causal, seq_len=config.seq_len).kind
     device = "cpu" if dist.get_backend() == "gloo" else "cuda"
     shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype, repeats=3)
     out = {key: [] for key in ("compute", "link", "masked", "solo", "overlap", "setup", "rings")}
     for i in range(config.warmup + config.repeats):
         compute = measure_compute(
-            sorted({16, max(16, c // 2), c}), **shape, device=device, barrier=dist.barrier,
+            compute_sizes(c), **shape, device=device, barrier=dist.barrier,
             received=device == "cpu",
         )  # fmt: skip
         masked = []
@@ -250,11 +278,10 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
             solo = measure_solo([c], **shape, received=True)
         overlap, setup = [], []
         if device == "cpu":
-            # one probe (~3 ms a sample) scatters widely on shared cores (f from -1.2 to +0.5
-            # within a minute here): 15 samples each, and the median over the repeats' probes
-            probe_c, probe_heads, probe_dim = OVERLAP_PROBE
-            overlap = [measure_overlap(probe_c, heads=probe_heads, head_dim=probe_dim,
-                                       dtype=dtype, repeats=15)]  # fmt: skip
+            # at this run's block and message: how a transfer and a compute share a core
+            # depends on the message size (socket buffers); one probe scatters widely on
+            # shared cores, so 9 samples each and the median over the repeats' probes
+            overlap = [measure_overlap(c, **{**shape, "repeats": 9})]
             setup = [measure_ring_pass(layout=config.layout, causal=config.causal, dtype=dtype)]
         link = measure_link_p2p(_link_sizes(config), repeats=3)
         ring = run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed))
@@ -349,6 +376,8 @@ def measure_main(argv: Sequence[str] | None = None) -> int:
         f"{'total':>6} {report['measured_time_s'] * 1e3:>12.3f} "
         f"{report['predicted_time_s'] * 1e3:>13.3f} {report['ratio']:>6.2f}"
     )
+    lo, hi = report["ratio_ci95"]
+    print(f"ratio 95% interval over the {report['repeats']} repeats: {lo:.2f} to {hi:.2f}")
     if report["max_abs_error"] is not None:
         print(f"max |error| vs float64 reference: {report['max_abs_error']:.2e}")
     return 0

@@ -47,9 +47,10 @@ RESULTS = Path("..") / "results"
 # their ratio and the output's error against the float64 reference. We run two block sizes:
 # one below this machine's overlap threshold and one above it.
 #
-# **Predict first.** Two processes on one machine "send" a block by copying it through shared
-# memory, which is fast next to a single-threaded CPU computing attention. Which regime will
-# the runs be in, and which will the simulator predict better?
+# **Predict first.** Two processes on one machine "send" a block by copying it through the
+# operating system (gloo over loopback TCP), which is fast next to a single-threaded CPU
+# computing attention. Which regime will the runs be in, and which will the simulator predict
+# better?
 #
 # <details><summary>Answer</summary>
 #
@@ -113,15 +114,24 @@ plt.show()
 #
 # <details><summary>Answer</summary>
 #
-# Small (8-token) blocks miss most, and on the high side: on two shared cores a rank computes
-# *slower* while a gloo transfer is in flight (the copy and gloo's threads take the same
-# cores), so a step costs more than the longer of compute and transfer. The calibration
-# measures this as an overlap efficiency `f` (`Hardware.overlap_efficiency`: 1 = the transfer
-# hides completely, 0 = the two add up, below 0 = contention; here it comes out between about
-# -0.4 and 0) and the timer stretches each overlapped step by `(1 - f) * min(compute, transfer)`.
-# That narrows the gap without closing it. Large blocks land closer. And the same
-# configuration's measured time moves by up to ±20% from one run to the next on this machine,
-# so a speedup (a ratio of two such runs) can miss by that much too.
+# Small (8-token) blocks miss most, and not always on the same side. A pass of a few
+# milliseconds is at the mercy of the operating system: here it takes either about 4 ms or
+# about 7 ms, depending on whether gloo's transport thread gets the core the moment its data
+# arrives or waits out the computing thread's time slice. The median of a two-humped
+# distribution jumps between the humps, so the same configuration's ratio moves by ±20% from
+# run to run, and so does a speedup (a ratio of two such runs). The error bars show each
+# ratio's 95% bootstrap interval over its repeats (`ratio_ci95`): wide for 8 tokens, narrow
+# for 1024.
+#
+# Two effects are modelled rather than tuned away. On a CPU the transport's copies need the
+# same core as the compute, so a transfer hides behind compute only partly, or even slows it:
+# the calibration measures an overlap efficiency `f` (`Hardware.overlap_efficiency`: 1 = the
+# transfer hides completely, 0 = the two add up, below 0 = contention) *at the run's block and
+# message size*, because it depends on the size (here about +0.5 to +0.9 for 1 MB messages,
+# 0 to +0.3 for 8 MB: a large message needs the core while it computes), and
+# the timer stretches each overlapped step by `(1 - f) * min(compute, transfer)`. And each rank
+# is pinned to a core of its own, as a host owns its hardware: unpinned, the OS moves ranks
+# and transport threads between the two cores and a 1 MB send sometimes took 3 ms to post.
 #
 # </details>
 
@@ -135,7 +145,12 @@ if bench_files:
     ]
     fig, ax = plt.subplots(figsize=(9, 3.6), layout="constrained")
     x = np.arange(len(rows))
-    ax.bar(x, [r["ratio"] for r in rows], color="#0072b2")
+    ratios = np.array([r["ratio"] for r in rows])
+    # each ratio's 95% interval over its repeats, where the table has one
+    lo_hi = np.array([r.get("ratio_ci95", [r["ratio"], r["ratio"]]) for r in rows]).T
+    ax.bar(x, ratios, color="#0072b2")
+    ax.errorbar(x, ratios, yerr=[ratios - lo_hi[0], lo_hi[1] - ratios], fmt="none",
+                ecolor="black", capsize=3, lw=1)  # fmt: skip
     ax.axhspan(0.9, 1.1, color="#009e73", alpha=0.15, label="within 10%")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(x, labels, fontsize=8)
@@ -152,9 +167,10 @@ else:
     print("no results/cpu-<date>.json committed yet: run benchmarks/bench_cpu_ring.py")
 
 # %% [markdown]
-# *Figure 10.2. What to notice:* how many bars sit in the green band, and which side the
-# others miss on. A miss that always falls on one side is something the model lacks; bars that
-# scatter both ways from run to run are this shared machine's noise.
+# *Figure 10.2. What to notice:* how many bars sit in the green band, which side the others
+# miss on, and how wide their error bars are. A miss whose interval lies wholly outside the
+# band, run after run on the same side, is something the model lacks; a wide interval that
+# covers the band is this shared machine's noise.
 
 # %% [markdown]
 # ## GPU results

@@ -13,7 +13,7 @@ from kernels.calibrate import (
     fit_line,
     save_calibration,
 )
-from kernels.measure import _step_durations, measure, predict
+from kernels.measure import _step_durations, compute_sizes, measure, predict, ratio_interval
 from ringsim.cost import attention_flops
 from ringsim.hardware import load_profile
 
@@ -128,6 +128,37 @@ def test_overlap_efficiency_is_the_median_probe_contention_included():
     assert cal.overlap_efficiency() == -1.0
 
 
+def test_overlap_efficiency_is_read_at_the_block_size_it_is_used_for():
+    cal = _synthetic()
+    for c, hidden in ((8, 0.9), (8, 0.7), (1024, 0.0)):  # small messages hide, large ones not
+        compute = transfer = 1e-3 * c / 8
+        cal.overlap.append({"block_tokens": c, "bytes": c << 10, "compute_s": compute,
+                            "transfer_s": transfer,
+                            "step_s": compute + transfer - hidden * transfer})  # fmt: skip
+    assert cal.overlap_efficiency(8) == pytest.approx(0.8)
+    assert cal.overlap_efficiency(16) == pytest.approx(0.8)  # nearest in log
+    assert cal.overlap_efficiency(512) == pytest.approx(0.0)
+    assert cal.overlap_efficiency() == pytest.approx(0.0)  # the largest probed
+    assert cal.hardware(block_tokens=8).overlap_efficiency == pytest.approx(0.8)
+    assert cal.hardware(block_tokens=1024).overlap_efficiency == pytest.approx(0.0)
+
+
+def test_ratio_interval_brackets_the_ratio_and_narrows_with_repeats():
+    rng = np.random.default_rng(1)
+    few = ratio_interval(1.0 + 0.2 * rng.random(5), np.ones(5))
+    many = ratio_interval(1.0 + 0.2 * rng.random(200), np.ones(200))
+    assert 1.0 <= few[0] <= few[1] <= 1.2 and 1.0 <= many[0] <= many[1] <= 1.2
+    assert many[1] - many[0] < few[1] - few[0]
+    assert ratio_interval([2.0, 2.0, 2.0], [1.0]) == [2.0, 2.0]  # one shared prediction
+
+
+def test_paired_calibration_times_at_least_two_block_sizes():
+    for c in (1, 2, 8, 16, 17, 32, 1024):
+        sizes = compute_sizes(c)
+        assert c in sizes and len(set(sizes)) >= 2 and sizes == sorted(sizes)
+        fit_line([float(x) for x in sizes], [1e-4 + x * 1e-6 for x in sizes])  # fits
+
+
 def test_prediction_uses_the_measured_overlap_and_setup():
     cal = _with_kernel_rows(_synthetic(latency=1e-4, bandwidth=1e9), masked=1.0, solo=1.0)
     sim, hw = predict(
@@ -199,6 +230,10 @@ def test_real_calibration_and_measurement_on_gloo():
     assert report["max_abs_error"] < 1e-5
     assert 0.1 < report["ratio"] < 10
     assert len(report["steps"]) == 2
+    for r in (report, paired):
+        lo, hi = r["ratio_ci95"]
+        assert 0 < lo <= hi
+    assert cal.overlap[0]["block_tokens"] == 128  # probed at the step size asked for
 
 
 def test_bad_arguments():

@@ -20,6 +20,7 @@ from kernels.ring import (
     assemble,
     launch,
     merge_out_lse,
+    rank_cores,
     ring_attention,
     run_configs,
     shard,
@@ -157,6 +158,28 @@ def test_shard_unshard_roundtrip(layout):
     pos = ringsim.host_positions(layout, 4, 24)
     assert torch.equal(blocks[1], x[:, pos[1], :])
     assert torch.equal(unshard(blocks, layout), x)
+
+
+def test_each_gloo_rank_gets_cores_of_its_own_when_there_are_enough(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert rank_cores(2, 1, "gloo") == [{0}, {1}]
+    assert rank_cores(2, 2, "gloo") == [{0, 1}, {2, 3}]
+    assert rank_cores(4, 1, "gloo") == [{0}, {1}, {2}, {3}]
+    assert rank_cores(3, 2, "gloo") is None  # oversubscribed: the ranks share every core
+    assert rank_cores(2, 1, "nccl") is None  # GPU ranks own their device
+
+
+def _affinity(rank, hosts):
+    return sorted(os.sched_getaffinity(0)), torch.get_num_threads()
+
+
+def test_launched_ranks_run_on_the_cores_planned_for_them():
+    planned = rank_cores(2, 1, "gloo")
+    everything = sorted(os.sched_getaffinity(0))
+    got = launch(_affinity, 2, timeout_s=30)
+    for rank, (cores, threads) in enumerate(got):
+        assert cores == (everything if planned is None else sorted(planned[rank]))
+        assert threads == 1
 
 
 def test_ring_attention_needs_an_initialised_group():
