@@ -16,9 +16,10 @@ together with the next posting, and one extra hop after the last step brings eve
 home to its owner.
 
 Sharding follows ``ringsim.layouts.host_positions``: rank ``r`` holds the tokens at
-``positions[r]`` (global positions, so the block kernel masks correctly for any layout).
-Ranks first exchange a small header (shapes, layout, dtype) and refuse to start if they
-disagree; every wait has a timeout, so a rank that dies or never joins produces a ``RingError``
+``positions[r]`` (global positions, so the block kernel masks correctly for any layout);
+packed documents (``segment_ids``, one id per token of the whole sequence) mask the same way.
+Ranks first exchange a small header (shapes, layout, dtype, documents) and refuse to start if
+they disagree; every wait has a timeout, so a rank that dies or never joins produces a ``RingError``
 on the others instead of a hang.
 
 Each rank records a per-step timeline (compute, send, receive, time blocked in waits) with
@@ -31,6 +32,7 @@ Run on GPUs with ``torchrun --nproc-per-node P -m kernels.ring --seq-len N ...``
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -48,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 from kernels.block import block_attention, block_attention_backward
+from ringsim._checks import check_segment_ids
 from ringsim.layouts import check_layout, host_positions
 from ringsim.schedule import BlockKind, Schedule, build_schedule
 from ringsim.timeline import Timeline
@@ -172,6 +175,7 @@ class Ring:
     block_backend: str = "auto"
     timeout_s: float = DEFAULT_TIMEOUT_S
     record: bool = False
+    segment_ids: np.ndarray | None = None
     forward_timeline: RankTimeline | None = None
     backward_timeline: RankTimeline | None = None
     clock: _Clock | None = None
@@ -185,7 +189,21 @@ class Ring:
         return dist.get_rank(self.group)
 
     def schedule(self, pass_: str) -> Schedule:
-        return build_schedule(self.hosts, self.layout, self.causal, pass_, seq_len=self.seq_len)
+        return build_schedule(
+            self.hosts, self.layout, self.causal, pass_, seq_len=self.seq_len,
+            segment_ids=self.segment_ids,
+        )  # fmt: skip
+
+    def mask_args(self, pos: torch.Tensor, owner: int, kind: int) -> dict:
+        """``block_attention`` keywords for this rank's queries against ``owner``'s keys: the
+        mask (causal and/or same document) only where the schedule says the block is partial
+        (a full block needs none; a skipped one is never computed)."""
+        partial = kind == BlockKind.PARTIAL
+        args = dict(q_pos=pos[self.rank], k_pos=pos[owner], causal=self.causal and partial)
+        if self.segment_ids is not None and partial:
+            seg = torch.as_tensor(self.segment_ids, device=pos.device)
+            args.update(q_seg=seg[pos[self.rank]], k_seg=seg[pos[owner]])
+        return args
 
     def peer(self, rank: int) -> int:
         """Global rank of ``rank`` in our group (P2P calls take global ranks)."""
@@ -203,7 +221,16 @@ def _header(ring: Ring, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
         "v_shape": tuple(v.shape),
         "dtype": str(q.dtype),
         "scale": scale,
+        "segment_ids": _digest(ring.segment_ids),
     }
+
+
+def _digest(segment_ids: np.ndarray | None) -> str | None:
+    """A short fingerprint of the document ids (the same bytes give the same one on every rank;
+    Python's ``hash`` of bytes differs between processes)."""
+    if segment_ids is None:
+        return None
+    return hashlib.sha1(np.ascontiguousarray(segment_ids, np.int64).tobytes()).hexdigest()[:16]
 
 
 def check_agreement(ring: Ring, header: dict) -> None:
@@ -310,8 +337,7 @@ def ring_forward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             out_b, lse_b = block_attention(
-                q, kv[0], kv[1], q_pos=pos[rank], k_pos=pos[owner],
-                causal=ring.causal and kind == BlockKind.PARTIAL, scale=scale,
+                q, kv[0], kv[1], **ring.mask_args(pos, owner, kind), scale=scale,
                 backend=ring.block_backend, out_dtype=torch.float32,
             )  # fmt: skip
             out, lse = merge_out_lse(out, lse, out_b, lse_b)
@@ -364,9 +390,8 @@ def ring_backward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             dq_b, dk_b, dv_b = block_attention_backward(
-                q, kv[0], kv[1], dout, None, lse, q_pos=pos[rank], k_pos=pos[owner],
-                causal=ring.causal and kind == BlockKind.PARTIAL, scale=scale, delta=delta,
-                backend=ring.block_backend, out_dtype=torch.float32,
+                q, kv[0], kv[1], dout, None, lse, **ring.mask_args(pos, owner, kind),
+                scale=scale, delta=delta, backend=ring.block_backend, out_dtype=torch.float32,
             )  # fmt: skip
             dq += dq_b
             grads[0] += dk_b
@@ -420,6 +445,7 @@ def ring_attention(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     ring: Ring | None = None,
     check: bool = True,
+    segment_ids: np.ndarray | None = None,
 ) -> torch.Tensor:
     """Ring attention of this rank's shard; differentiable (the backward runs on the ring).
 
@@ -429,6 +455,8 @@ def ring_attention(
     shapes, layout and dtype (checked before any transfer; ``ValueError`` otherwise).
     Pass a ``Ring(record=True, ...)`` as ``ring`` to keep per-step timelines; ``check=False``
     skips the header exchange (when the caller already ran ``check_agreement``).
+    ``segment_ids`` ``(P * c,)``: the document id of every token of the *whole* sequence (the
+    same on every rank): attention stays inside each document, as in ``ringsim``.
     """
     if not dist.is_initialized():
         raise ValueError("ring_attention needs torch.distributed initialised (see launch)")
@@ -438,6 +466,8 @@ def ring_attention(
         ring = Ring(check_layout(layout), bool(causal), seq_len, group, block_backend, timeout_s)
     if ring.seq_len != seq_len:
         raise ValueError(f"ring.seq_len must be {seq_len} (hosts * block), got {ring.seq_len}")
+    if segment_ids is not None:
+        ring.segment_ids = check_segment_ids(segment_ids, seq_len)
     host_positions(ring.layout, hosts, seq_len)  # validates divisibility (zigzag needs 2P)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if check:
@@ -620,6 +650,10 @@ class RunConfig:
     block_backend: str = "auto"
     timeout_s: float = DEFAULT_TIMEOUT_S
     return_tensors: bool = True
+    segment_ids: tuple[int, ...] | None = None  # packed documents: one id per token
+
+    def segments(self) -> np.ndarray | None:
+        return None if self.segment_ids is None else np.asarray(self.segment_ids, np.int64)
 
     def inputs(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Full ``q, k, v, dout`` ``(batch, heads, N, d)``, same on every rank."""
@@ -648,6 +682,7 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
         ring = Ring(
             config.layout, config.causal, config.seq_len, group, config.block_backend,
             config.timeout_s, record=True,
+            segment_ids=check_segment_ids(config.segments(), config.seq_len),
         )  # fmt: skip
         if i == 0:
             check_agreement(ring, _header(ring, q, k, v, scale))
@@ -767,7 +802,9 @@ def summarize_run(results: Sequence[dict], config: RunConfig) -> dict:
         import ringsim
 
         q, k, v, _ = (x.double().numpy() for x in config.inputs(torch.device("cpu")))
-        ref = ringsim.reference_attention(q, k, v, causal=config.causal)
+        ref = ringsim.reference_attention(
+            q, k, v, causal=config.causal, segment_ids=config.segments()
+        )
         summary["max_abs_error"] = float(
             np.abs(assemble(results, "out", config.layout) - ref).max()
         )

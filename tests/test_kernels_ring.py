@@ -35,11 +35,12 @@ def _check_against_reference(results, config):
     """Output and gradients, per rank and per token: rank r must hold exactly the reference
     rows at its own positions (a dk/dv accumulator sent home to the wrong owner fails here)."""
     q, k, v, dout = (x.double().numpy() for x in config.inputs(torch.device("cpu")))
-    out = ringsim.reference_attention(q, k, v, causal=config.causal)
+    seg = config.segments()
+    out = ringsim.reference_attention(q, k, v, causal=config.causal, segment_ids=seg)
     grads = dict(
         zip(
             ("dq", "dk", "dv"),
-            ringsim.reference_attention_grad(q, k, v, dout, causal=config.causal),
+            ringsim.reference_attention_grad(q, k, v, dout, causal=config.causal, segment_ids=seg),
             strict=True,
         )
     )
@@ -53,12 +54,19 @@ def _check_against_reference(results, config):
 
 
 def _configs_then_mismatch(rank, hosts, configs):
-    """The configs, then a call where rank 1's block is longer: every rank must refuse it."""
+    """The configs, then a call where rank 1's block is longer and one where its documents
+    differ: every rank must refuse both."""
     results = run_configs(rank, hosts, configs)
     c = 4 + 2 * rank
     x = torch.zeros(1, 2, c, 8)
     try:
         ring_attention(x, x, x, layout="contiguous", timeout_s=10)
+        results.append("no error")
+    except ValueError as err:
+        results.append(str(err))
+    x = torch.zeros(1, 2, 4, 8)  # same shapes, but rank 1 packs the documents differently
+    try:
+        ring_attention(x, x, x, segment_ids=np.arange(8) // (2 + 2 * rank), timeout_s=10)
         results.append("no error")
     except ValueError as err:
         results.append(str(err))
@@ -76,7 +84,12 @@ def test_two_ranks_every_layout_causal_or_not_gqa():
     for i, config in enumerate(configs):
         _check_against_reference([r[i] for r in per_rank], config)
     for r in per_rank:
-        assert "disagree" in r[-1] and "q_shape" in r[-1], r[-1]
+        assert "disagree" in r[-2] and "q_shape" in r[-2], r[-2]
+        assert "disagree" in r[-1] and "segment_ids" in r[-1], r[-1]
+
+
+# packed documents of 5, 11, 3 and 13 tokens: boundaries fall inside blocks of every layout
+DOCUMENTS = tuple(int(i) for i in np.repeat(np.arange(4), [5, 11, 3, 13]))
 
 
 def test_four_ranks_causal_layouts_and_timelines():
@@ -84,7 +97,11 @@ def test_four_ranks_causal_layouts_and_timelines():
         RunConfig(32, heads=2, kv_heads=1, head_dim=8, layout="zigzag", causal=True, seed=7),
         RunConfig(16, heads=3, head_dim=4, layout="striped", causal=False, seed=8, batch=2),
         RunConfig(16, heads=2, head_dim=8, layout="contiguous", causal=True, seed=9),
-    ]
+        RunConfig(32, heads=2, head_dim=8, layout="zigzag", causal=True, seed=10,
+                  segment_ids=DOCUMENTS),
+        RunConfig(32, heads=2, kv_heads=1, head_dim=8, layout="contiguous", causal=False,
+                  seed=11, segment_ids=DOCUMENTS),
+    ]  # fmt: skip
     per_rank = launch(run_configs, 4, args=(configs,), timeout_s=30)
     for i, config in enumerate(configs):
         _check_against_reference([r[i] for r in per_rank], config)
