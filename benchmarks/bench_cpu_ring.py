@@ -56,7 +56,7 @@ def run(
                 t0 = time.perf_counter()
                 # a pass of a few ms is at the mercy of the OS scheduler (its time slice is a
                 # few ms too): more repeats, so the median and its interval settle
-                reps = 3 * repeats if c <= SMALL_BLOCK else repeats
+                reps = 2 * repeats if c <= SMALL_BLOCK else repeats
                 report = measure(
                     hosts=2, seq_len=2 * c, heads=shape[0], head_dim=shape[1], layout=layout,
                     causal=causal, repeats=reps, calibration=None if fresh else cal,
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--repeats", type=int, default=12)
     parser.add_argument("--out", default=None)
     parser.add_argument("--no-profile", action="store_true", help="do not write the profile")
     parser.add_argument(

@@ -189,10 +189,10 @@ class Calibration:
         the median over the rows (one noisy probe cannot move it), not clipped at 0: a step
         slower than its compute and transfer in turn is contention, and the timer models it
         (only kept within the term's range ``[-1, 1]``). 1 without rows: the double buffering
-        works as designed. On CPU ranks it depends on the message size (measured here: about
-        +0.5 to +0.9 for 1 MB messages, about 0 to +0.3 for 8 MB ones; likely the kernel's
-        socket buffers take a small message at once, while a large one needs the core as it
-        computes), so it is read at the block size it is used for."""
+        works as designed. It is read at the block size it is used for, as the compute rate
+        and the link are: how a transfer and a compute share a rank's core may depend on the
+        message and the block (measured here, 2 pinned gloo ranks: about 0 for 1 MB messages
+        beside a 1.5 ms block, +0.1 for 8 MB beside 8 ms; the transport needs the core)."""
         if not self.overlap:
             return 1.0
         c = block_tokens or max(r["block_tokens"] for r in self.overlap)
@@ -553,7 +553,7 @@ def measure_overlap(
     import torch.distributed as dist
 
     from kernels.block import block_attention
-    from kernels.ring import merge_out_lse
+    from kernels.ring import merge_out_lse, start_line
 
     rank, hosts = dist.get_rank(), dist.get_world_size()
     nxt, prv = (rank + 1) % hosts, (rank - 1) % hosts
@@ -585,7 +585,7 @@ def measure_overlap(
     compute(), transfer(), step()
     for _ in range(max(repeats, 3)):  # interleaved: a drifting load hits all three alike
         for key, fn in (("compute_s", compute), ("transfer_s", transfer), ("step_s", step)):
-            dist.barrier()
+            start_line()  # as a timed ring pass starts
             t0 = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - t0)
@@ -598,10 +598,14 @@ def measure_overlap(
 PASS_PROBE = (2, 1, 1)
 
 
-def measure_ring_pass(*, layout: str, causal: bool, dtype: str, repeats: int = 5) -> dict:
+def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
     """A ring call's fixed cost, paid the way the comparison pays it: ``kernels.ring.run_ring``
     (a barrier, then ``ring_attention``, timed as every measured ring is) on every rank of the
     world group at once, with ``PASS_PROBE`` blocks (near-zero compute, 8-byte messages).
+    The probe pass is never causal, even for a causal run: a tiny masked block costs about
+    twice a full one on the torch path (it builds its mask), which the simulation of the
+    probe's steps (each block at ``block_s``) would wrongly book as fixed cost; masked blocks
+    are priced at the run's own block size instead (``Calibration.masked_speed_at``).
     Returns ``{layout, causal, hosts, block_tokens, heads, head_dim, seconds}``, ``seconds``
     the median over repeats of the slowest rank's wall time (gathered: every rank returns the
     same row), and ``block_s``: the slowest rank's step on one such block.
@@ -613,7 +617,7 @@ def measure_ring_pass(*, layout: str, causal: bool, dtype: str, repeats: int = 5
     c, heads, head_dim = PASS_PROBE
     hosts = dist.get_world_size()
     config = RunConfig(
-        seq_len=c * hosts, heads=heads, head_dim=head_dim, layout=layout, causal=causal,
+        seq_len=c * hosts, heads=heads, head_dim=head_dim, layout=layout, causal=False,
         dtype=TORCH_DTYPES[dtype], backward=False, repeats=max(repeats, 3), warmup=1,
         return_tensors=False,
     )  # fmt: skip
@@ -625,7 +629,7 @@ def measure_ring_pass(*, layout: str, causal: bool, dtype: str, repeats: int = 5
     every: list = [None] * hosts
     dist.all_gather_object(every, (times, block["seconds"]))
     slowest = np.max(np.array([t for t, _ in every], float), axis=0)
-    return {"layout": layout, "causal": causal, "hosts": hosts, "block_tokens": c,
+    return {"layout": layout, "causal": False, "hosts": hosts, "block_tokens": c,
             "heads": heads, "head_dim": head_dim, "seconds": float(np.median(slowest)),
             "block_s": max(b for _, b in every)}  # fmt: skip
 
@@ -635,6 +639,8 @@ def measure_link_p2p(sizes: Sequence[int], *, repeats: int = 5, device: str = "c
     ``rank + 1`` and receives from ``rank - 1`` at once) with ``batch_isend_irecv``."""
     import torch
     import torch.distributed as dist
+
+    from kernels.ring import start_line
 
     rank, hosts = dist.get_rank(), dist.get_world_size()
     nxt, prv = (rank + 1) % hosts, (rank - 1) % hosts
@@ -655,10 +661,10 @@ def measure_link_p2p(sizes: Sequence[int], *, repeats: int = 5, device: str = "c
         def exchange(buf=buf, other=other):
             _batch([("send", buf, nxt), ("recv", other, prv)])
 
-        count = repeats * (4 if n < 2**20 else 1)  # the same on every rank
-        dist.barrier()
+        count = repeats * (4 if n <= 2**22 else 1)  # the same on every rank
+        start_line()
         t_pp = _median_time(pingpong, count, sync) / 2  # one way
-        dist.barrier()
+        start_line()
         t_ex = _median_time(exchange, count, sync)
         result["pingpong"].append({"bytes": buf.numel() * 4, "seconds": t_pp})
         result["exchange"].append({"bytes": buf.numel() * 4, "seconds": t_ex})
@@ -725,7 +731,7 @@ def _rank_worker(rank: int, hosts: int, spec: dict) -> dict:
         overlap = [
             measure_overlap(c, **shape, repeats=3 * reps) for c in spec.get("step_sizes", ())
         ]
-        setup = [measure_ring_pass(layout="contiguous", causal=False, dtype=spec["dtype"],
+        setup = [measure_ring_pass(layout="contiguous", dtype=spec["dtype"],
                                    repeats=3 * reps)] if spec.get("step_sizes") else []  # fmt: skip
     return {"compute": compute, **link, "masked": masked, "solo": solo, "overlap": overlap,
             "ring_pass": setup, "threads": torch.get_num_threads()}  # fmt: skip

@@ -11,22 +11,23 @@ directions at once). The torch block path skips masked tiles of ``kernels.torch_
 tokens, so the simulation is told ``tile=TILE``: a partially visible tile costs whole, as in
 the real kernel.
 
-``measured_time_s`` is the median over repeats of the slowest rank's forward time (from a
-barrier to its last merge); ``ratio = measured / predicted``, with ``ratio_ci95`` its 95%
-bootstrap interval over the repeats (``ratio_interval``).
+``measured_time_s`` is the median over repeats of the slowest rank's forward time (from
+``kernels.ring.start_line``, a barrier and a short settling pause, to its last merge);
+``ratio = measured / predicted``, with ``ratio_ci95`` its 95% bootstrap interval over the
+repeats (``ratio_interval``).
 
 Without a given calibration the comparison is *paired*: before every repeat of the ring, the
 same ranks measure the block compute (a tiny block, half this block size and this one; for a
 causal run also its masked blocks and, if some ranks skip steps, a lone rank; on gloo each on
 a block that has just arrived over the link, as a ring step computes it) and the link (a small
 message and this run's) and, on gloo, whether a transfer progresses while a rank computes
-(``kernels.calibrate.measure_overlap`` at this run's block and message: on a CPU it depends on
-the message size) and the fixed cost of a ring call (``measure_ring_pass``: the real ring, on
-every rank, with near-empty blocks), and that repeat is predicted from those numbers. The
-timed ring follows one untimed pass, as every probe is timed warm. The overlap
-efficiency and the pass overhead are the medians over all repeats' probes. The machine's load
-from other processes drifts over seconds; pairing keeps the drift out of the comparison without
-ever feeding the ring's own timings into its prediction.
+(``kernels.calibrate.measure_overlap``, at this run's block and message) and the fixed cost
+of a ring call (``measure_ring_pass``: the real ring, on every rank, with near-empty blocks),
+and that repeat is predicted from those numbers. The timed ring follows one untimed pass, as
+every probe is timed warm. The overlap efficiency and the pass overhead are the medians over
+all repeats' probes. The machine's load from other processes drifts over seconds; pairing
+keeps the drift out of the comparison without ever feeding the ring's own timings into its
+prediction.
 """
 
 from __future__ import annotations
@@ -278,11 +279,10 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
             solo = measure_solo([c], **shape, received=True)
         overlap, setup = [], []
         if device == "cpu":
-            # at this run's block and message: how a transfer and a compute share a core
-            # depends on the message size (socket buffers); one probe scatters widely on
-            # shared cores, so 9 samples each and the median over the repeats' probes
+            # at this run's block and message, where it is used; one probe scatters on shared
+            # cores, so 9 samples each and the median over the repeats' probes
             overlap = [measure_overlap(c, **{**shape, "repeats": 9})]
-            setup = [measure_ring_pass(layout=config.layout, causal=config.causal, dtype=dtype)]
+            setup = [measure_ring_pass(layout=config.layout, dtype=dtype)]
         link = measure_link_p2p(_link_sizes(config), repeats=3)
         ring = run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed))
         if i >= config.warmup:

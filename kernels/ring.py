@@ -321,8 +321,7 @@ def ring_forward(
     sched = ring.schedule("forward")
     rank = ring.rank
     pos = ring_positions(ring, q.device)
-    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    lse = torch.full(q.shape[:-1], -math.inf, dtype=torch.float32, device=q.device)
+    out = lse = None  # the first block computed (always step 0: the rank's own) starts them
     owners, kinds = sched.kv_owners[:, rank], sched.kind[:, rank]
     kv = _kv_pair(k, v)
     rec = _start_record(ring, sched.steps, q.device)
@@ -340,12 +339,17 @@ def ring_forward(
                 q, kv[0], kv[1], **ring.mask_args(pos, owner, kind), scale=scale,
                 backend=ring.block_backend, out_dtype=torch.float32,
             )  # fmt: skip
-            out, lse = merge_out_lse(out, lse, out_b, lse_b)
+            if out is None:  # no zero-filled accumulator to merge into: a memory pass saved
+                out, lse = out_b, lse_b
+            else:
+                out, lse = merge_out_lse(out, lse, out_b, lse_b)
             _mark(rec, ring, "compute_end", step)
         if moving:
             _wait(transfer, rec, ring, step)
             kv = incoming
     ring.forward_timeline = rec
+    if out is None:  # a rank's own block (step 0) always has visible keys: a schedule bug
+        raise RuntimeError(f"rank {rank}: the forward schedule computed no block")
     return out, lse
 
 
@@ -687,7 +691,7 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
         if i == 0:
             check_agreement(ring, _header(ring, q, k, v, scale))
         qr, kr, vr = (x.detach().clone().requires_grad_(config.backward) for x in (q, k, v))
-        dist.barrier(group)
+        start_line(group)
         _sync(device)
         t0 = time.perf_counter()
         out = ring_attention(qr, kr, vr, scale=scale, ring=ring, check=False)
@@ -724,6 +728,23 @@ def run_configs(rank: int, hosts: int, configs: Sequence[RunConfig]) -> list[dic
         except ValueError as err:
             results.append(f"ValueError: {err}")
     return results
+
+
+# Seconds the ranks pause after the barrier that starts a timed region on CPU (see start_line)
+SETTLE_S = 0.02
+
+
+def start_line(group=None) -> None:
+    """Line every rank up for a timed region: a barrier, then (gloo) a pause of ``SETTLE_S``.
+
+    Measured here (c=8, 64 heads x 256, 90 passes per setting): straight after a gloo barrier,
+    50-78% of ring passes took the slow one of two modes (~7 ms instead of ~3.5 ms: one rank's
+    first ``isend`` blocked for ~4 ms); after a 20 ms pause, 3-11%. The barrier's own messages
+    and threads are still winding down as it returns; a timed pass must not pay for the
+    harness that lines it up."""
+    dist.barrier(group)
+    if dist.get_backend(group) == "gloo":
+        time.sleep(SETTLE_S)
 
 
 def _device() -> torch.device:

@@ -114,24 +114,25 @@ plt.show()
 #
 # <details><summary>Answer</summary>
 #
-# Small (8-token) blocks miss most, and not always on the same side. A pass of a few
-# milliseconds is at the mercy of the operating system: here it takes either about 4 ms or
-# about 7 ms, depending on whether gloo's transport thread gets the core the moment its data
-# arrives or waits out the computing thread's time slice. The median of a two-humped
-# distribution jumps between the humps, so the same configuration's ratio moves by ±20% from
-# run to run, and so does a speedup (a ratio of two such runs). The error bars show each
-# ratio's 95% bootstrap interval over its repeats (`ratio_ci95`): wide for 8 tokens, narrow
-# for 1024.
+# Small (8-token) blocks used to miss most, and not always on the same side: a pass of a few
+# milliseconds took either about 4 ms or about 7 ms, and the median of a two-humped sample
+# jumps between the humps. The slow hump came mostly from the harness, not the ring: right
+# after the barrier that lines the ranks up, its own messages and threads were still winding
+# down, and one rank's first send stalled for about 4 ms. The ranks now pause 20 ms after the
+# barrier (`kernels.ring.start_line`) before a timed pass or probe, and the slow passes fell
+# from 50-78% to 3-11%. What is left is this shared machine's load, which drifts: the error
+# bars show each ratio's 95% bootstrap interval over its repeats (`ratio_ci95`).
 #
 # Two effects are modelled rather than tuned away. On a CPU the transport's copies need the
-# same core as the compute, so a transfer hides behind compute only partly, or even slows it:
-# the calibration measures an overlap efficiency `f` (`Hardware.overlap_efficiency`: 1 = the
-# transfer hides completely, 0 = the two add up, below 0 = contention) *at the run's block and
-# message size*, because it depends on the size (here about +0.5 to +0.9 for 1 MB messages,
-# 0 to +0.3 for 8 MB: a large message needs the core while it computes), and
-# the timer stretches each overlapped step by `(1 - f) * min(compute, transfer)`. And each rank
-# is pinned to a core of its own, as a host owns its hardware: unpinned, the OS moves ranks
-# and transport threads between the two cores and a 1 MB send sometimes took 3 ms to post.
+# same core as the compute, so a transfer does not hide behind compute: the calibration
+# measures an overlap efficiency `f` (`Hardware.overlap_efficiency`: 1 = the transfer hides
+# completely, 0 = the two add up, below 0 = contention) at the run's block and message size
+# (here about 0 for 1 MB and +0.1 for 8 MB), and the timer stretches each overlapped step by
+# `(1 - f) * min(compute, transfer)`. So on this machine double buffering buys almost nothing,
+# which a GPU, whose copy engines and NICs move data without the compute cores, would not
+# show. And each rank is pinned to a core of its own, as a host owns its hardware: unpinned,
+# the OS moves ranks and transport threads between the two cores and a 1 MB send sometimes
+# took 3 ms to post.
 #
 # </details>
 

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import ringsim
 from kernels.ring import (
+    SETTLE_S,
     RingError,
     RunConfig,
     assemble,
@@ -24,6 +25,7 @@ from kernels.ring import (
     ring_attention,
     run_configs,
     shard,
+    start_line,
     unshard,
 )
 
@@ -187,16 +189,19 @@ def test_each_gloo_rank_gets_cores_of_its_own_when_there_are_enough(monkeypatch)
 
 
 def _affinity(rank, hosts):
-    return sorted(os.sched_getaffinity(0)), torch.get_num_threads()
+    t0 = time.perf_counter()
+    start_line()
+    return sorted(os.sched_getaffinity(0)), torch.get_num_threads(), time.perf_counter() - t0
 
 
-def test_launched_ranks_run_on_the_cores_planned_for_them():
+def test_launched_ranks_run_on_the_cores_planned_for_them_and_line_up_settled():
     planned = rank_cores(2, 1, "gloo")
     everything = sorted(os.sched_getaffinity(0))
     got = launch(_affinity, 2, timeout_s=30)
-    for rank, (cores, threads) in enumerate(got):
+    for rank, (cores, threads, lined_up) in enumerate(got):
         assert cores == (everything if planned is None else sorted(planned[rank]))
         assert threads == 1
+        assert lined_up >= SETTLE_S  # the barrier, then the pause that lets gloo wind down
 
 
 def test_ring_attention_needs_an_initialised_group():
