@@ -542,13 +542,14 @@ def measure_overlap(
     head_dim: int,
     dtype: str,
     repeats: int = 5,
+    kv_heads: int | None = None,
 ) -> dict:
     """Does a transfer progress while the rank computes? Median seconds of the full-block step
     alone (``compute_s``), of the exchange of its ``k, v`` alone (``transfer_s``) and of a
     ring step (``step_s``: post the exchange, compute, wait), every rank at once. Perfect
     overlap makes ``step = max``, none ``step = compute + transfer``;
     ``Calibration.overlap_efficiency`` reads which (and contention, ``step > compute +
-    transfer``)."""
+    transfer``). ``kv_heads``: for a GQA run, so the message is the run's (default ``heads``)."""
     import torch
     import torch.distributed as dist
 
@@ -559,7 +560,8 @@ def measure_overlap(
     nxt, prv = (rank + 1) % hosts, (rank - 1) % hosts
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     c = block_tokens
-    q, k, v = (torch.randn(1, heads, c, head_dim, dtype=torch_dtype) for _ in "qkv")
+    q = torch.randn(1, heads, c, head_dim, dtype=torch_dtype)
+    k, v = (torch.randn(1, kv_heads or heads, c, head_dim, dtype=torch_dtype) for _ in "kv")
     incoming = [torch.empty_like(k), torch.empty_like(v)]
     state = block_attention(q, k, v, out_dtype=torch.float32)
 

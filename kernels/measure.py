@@ -281,7 +281,7 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
         if device == "cpu":
             # at this run's block and message, where it is used; one probe scatters on shared
             # cores, so 9 samples each and the median over the repeats' probes
-            overlap = [measure_overlap(c, **{**shape, "repeats": 9})]
+            overlap = [measure_overlap(c, **{**shape, "repeats": 9}, kv_heads=config.kv_heads)]
             setup = [measure_ring_pass(layout=config.layout, dtype=dtype)]
         link = measure_link_p2p(_link_sizes(config), repeats=3)
         ring = run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed))

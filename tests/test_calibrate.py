@@ -221,9 +221,10 @@ def test_real_calibration_and_measurement_on_gloo():
     assert hw.overlap_efficiency == cal.overlap_efficiency()
     report = measure(seq_len=256, heads=2, head_dim=16, causal=True, layout="zigzag",
                      calibration=cal, repeats=3)  # fmt: skip
-    paired = measure(seq_len=128, heads=2, head_dim=16, causal=False, repeats=2)
+    paired = measure(seq_len=128, heads=2, kv_heads=1, head_dim=16, causal=False, repeats=2)
     assert paired["calibration"].startswith("paired") and len(paired["predicted_times_s"]) == 2
     assert paired["max_abs_error"] < 1e-5 and 0.1 < paired["ratio"] < 10
+    assert paired["kv_heads"] == 1  # GQA: the probes and the ring move one kv head
     for key in ("hosts", "backend", "measured_time_s", "predicted_time_s", "ratio"):
         assert key in report
     assert report["hosts"] == 2 and report["backend"] == "gloo"
@@ -234,6 +235,22 @@ def test_real_calibration_and_measurement_on_gloo():
         lo, hi = r["ratio_ci95"]
         assert 0 < lo <= hi
     assert cal.overlap[0]["block_tokens"] == 128  # probed at the step size asked for
+
+
+def _overlap_rows(rank, hosts):
+    from kernels.calibrate import measure_overlap
+
+    shape = dict(heads=4, head_dim=8, dtype="fp32", repeats=3)
+    return measure_overlap(16, **shape), measure_overlap(16, **shape, kv_heads=1)
+
+
+def test_overlap_probe_moves_the_runs_message():
+    from kernels.ring import launch
+
+    mha, gqa = launch(_overlap_rows, 2, timeout_s=30)[0]
+    assert mha["bytes"] == 2 * 16 * 4 * 8 * 4 and gqa["bytes"] == 2 * 16 * 1 * 8 * 4
+    for row in (mha, gqa):
+        assert row["compute_s"] > 0 and row["transfer_s"] > 0 and row["step_s"] > 0
 
 
 def test_bad_arguments():
