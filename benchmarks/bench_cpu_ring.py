@@ -56,8 +56,8 @@ def run(
         for layout in ("contiguous", "zigzag"):
             for causal in (False, True):
                 t0 = time.perf_counter()
-                # a pass of a few ms is at the mercy of the OS scheduler (its time slice is a
-                # few ms too): more repeats, so the median and its interval settle
+                # a pass of a few ms scatters more, relative to its length, than a long one:
+                # more repeats, so the median and its interval settle
                 reps = 2 * repeats if c <= SMALL_BLOCK else repeats
                 report = measure(
                     hosts=2, seq_len=2 * c, heads=shape[0], head_dim=shape[1], layout=layout,

@@ -602,7 +602,7 @@ PASS_PROBE = (2, 1, 1)
 
 def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
     """A ring call's fixed cost, paid the way the comparison pays it: ``kernels.ring.run_ring``
-    (a barrier, then ``ring_attention``, timed as every measured ring is) on every rank of the
+    (``start_line``, then ``ring_attention``, timed as every measured ring is) on every rank of the
     world group at once, with ``PASS_PROBE`` blocks (near-zero compute, 8-byte messages).
     The probe pass is never causal, even for a causal run: a tiny masked block costs about
     twice a full one on the torch path (it builds its mask), which the simulation of the

@@ -234,8 +234,8 @@ def compute_sizes(block_tokens: int) -> list[int]:
     the fixed cost can both be fitted even when the run's block is tiny itself."""
     c = block_tokens
     sizes = {16, max(1, c // 2), c}
-    if len(sizes) < 2 or c <= 16:
-        sizes.add(2 * max(c, 16))
+    if c <= 16:  # all of them are mostly fixed cost: one block large enough to show the rate
+        sizes.add(32)
     return sorted(sizes)
 
 

@@ -194,15 +194,17 @@ class Ring:
             segment_ids=self.segment_ids,
         )  # fmt: skip
 
-    def mask_args(self, pos: torch.Tensor, owner: int, kind: int) -> dict:
-        """``block_attention`` keywords for this rank's queries against ``owner``'s keys: the
-        mask (causal and/or same document) only where the schedule says the block is partial
-        (a full block needs none; a skipped one is never computed)."""
+    def mask_args(
+        self, pos: torch.Tensor, docs: torch.Tensor | None, owner: int, kind: int
+    ) -> dict:
+        """``block_attention`` keywords for this rank's queries against ``owner``'s keys, from
+        ``ring_positions`` and ``ring_documents``: the mask (causal and/or same document) only
+        where the schedule says the block is partial (a full block needs none; a skipped one
+        is never computed)."""
         partial = kind == BlockKind.PARTIAL
         args = dict(q_pos=pos[self.rank], k_pos=pos[owner], causal=self.causal and partial)
-        if self.segment_ids is not None and partial:
-            seg = torch.as_tensor(self.segment_ids, device=pos.device)
-            args.update(q_seg=seg[pos[self.rank]], k_seg=seg[pos[owner]])
+        if docs is not None and partial:
+            args.update(q_seg=docs[self.rank], k_seg=docs[owner])
         return args
 
     def peer(self, rank: int) -> int:
@@ -287,6 +289,13 @@ def ring_positions(ring: Ring, device: torch.device) -> torch.Tensor:
     return torch.as_tensor(host_positions(ring.layout, ring.hosts, ring.seq_len), device=device)
 
 
+def ring_documents(ring: Ring, pos: torch.Tensor) -> torch.Tensor | None:
+    """``(P, c)`` document ids of every rank's tokens (``None`` without packed documents)."""
+    if ring.segment_ids is None:
+        return None
+    return torch.as_tensor(ring.segment_ids, device=pos.device)[pos]
+
+
 def _start_record(ring: Ring, steps: int, device: torch.device) -> RankTimeline | None:
     if not ring.record:
         return None
@@ -321,6 +330,7 @@ def ring_forward(
     sched = ring.schedule("forward")
     rank = ring.rank
     pos = ring_positions(ring, q.device)
+    docs = ring_documents(ring, pos)
     out = lse = None  # the first block computed (always step 0: the rank's own) starts them
     owners, kinds = sched.kv_owners[:, rank], sched.kind[:, rank]
     kv = _kv_pair(k, v)
@@ -336,7 +346,7 @@ def ring_forward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             out_b, lse_b = block_attention(
-                q, kv[0], kv[1], **ring.mask_args(pos, owner, kind), scale=scale,
+                q, kv[0], kv[1], **ring.mask_args(pos, docs, owner, kind), scale=scale,
                 backend=ring.block_backend, out_dtype=torch.float32,
             )  # fmt: skip
             if out is None:  # no zero-filled accumulator to merge into: a memory pass saved
@@ -367,6 +377,7 @@ def ring_backward(
     sched = ring.schedule("backward")
     rank = ring.rank
     pos = ring_positions(ring, q.device)
+    docs = ring_documents(ring, pos)
     delta = (dout.float() * out.float()).sum(dim=-1)  # rowsum(dout * out), once for all blocks
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     owners, kinds = sched.kv_owners[:, rank], sched.kind[:, rank]
@@ -394,7 +405,7 @@ def ring_backward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             dq_b, dk_b, dv_b = block_attention_backward(
-                q, kv[0], kv[1], dout, None, lse, **ring.mask_args(pos, owner, kind),
+                q, kv[0], kv[1], dout, None, lse, **ring.mask_args(pos, docs, owner, kind),
                 scale=scale, delta=delta, backend=ring.block_backend, out_dtype=torch.float32,
             )  # fmt: skip
             dq += dq_b
