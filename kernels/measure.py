@@ -377,6 +377,7 @@ def measure_main(argv: Sequence[str] | None = None) -> int:
         f"{report['predicted_time_s'] * 1e3:>13.3f} {report['ratio']:>6.2f}"
     )
     lo, hi = report["ratio_ci95"]
+    print(f"steps: the last repeat; total: the median of {report['repeats']} repeats")
     print(f"ratio 95% interval over the {report['repeats']} repeats: {lo:.2f} to {hi:.2f}")
     if report["max_abs_error"] is not None:
         print(f"max |error| vs float64 reference: {report['max_abs_error']:.2e}")
