@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ringsim import RingRecord, block_attention, ring_attention
-from ringsim.attention import empty_partial, merge
+from ringsim.numerics.attention import empty_partial, merge
 
 TARGET_RATIO = 1.25
 

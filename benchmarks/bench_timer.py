@@ -17,13 +17,13 @@ import subprocess
 import sys
 import time
 
-from ringsim.cost import overlap_threshold
-from ringsim.hardware import PRESETS
-from ringsim.timing import RingConfig, simulate
+from ringsim.timer import RingConfig, simulate
+from ringsim.timer.cost import overlap_threshold
+from ringsim.timer.hardware import PRESETS
 
 BIG_RUN = (
-    "from ringsim.timing import RingConfig, simulate, parse_length;"
-    "from ringsim.hardware import get_hardware;"
+    "from ringsim.timer import RingConfig, simulate, parse_length;"
+    "from ringsim.timer.hardware import get_hardware;"
     "cfg = RingConfig(hosts=4096, seq_len=parse_length('16M'),"
     " hardware=get_hardware('a100-nvlink'), layout='zigzag', causal=True);"
     "s = simulate(cfg).summary(); print(s['total_time_s'], s['idle_fraction'], s['events'])"

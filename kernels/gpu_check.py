@@ -15,7 +15,7 @@ budget left is below its estimate:
 3. ``ring_member``: one ring member emulated on one GPU. Block ``s`` is computed on one stream
    while block ``s + 1`` arrives on a second stream as a host-to-device copy from pinned
    memory (a real, bandwidth-limited link); the measured time is set against
-   ``ringsim.timing.simulate`` on a profile calibrated on this GPU (``kernels.calibrate``,
+   ``ringsim.timer.simulate`` on a profile calibrated on this GPU (``kernels.calibrate``,
    backend ``cuda``), for block sizes below and above the overlap threshold.
 4. ``nccl_ring``: the full ring over NCCL if several GPUs are visible.
 
@@ -120,7 +120,7 @@ def default_out(device: str, today: str | None = None) -> Path:
 
 def attention_tflops(batch, heads, c, d, seconds, *, causal: bool, backward: bool = False):
     """Achieved TFLOP/s with the usual convention: ``4 b h c^2 d`` for the forward, halved
-    under a causal mask, 2.5x for the backward (``ringsim.cost``)."""
+    under a causal mask, 2.5x for the backward (``ringsim.timer.cost``)."""
     flops = 4.0 * batch * heads * c * c * d * (0.5 if causal else 1.0)
     return flops * (2.5 if backward else 1.0) / seconds / 1e12
 
@@ -230,8 +230,8 @@ def _bench(fn) -> float:
 def _triton_fwd(q, k, v, causal, config=None):
     import torch
 
-    from kernels import triton_block
-    from kernels.block import check_block_args
+    import kernels.triton_block as triton_block
+    from kernels.block_args import check_block_args
 
     args = check_block_args(
         q, k, v, q_pos=None, k_pos=None, causal=causal, scale=None, q_seg=None, k_seg=None
@@ -242,8 +242,8 @@ def _triton_fwd(q, k, v, causal, config=None):
 def _triton_bwd(q, k, v, causal):
     import torch
 
-    from kernels import triton_block
-    from kernels.block import check_block_args
+    import kernels.triton_block as triton_block
+    from kernels.block_args import check_block_args
 
     args = check_block_args(
         q, k, v, q_pos=None, k_pos=None, causal=causal, scale=None, q_seg=None, k_seg=None
@@ -405,8 +405,8 @@ def section_ring_member(quick: bool) -> dict:
     """Calibrate this GPU (kernel rate, pinned H2D link), then emulate one ring member and
     compare with the simulator, below and above the overlap threshold."""
     from kernels.calibrate import calibrate_data
-    from ringsim.cost import overlap_threshold
-    from ringsim.timing import RingConfig, simulate
+    from ringsim.timer import RingConfig, simulate
+    from ringsim.timer.cost import overlap_threshold
 
     heads, head_dim, hosts = 8, 128, 4
     blocks = (1024, 16384) if quick else (1024, 4096, 16384, 32768)
@@ -441,7 +441,7 @@ def section_ring_member(quick: bool) -> dict:
 def section_nccl_ring(quick: bool) -> dict:
     import torch
 
-    from kernels.ring import RunConfig, launch, run_configs, summarize_run
+    from kernels.launch import RunConfig, launch, run_configs, summarize_run
 
     gpus = torch.cuda.device_count()
     if gpus < 2:

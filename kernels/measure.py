@@ -1,7 +1,7 @@
 """Simulated vs measured: run the real ring, run the event timer on the calibrated profile of
 the same machine, and compare step by step.
 
-The prediction uses no fudge factor: ``ringsim.timing.simulate`` with a ``RingConfig`` that
+The prediction uses no fudge factor: ``ringsim.timer.simulate`` with a ``RingConfig`` that
 describes the run exactly (hosts, tokens, heads, dtype, layout, causal mask) on the
 ``Hardware`` that ``kernels.calibrate`` measured: the block compute rate *at this run's block
 size* with the fixed cost per block call beside it, the rate on masked blocks (the torch path
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.calibrate import TORCH_DTYPES, Calibration
+from kernels.profile import TORCH_DTYPES, Calibration
 
 MEASURE_BACKENDS = ("gloo", "nccl")
 
@@ -67,13 +67,13 @@ def predict(
     causal: bool,
     pass_: str = "forward",
 ):
-    """``ringsim.timing.simulate`` of this run on the calibrated profile: with overlap (the ring
+    """``ringsim.timer.simulate`` of this run on the calibrated profile: with overlap (the ring
     posts the next block before it computes) at the measured ``overlap_efficiency`` (how much
     a transfer and a compute beside it really overlap, or slow each other) and its measured
     fixed cost per ring call (``Calibration.pass_overhead``); returns the ``SimResult`` and the
     ``Hardware`` used."""
     from kernels.torch_block import TILE
-    from ringsim.timing import RingConfig, simulate
+    from ringsim.timer import RingConfig, simulate
 
     hw = calibration.hardware(block_tokens=seq_len // hosts, heads=heads, head_dim=head_dim)
     config = RingConfig(
@@ -108,7 +108,8 @@ def measure(
     the same ranks' configuration). ``trace``: write ``<trace>-measured.json`` and
     ``<trace>-predicted.json`` Chrome traces.
     """
-    from kernels.ring import RunConfig, launch, run_configs, summarize_run, timeline_from_records
+    from kernels.launch import RunConfig, launch, run_configs, summarize_run
+    from kernels.rank_timeline import timeline_from_records
 
     if backend not in MEASURE_BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(MEASURE_BACKENDS)}, got {backend!r}")
@@ -156,7 +157,7 @@ def measure(
     predicted = float(sim.summary()["total_time_s"])
     if predicted_all is not None:
         predicted = float(np.median(predicted_all))
-    from ringsim.cost import overlap_threshold
+    from ringsim.timer.cost import overlap_threshold
 
     threshold = overlap_threshold(
         hw, heads=heads, kv_heads=kv_heads or heads, head_dim=head_dim, dtype=calibration.dtype
@@ -198,7 +199,7 @@ def measure(
         "profile": asdict(hw),
     }
     if trace is not None:
-        from ringsim.trace import write_chrome_trace
+        from ringsim.views.trace import write_chrome_trace
 
         write_chrome_trace(measured_tl, f"{trace}-measured.json")
         write_chrome_trace(predicted_tl, f"{trace}-predicted.json")
@@ -247,7 +248,8 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
 
     import torch.distributed as dist
 
-    from kernels.calibrate import (
+    from kernels.launch import run_ring
+    from kernels.probes import (
         measure_compute,
         measure_link_p2p,
         measure_masked,
@@ -255,7 +257,6 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
         measure_ring_pass,
         measure_solo,
     )
-    from kernels.ring import run_ring
     from ringsim.schedule import BlockKind, build_schedule
 
     c = config.seq_len // hosts
@@ -346,7 +347,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def measure_main(argv: Sequence[str] | None = None) -> int:
     """``ringsim measure --backend gloo --hosts P --seq-len N [...] [--json]``."""
-    from ringsim.timing import parse_length
+    from ringsim.timer import parse_length
 
     args = build_parser().parse_args(argv)
     calibration = None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from kernels.block import BlockArgs
+    from kernels.block_args import BlockArgs
 
 
 def _tile_min_max(values: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.block import BlockArgs
+from kernels.block_args import BlockArgs
 from kernels.tiles import live_tiles, tile_ranges
 from ringsim.masks import visible_mask
 

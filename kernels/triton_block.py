@@ -7,12 +7,14 @@ block in tiles of ``BLOCK_N`` keys. It never materialises the ``cq x ck`` score 
 key tile it computes the ``BLOCK_M x BLOCK_N`` scores in registers and folds them into three
 running quantities per row, the *online softmax*:
 
-* ``m_i``: the largest score seen so far (the ``row_max`` of ``ringsim.attention.Partial``),
+* ``m_i``: the largest score seen so far (the ``row_max`` of
+  ``ringsim.numerics.attention.Partial``),
 * ``l_i``: the sum of ``exp(score - m_i)`` (``row_sum``),
 * ``acc``: the sum of ``exp(score - m_i) * v`` (the unnormalised output).
 
 When a new tile raises the maximum from ``m_i`` to ``m_new``, everything accumulated so far is
-multiplied by ``alpha = exp(m_i - m_new)``: the same rescale as ``ringsim.attention.merge``.
+multiplied by ``alpha = exp(m_i - m_new)``: the same rescale as
+``ringsim.numerics.attention.merge``.
 At the end ``out = acc / l_i`` and ``lse = m_i + log(l_i)``. Scores are kept in base 2
 (``exp2`` is one instruction; ``log2(e)`` is folded into the scale) and converted back to a
 natural-log ``lse`` on the way out.
@@ -54,7 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.block import BlockArgs
+from kernels.block_args import BlockArgs
 from kernels.tiles import live_tiles, tile_ranges
 
 LOG2E = math.log2(math.e)

@@ -30,8 +30,8 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ringsim.lessons_support import use_lesson_style
-from ringsim.memory import MODELS, ModelSpec
+from ringsim.timer.memory import MODELS, ModelSpec
+from ringsim.views.lessons_support import use_lesson_style
 
 use_lesson_style()
 GB = 1e9  # decimal gigabytes, as device datasheets count them

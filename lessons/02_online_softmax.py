@@ -31,9 +31,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ringsim
-from ringsim.attention import empty_partial
-from ringsim.lessons_support import scaled, use_lesson_style
-from ringsim.precision import error_growth, relative_error
+from ringsim.numerics.attention import empty_partial
+from ringsim.numerics.precision import error_growth
+from ringsim.numerics.rounding import relative_error
+from ringsim.views.lessons_support import scaled, use_lesson_style
 
 use_lesson_style()
 rng = np.random.default_rng(0)
@@ -165,8 +166,8 @@ print(f"online softmax:   error {relative_error(online.out, exact_hot).max():.1e
 # - `partial_dtype="bf16"`: each block's output is rounded once, then merged in fp32;
 # - `accum_dtype="bf16"`: the *running* output is kept in bf16 and rounded after every merge.
 #
-# `ringsim.precision.error_growth` runs the ring with a fixed block per host and more and more
-# hosts, and measures each query row against the float64 reference.
+# `ringsim.numerics.precision.error_growth` runs the ring with a fixed block per host and more
+# and more hosts, and measures each query row against the float64 reference.
 #
 # **Predict first.** Going from 1 to 64 hosts, which of the two errors grows, and roughly how?
 #

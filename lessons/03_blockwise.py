@@ -33,10 +33,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ringsim
-from ringsim import blockwise
-from ringsim.attention import empty_partial
-from ringsim.lessons_support import scaled, use_lesson_style
-from ringsim.precision import relative_error
+from ringsim.numerics import blockwise
+from ringsim.numerics.attention import empty_partial
+from ringsim.numerics.rounding import relative_error
+from ringsim.views.lessons_support import scaled, use_lesson_style
 
 use_lesson_style()
 rng = np.random.default_rng(1)

@@ -32,7 +32,8 @@ import numpy as np
 from IPython.display import HTML, display
 
 import ringsim
-from ringsim.lessons_support import (
+from ringsim.numerics.rounding import relative_error
+from ringsim.views.lessons_support import (
     animation_html,
     draw_ring_step,
     ring_animation,
@@ -40,7 +41,6 @@ from ringsim.lessons_support import (
     static_book,
     use_lesson_style,
 )
-from ringsim.precision import relative_error
 
 use_lesson_style()
 rng = np.random.default_rng(4)
@@ -74,7 +74,7 @@ print(ringsim.build_schedule(4, "contiguous", causal=True).describe())
 # %% [markdown]
 # ## Watching it run
 #
-# `ringsim.lessons_support.ring_story` runs `ringsim.ring_attention` with a `RingRecord`,
+# `ringsim.views.lessons_support.ring_story` runs `ringsim.ring_attention` with a `RingRecord`,
 # which logs what every host held at every step and its running output after the step. The
 # drawing shows, per step: the ring (each host outlined in its colour, holding a block in the
 # colour of that block's owner; hatched = partly masked, faded = skipped; arrows = the block

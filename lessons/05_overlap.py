@@ -28,10 +28,10 @@
 # %%
 import matplotlib.pyplot as plt
 
-from ringsim import cost, plots
-from ringsim.hardware import PRESETS, get_hardware
-from ringsim.lessons_support import scaled, use_lesson_style
-from ringsim.timing import RingConfig, simulate
+from ringsim.timer import RingConfig, cost, simulate
+from ringsim.timer.hardware import PRESETS, get_hardware
+from ringsim.views import plots
+from ringsim.views.lessons_support import scaled, use_lesson_style
 
 use_lesson_style()
 
@@ -67,7 +67,7 @@ flops, bandwidth = a100.flops_for("bf16"), a100.link_bandwidth
 right = cost.overlap_threshold(
     a100, heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False
 )
-print(f"F/B = {flops / bandwidth:,.0f} tokens; ringsim.cost.overlap_threshold: {right:,.0f}")
+print(f"F/B = {flops / bandwidth:,.0f} tokens; ringsim.timer.cost.overlap_threshold: {right:,.0f}")
 print(f"with the one-matmul count (c/2 FLOP per byte): {2 * flops / bandwidth:,.0f} tokens")
 step = cost.attention_flops(1024, 1024, 32, 128)
 moved = cost.kv_block_bytes(1024, 32, 128, "bf16")
@@ -76,7 +76,7 @@ print(f"c = 1024: {step / 1e9:.1f} GFLOP per step, {moved / 1e6:.1f} MB per step
 # %% [markdown]
 # ## Timelines
 #
-# `ringsim.timing.simulate` runs the same schedule as the numerics, but with clocks: each
+# `ringsim.timer.simulate` runs the same schedule as the numerics, but with clocks: each
 # host computes when it has a block and the previous compute is done, and each link carries
 # one message at a time. Below, 8 A100s on InfiniBand (12.5 GB/s), whose threshold is about
 # 25,000 tokens, with blocks well below and well above it.

@@ -29,10 +29,10 @@
 import matplotlib.pyplot as plt
 
 import ringsim
-from ringsim import plots
-from ringsim.hardware import get_hardware
-from ringsim.lessons_support import use_lesson_style
-from ringsim.timing import RingConfig, simulate
+from ringsim.timer import RingConfig, simulate
+from ringsim.timer.hardware import get_hardware
+from ringsim.views import plots
+from ringsim.views.lessons_support import use_lesson_style
 
 use_lesson_style()
 a100 = get_hardware("a100-nvlink")

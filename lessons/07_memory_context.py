@@ -29,8 +29,8 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ringsim import memory
-from ringsim.lessons_support import use_lesson_style
+from ringsim.timer import memory
+from ringsim.views.lessons_support import use_lesson_style
 
 use_lesson_style()
 GB = 1e9
@@ -38,7 +38,7 @@ GB = 1e9
 # %% [markdown]
 # ## What one host holds
 #
-# `ringsim.memory.bytes_per_host` follows the paper's accounting (its Table 1, with the slips
+# `ringsim.timer.memory.bytes_per_host` follows the paper's accounting (its Table 1, with the slips
 # noted in `ringsim/memory.py`): model states sharded over all hosts (FSDP), one layer's
 # weights gathered, a checkpoint per token and layer, the logits of the host's tokens, and the
 # largest activation of the layer being recomputed.

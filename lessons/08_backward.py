@@ -31,11 +31,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ringsim
-from ringsim import cost, plots
-from ringsim.hardware import get_hardware
-from ringsim.lessons_support import scaled, use_lesson_style
-from ringsim.precision import relative_error
-from ringsim.timing import RingConfig, simulate
+from ringsim.numerics.rounding import relative_error
+from ringsim.timer import RingConfig, cost, simulate
+from ringsim.timer.hardware import get_hardware
+from ringsim.views import plots
+from ringsim.views.lessons_support import scaled, use_lesson_style
 
 use_lesson_style()
 rng = np.random.default_rng(8)

@@ -30,12 +30,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ringsim
-from ringsim import strategies
-from ringsim.decode import ring_decode
-from ringsim.hardware import get_hardware
-from ringsim.lessons_support import use_lesson_style
-from ringsim.precision import relative_error
-from ringsim.timing import RingConfig, simulate
+from ringsim.numerics.decode import ring_decode
+from ringsim.numerics.rounding import relative_error
+from ringsim.timer import RingConfig, simulate, strategies
+from ringsim.timer.hardware import get_hardware
+from ringsim.views.lessons_support import use_lesson_style
 
 use_lesson_style()
 a100 = get_hardware("a100-nvlink")
@@ -52,7 +51,7 @@ a100 = get_hardware("a100-nvlink")
 # compute speed; Ulysses and all-gather pay collectives that nothing (or little) overlaps, so
 # the ring is fastest. On the slow link the ring pushes $P-1$ whole blocks through one link
 # while Ulysses' all-to-all moves each token about once: Ulysses wins (see the crossover
-# bandwidth in `ringsim.strategies`).
+# bandwidth in `ringsim.timer.strategies`).
 #
 # </details>
 

@@ -17,7 +17,7 @@
 # real ring on this machine (separate processes passing blocks with `torch.distributed` over
 # gloo, the same schedule as the simulator), measures the machine first (`kernels.calibrate`:
 # the block compute rate and the link's latency and bandwidth), predicts the run with
-# `ringsim.timing.simulate` on that measured profile, and compares, step by step. Then it shows
+# `ringsim.timer.simulate` on that measured profile, and compares, step by step. Then it shows
 # the GPU results committed under `results/`, if there are any.
 #
 # **You will be able to**
@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from kernels.measure import measure
-from ringsim.lessons_support import scaled, use_lesson_style
+from ringsim.views.lessons_support import scaled, use_lesson_style
 
 use_lesson_style()
 RESULTS = Path("..") / "results"

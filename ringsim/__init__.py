@@ -2,9 +2,18 @@
 
 ``import ringsim`` needs only NumPy. The numerics (``ring_attention``, ``ring_attention_backward``)
 run P virtual hosts in one process and equal dense attention up to rounding.
+
+The folders are the layers, bottom up. This folder holds the core every executor reads: the
+token layouts (``layouts``), the one mask rule (``masks``), the ring schedule (``schedule``) and
+argument checks (``_checks``); the core imports nothing above it. Three rooms build on it:
+``numerics/`` (the exact executor), ``timer/`` (the timed executor) and ``views/`` (plots,
+traces, lesson helpers), and ``cli/`` (the ``ringsim`` command) sits on top. The real backend,
+``kernels/`` beside this package, runs the same schedule on torch. This module is the public
+API: everything a user needs is importable from ``ringsim``.
 """
 
-from ringsim.attention import (
+from ringsim.layouts import LAYOUTS, from_layout, host_positions, permutation, to_layout
+from ringsim.numerics.attention import (
     Partial,
     block_attention,
     block_attention_backward,
@@ -12,25 +21,25 @@ from ringsim.attention import (
     reference_attention,
     reference_attention_grad,
 )
-from ringsim.blockwise import (
+from ringsim.numerics.blockwise import (
     TransformerParams,
     dense_block,
     ffn_peak_bytes,
     init_params,
     ring_block,
 )
-from ringsim.cost import attention_flops, kv_block_bytes, overlap_threshold
-from ringsim.decode import ring_decode
-from ringsim.hardware import PRESETS, Hardware, custom_hardware, get_hardware
-from ringsim.layouts import LAYOUTS, from_layout, host_positions, permutation, to_layout
-from ringsim.memory import MODELS, ModelSpec, attention_working_set_bytes, memory_report
-from ringsim.precision import error_growth, round_to
-from ringsim.ring import RingRecord, ring_attention, ring_attention_backward
+from ringsim.numerics.decode import ring_decode
+from ringsim.numerics.precision import error_growth
+from ringsim.numerics.ring import RingRecord, ring_attention, ring_attention_backward
+from ringsim.numerics.rounding import round_to
 from ringsim.schedule import BlockKind, Schedule, build_schedule
-from ringsim.strategies import STRATEGIES, simulate_strategy
-from ringsim.timeline import Timeline
-from ringsim.timing import RingConfig, SimResult, parse_length, simulate
-from ringsim.trace import chrome_trace, write_chrome_trace
+from ringsim.timer import RingConfig, SimResult, parse_length, simulate
+from ringsim.timer.cost import attention_flops, kv_block_bytes, overlap_threshold
+from ringsim.timer.hardware import PRESETS, Hardware, custom_hardware, get_hardware
+from ringsim.timer.memory import MODELS, ModelSpec, attention_working_set_bytes, memory_report
+from ringsim.timer.strategies import STRATEGIES, simulate_strategy
+from ringsim.timer.timeline import Timeline
+from ringsim.views.trace import chrome_trace, write_chrome_trace
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
 """The ring schedule: who holds which key/value block at each step, and what it does with it.
 
 This object is the heart of ringsim. Three executors read it and nothing else about the ring:
-the NumPy numerics (``ringsim.ring``), the event timer (``ringsim.timing``) and the
+the NumPy numerics (``ringsim.numerics.ring``), the event timer (``ringsim.timer``) and the
 torch.distributed backend (``kernels.ring``).
 
 The ring is unidirectional: host ``h`` sends to ``h + 1`` and receives from ``h - 1`` (mod P).

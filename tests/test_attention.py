@@ -23,7 +23,7 @@ from ringsim import (
     reference_attention,
     reference_attention_grad,
 )
-from ringsim.attention import empty_partial
+from ringsim.numerics.attention import empty_partial
 
 # ---------------------------------------------------------------------------------------------
 # the reference, from first principles

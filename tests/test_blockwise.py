@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringsim import LAYOUTS
-from ringsim.blockwise import (
+from ringsim.numerics.blockwise import (
     dense_block,
     ffn_peak_bytes,
     init_params,

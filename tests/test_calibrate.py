@@ -6,16 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from kernels.calibrate import (
-    MASKED_BLOCKS,
-    Calibration,
-    calibrate_data,
-    fit_line,
-    save_calibration,
-)
+from kernels.calibrate import calibrate_data, save_calibration
 from kernels.measure import _step_durations, compute_sizes, measure, predict, ratio_interval
-from ringsim.cost import attention_flops
-from ringsim.hardware import load_profile
+from kernels.probes import MASKED_BLOCKS
+from kernels.profile import Calibration, fit_line
+from ringsim.timer.cost import attention_flops
+from ringsim.timer.hardware import load_profile
 
 pytestmark = pytest.mark.torch
 
@@ -238,14 +234,14 @@ def test_real_calibration_and_measurement_on_gloo():
 
 
 def _overlap_rows(rank, hosts):
-    from kernels.calibrate import measure_overlap
+    from kernels.probes import measure_overlap
 
     shape = dict(heads=4, head_dim=8, dtype="fp32", repeats=3)
     return measure_overlap(16, **shape), measure_overlap(16, **shape, kv_heads=1)
 
 
 def test_overlap_probe_moves_the_runs_message():
-    from kernels.ring import launch
+    from kernels.launch import launch
 
     mha, gqa = launch(_overlap_rows, 2, timeout_s=30)[0]
     assert mha["bytes"] == 2 * 16 * 4 * 8 * 4 and gqa["bytes"] == 2 * 16 * 1 * 8 * 4

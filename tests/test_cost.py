@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from ringsim.attention import block_attention
-from ringsim.cost import (
+from ringsim.numerics.attention import block_attention
+from ringsim.timer.cost import (
     attention_flops,
     grad_block_bytes,
     hiding_block,
@@ -16,7 +16,7 @@ from ringsim.cost import (
     overlap_threshold,
     partial_bytes,
 )
-from ringsim.hardware import (
+from ringsim.timer.hardware import (
     PRESETS,
     Hardware,
     custom_hardware,
@@ -175,7 +175,7 @@ def test_partial_bytes_are_the_bytes_of_a_real_fp32_partial():
 
 
 def test_calibrated_profiles_are_found_by_name_but_kept_out_of_the_presets(tmp_path, monkeypatch):
-    from ringsim import hardware
+    from ringsim.timer import hardware
 
     profile = hardware.custom_hardware(2e10, 1e9, 2e-4, dtype="fp32")
     path = tmp_path / "cpu-profile-test.json"

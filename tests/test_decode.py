@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringsim import merge, reference_attention
-from ringsim.decode import cache_shards, ring_decode, tree_merge
+from ringsim.numerics.decode import cache_shards, ring_decode, tree_merge
 
 
 def tolerance(dtype):

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 import kernels
 import ringsim
 from kernels.block import block_attention, block_attention_backward
-from ringsim.attention import Partial, merge
-from ringsim.attention import block_attention as np_block_attention
 from ringsim.masks import count_visible
+from ringsim.numerics.attention import Partial, merge
+from ringsim.numerics.attention import block_attention as np_block_attention
 
 pytestmark = pytest.mark.torch
 
@@ -161,7 +161,7 @@ def test_tile_skipping_matches_the_cost_models_tile_count(layout):
     """The kernel visits, per query tile, the range [lo, hi) of key tiles; for every layout's
     sorted positions that range holds exactly the live tiles, and the live tiles cover exactly
     the pairs ``ringsim.masks.count_visible(tile=T)`` charges."""
-    from kernels.block import check_block_args
+    from kernels.block_args import check_block_args
     from kernels.triton_block import live_tiles, tile_ranges
 
     tile, hosts, seq = 4, 4, 128
@@ -220,7 +220,7 @@ def test_tiled_torch_path_skips_tiles_and_stays_exact(layout):
     """Small tiles (4 tokens) on every layout's diagonal and off-diagonal blocks, with
     segments: the tiled torch forward/backward equal the untiled one."""
     from kernels import torch_block
-    from kernels.block import check_block_args
+    from kernels.block_args import check_block_args
 
     rng = np.random.default_rng(5)
     q, k, v, dout = _qkv(rng, heads=2, kv_heads=1, seq=24, dim=4)

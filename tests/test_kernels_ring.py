@@ -14,20 +14,16 @@ import torch
 import torch.distributed as dist
 
 import ringsim
-from kernels.ring import (
+from kernels.launch import (
     SETTLE_S,
-    RingError,
     RunConfig,
     assemble,
     launch,
-    merge_out_lse,
     rank_cores,
-    ring_attention,
     run_configs,
-    shard,
     start_line,
-    unshard,
 )
+from kernels.ring import RingError, merge_out_lse, ring_attention, shard, unshard
 
 pytestmark = pytest.mark.torch
 TOL = dict(atol=2e-5, rtol=2e-5)
@@ -134,10 +130,10 @@ def test_rank_that_never_joins_fails_fast():
 def _dies_mid_ring(rank, hosts):
     """Rank 1 passes the header check, then dies before its first transfer."""
     x = torch.ones(1, 1, 4, 8)
-    from kernels.ring import Ring, _header, check_agreement
+    from kernels.ring import Ring, agreement_header, check_agreement
 
     ring = Ring("contiguous", False, 4 * hosts, timeout_s=5)
-    check_agreement(ring, _header(ring, x, x, x, 1.0))
+    check_agreement(ring, agreement_header(ring, x, x, x, 1.0))
     if rank == 1:
         os._exit(3)
     return ring_attention(x, x, x, ring=ring, check=False)

@@ -85,7 +85,7 @@ def test_lesson_has_goals_predictions_and_captions(executed: dict) -> None:
 
 
 def test_lesson_scale_knob_is_validated(monkeypatch) -> None:
-    from ringsim.lessons_support import lesson_scale
+    from ringsim.views.lessons_support import lesson_scale
 
     monkeypatch.setenv("RINGSIM_LESSON_SCALE", "zero")
     with pytest.raises(ValueError, match="RINGSIM_LESSON_SCALE"):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ringsim
-from ringsim.lessons_support import (
+from ringsim.views.lessons_support import (
     animation_html,
     draw_ring_step,
     lesson_scale,

@@ -1,4 +1,4 @@
-"""Memory per host and the longest context per method (ringsim.memory)."""
+"""Memory per host and the longest context per method (ringsim.timer.memory)."""
 
 import itertools
 from dataclasses import replace
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringsim.cost import DTYPE_BYTES
-from ringsim.hardware import get_hardware
-from ringsim.memory import (
+from ringsim.timer.cost import DTYPE_BYTES
+from ringsim.timer.hardware import get_hardware
+from ringsim.timer.memory import (
     KERNEL_CHUNK,
     METHODS,
     MODELS,

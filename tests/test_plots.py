@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from matplotlib.colors import to_hex
 
-from ringsim import plots
-from ringsim.hardware import custom_hardware
-from ringsim.timeline import Timeline
-from ringsim.timing import RingConfig, simulate
+from ringsim.timer import RingConfig, simulate
+from ringsim.timer.hardware import custom_hardware
+from ringsim.timer.timeline import Timeline
+from ringsim.views import plots
 
 matplotlib.use("Agg")
 
@@ -195,7 +195,7 @@ def test_format_tokens():
 
 def test_import_ringsim_does_not_load_matplotlib():
     code = (
-        "import sys, ringsim, ringsim.plots, ringsim.cli, ringsim.demo; "
+        "import sys, ringsim, ringsim.views.plots, ringsim.cli, ringsim.cli.demo; "
         "print('matplotlib' in sys.modules, 'rich' in sys.modules, 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -4,7 +4,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ringsim.precision import error_growth, relative_error, round_to
+from ringsim.numerics.precision import error_growth
+from ringsim.numerics.rounding import relative_error, round_to
 
 
 def round_by_definition(x: np.ndarray, mantissa_bits: int, min_exp: int, max_finite: float):

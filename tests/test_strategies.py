@@ -1,4 +1,4 @@
-"""The ring beside Ulysses and all-gather context parallelism (ringsim.strategies)."""
+"""The ring beside Ulysses and all-gather context parallelism (ringsim.timer.strategies)."""
 
 from dataclasses import replace
 
@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringsim.cost import attention_flops, overlap_threshold
-from ringsim.hardware import custom_hardware, get_hardware
-from ringsim.strategies import (
+from ringsim.timer import RingConfig, simulate
+from ringsim.timer.cost import attention_flops, overlap_threshold
+from ringsim.timer.hardware import custom_hardware, get_hardware
+from ringsim.timer.strategies import (
     STRATEGIES,
     allgather_overlap_block,
     compare_strategies,
@@ -18,7 +19,6 @@ from ringsim.strategies import (
     simulate_strategy,
     with_bandwidth,
 )
-from ringsim.timing import RingConfig, simulate
 
 F = 312e12
 NO_LATENCY = custom_hardware(F, 300e9, latency=0.0)

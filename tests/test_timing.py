@@ -9,7 +9,10 @@ from contract import DESIGN_KEYS
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringsim.cost import (
+from ringsim.layouts import LAYOUTS
+from ringsim.schedule import _relation, build_schedule
+from ringsim.timer import HostClock, RingConfig, parse_length, simulate
+from ringsim.timer.cost import (
     attention_flops,
     ffn_flops,
     grad_block_bytes,
@@ -17,10 +20,7 @@ from ringsim.cost import (
     overlap_threshold,
     projection_flops,
 )
-from ringsim.hardware import custom_hardware, get_hardware
-from ringsim.layouts import LAYOUTS
-from ringsim.schedule import _relation, build_schedule
-from ringsim.timing import HostClock, RingConfig, parse_length, simulate
+from ringsim.timer.hardware import custom_hardware, get_hardware
 
 ARRAYS = ("compute_start", "compute_end", "send_start", "send_end", "recv_start", "recv_end")
 SMALL = dict(heads=2, head_dim=16)  # tiny blocks: fast, and easy to make comm-bound

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from ringsim.hardware import custom_hardware
-from ringsim.timing import RingConfig, simulate
-from ringsim.trace import TRACKS, chrome_trace, count_trace_events, write_chrome_trace
+from ringsim.timer import RingConfig, simulate
+from ringsim.timer.hardware import custom_hardware
+from ringsim.views.trace import TRACKS, chrome_trace, count_trace_events, write_chrome_trace
 
 
 def run(hosts=4, pass_="forward", **kw):

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim._checks import as_float_array, check_finite_array, check_positive_int
-from ringsim.attention import reference_attention, work_dtype
 from ringsim.layouts import check_layout, check_seq_len, host_positions
-from ringsim.ring import ring_attention
+from ringsim.numerics.attention import reference_attention, work_dtype
+from ringsim.numerics.ring import ring_attention
 
 RMS_EPS = 1e-6
 

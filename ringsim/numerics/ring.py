@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ringsim._checks import check_finite_array, check_positive_int, check_qkv, check_scale
-from ringsim.attention import (
+from ringsim.layouts import check_layout, check_seq_len
+from ringsim.numerics.attention import (
     Partial,
     block_attention,
     block_attention_backward,
@@ -32,8 +33,7 @@ from ringsim.attention import (
     merge,
     work_dtype,
 )
-from ringsim.layouts import check_layout, check_seq_len
-from ringsim.precision import check_precision, round_to
+from ringsim.numerics.rounding import check_precision, round_to
 from ringsim.schedule import BlockKind, Schedule, build_schedule
 
 

@@ -11,7 +11,7 @@ Gantt rows, one per host (host 0 on top). Inside a row, three lanes::
 
 so a transfer appears twice, as host h's send right above host h+1's receive.
 
-A backward ring moves two messages per step on each link (``ringsim.timing``): ``k, v``, which
+A backward ring moves two messages per step on each link (``ringsim.timer``): ``k, v``, which
 may leave during the compute, and the ``dk, dv`` accumulators, which leave after it. Both share
 the link lanes (a link carries one message at a time): ``k, v`` in the colours of a forward
 block, ``dk, dv`` in darker shades, with the legend naming each.
@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ringsim.timeline import Timeline
-from ringsim.timing import grad_rows, kv_messages
+from ringsim.timer import grad_rows, kv_messages
+from ringsim.timer.timeline import Timeline
 
 COLOURS = {  # Okabe-Ito: distinguishable with the common colour-vision deficiencies
     "compute": "#0072B2",

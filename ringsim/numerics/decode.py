@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from ringsim._checks import check_positive_int, check_qkv, check_scale
-from ringsim.attention import Partial, block_attention, merge, work_dtype
-from ringsim.ring import _raise_if_overflow
+from ringsim.numerics.attention import Partial, block_attention, merge, work_dtype
+from ringsim.numerics.ring import _raise_if_overflow
 
 
 def cache_shards(cache_len: int, hosts: int) -> list[tuple[int, int]]:

@@ -60,8 +60,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ringsim._checks import check_positive_int
-from ringsim.cost import DTYPE_BYTES, kv_block_bytes, partial_bytes
-from ringsim.hardware import Hardware, check_dtype, get_hardware
+from ringsim.timer.cost import DTYPE_BYTES, kv_block_bytes, partial_bytes
+from ringsim.timer.hardware import Hardware, check_dtype, get_hardware
 
 METHODS = ("vanilla", "memory_efficient", "blockwise", "ring", "ulysses")
 
@@ -317,7 +317,8 @@ def attention_working_set_bytes(
     * backward (and a training step, whose peak is the backward): q, out, dout (``3cHde``),
       lse (``4cH``), the fp32 dq accumulator (``4cHd``), and the current and incoming block,
       each carrying k, v, dk, dv (``2 * kv_block_bytes(pass_="backward")``).
-    * decode (``ringsim.decode``: the cache stays put, partials are tree-merged): the host's
+    * decode (``ringsim.numerics.decode``: the cache stays put, partials are tree-merged): the
+      host's
       cache shard of ``c`` tokens (``2 c H_kv d e``), the one query token and its output
       (``2Hde``), and two partials (its own and the one it merges in: acc ``4Hd``, row_max and
       row_sum ``4H`` each).
@@ -372,7 +373,7 @@ def ulysses_working_set_bytes(
     pass_: str = "forward",
     batch: int = 1,
 ) -> float:
-    """Bytes the attention layer holds on one Ulysses host (``ringsim.strategies``).
+    """Bytes the attention layer holds on one Ulysses host (``ringsim.timer.strategies``).
 
     The host owns ``c = N / P`` tokens of every head; after the all-to-all it holds all ``N``
     tokens of ``ceil(H / P)`` query heads and ``ceil(H_kv / P)`` key/value heads. Peak:

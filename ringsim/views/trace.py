@@ -4,7 +4,7 @@ One process per host (``pid = h``, named ``host h``), three threads in it: ``com
 ``send`` (tid 1, the outgoing link) and ``recv`` (tid 2, the incoming link). Every activity is a
 complete event (``"ph": "X"``) with ``ts`` and ``dur`` in microseconds and the step in ``args``.
 A backward timeline's early ``k, v`` messages (``meta["kv_send_*"]`` and ``meta["kv_recv_*"]``,
-see ``ringsim.timing``) appear on the link tracks too, named ``k,v``; the ``dk, dv`` ones are
+see ``ringsim.timer``) appear on the link tracks too, named ``k,v``; the ``dk, dv`` ones are
 named ``dk,dv``.
 
 Traces are for looking at small runs: a timeline with more than ``max_events`` events is refused
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ringsim.timeline import Timeline
-from ringsim.timing import grad_rows, kv_messages
+from ringsim.timer import grad_rows, kv_messages
+from ringsim.timer.timeline import Timeline
 
 TRACKS = {"compute": 0, "send": 1, "recv": 2}
 MAX_EVENTS = 2_000_000

@@ -1,6 +1,6 @@
 """A two-minute tour: the causal ring under three layouts, and when communication hides.
 
-    python -m ringsim.demo                      (or: ringsim demo --out results/demo.png)
+    python -m ringsim.cli.demo                      (or: ringsim demo --out results/demo.png)
 
 1. Causal attention on a contiguous split leaves the early hosts idle while the last one
    works through every block; striped and zigzag splits give every host the same work.
@@ -16,15 +16,12 @@ import argparse
 import math
 import sys
 
-from ringsim.cli import (
-    Parser,
-    _arg,
+from ringsim.cli.args import Parser, arg_type, parse_positive_int, parse_seq_len
+from ringsim.cli.output import (
     format_length,
     format_seconds,
     guarded,
     note,
-    parse_positive_int,
-    parse_seq_len,
     percent,
     print_json,
     print_table,
@@ -34,7 +31,7 @@ from ringsim.layouts import LAYOUTS
 
 def layout_rows(hosts: int, seq_len: int, hardware, pass_: str = "forward") -> tuple[list, dict]:
     """Simulate the causal ring under each layout; rows with makespan, idle and speedup."""
-    from ringsim.timing import RingConfig, simulate
+    from ringsim.timer import RingConfig, simulate
 
     results = {}
     for layout in LAYOUTS:
@@ -59,8 +56,8 @@ def layout_rows(hosts: int, seq_len: int, hardware, pass_: str = "forward") -> t
 
 def overlap_rows(hosts: int, seq_len: int, hardware) -> tuple[float, list]:
     """The run's own block and one well below the threshold: is communication hidden?"""
-    from ringsim.cost import overlap_threshold
-    from ringsim.timing import RingConfig, simulate
+    from ringsim.timer import RingConfig, simulate
+    from ringsim.timer.cost import overlap_threshold
 
     threshold = overlap_threshold(hardware, heads=32, kv_heads=32, head_dim=128, dtype="bf16")
     own = seq_len // hosts
@@ -91,13 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="""examples:
   ringsim demo
   ringsim demo --out results/demo.png --hosts 8 --seq-len 64K --hardware h100-nvlink
-  python -m ringsim.demo --json --no-plot""",
+  python -m ringsim.cli.demo --json --no-plot""",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--out", "--plot", dest="out", default="results/demo.png", help="figure (results/demo.png)"
     )
-    p.add_argument("--hosts", type=_arg(parse_positive_int, "hosts"), default=8, help="hosts (8)")
+    p.add_argument(
+        "--hosts", type=arg_type(parse_positive_int, "hosts"), default=8, help="hosts (8)"
+    )
     p.add_argument("--seq-len", default="64K", help="tokens, K/M suffixes (64K)")
     p.add_argument("--hardware", default="h100-nvlink", help="preset (h100-nvlink)")
     p.add_argument("--no-plot", action="store_true", help="skip the figure")
@@ -106,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ringsim.hardware import get_hardware
+    from ringsim.timer.hardware import get_hardware
 
     hardware = get_hardware(args.hardware)
     seq_len = parse_seq_len(args.seq_len)
@@ -114,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     threshold, overlap = overlap_rows(args.hosts, seq_len, hardware)
     figure = None
     if not args.no_plot:
-        from ringsim.plots import plot_timelines
+        from ringsim.views.plots import plot_timelines
 
         title = (
             f"causal ring attention, {format_length(seq_len)} tokens on {args.hosts} hosts of "

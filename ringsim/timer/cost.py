@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ringsim._checks import check_positive_int
-from ringsim.hardware import Hardware, check_dtype
+from ringsim.timer.hardware import Hardware, check_dtype
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 

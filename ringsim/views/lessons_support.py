@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim.precision import relative_error
-from ringsim.ring import RingRecord, ring_attention
+from ringsim.numerics.ring import RingRecord, ring_attention
+from ringsim.numerics.rounding import relative_error
 from ringsim.schedule import BlockKind, Schedule, build_schedule
 
 SCALE_ENV = "RINGSIM_LESSON_SCALE"
@@ -114,7 +114,7 @@ def ring_story(
     ``q``, ``k``, ``v``: ``(N, d)`` or ``(..., H, N, d)``; the exact answer is the float64
     ``reference_attention``.
     """
-    from ringsim.attention import reference_attention
+    from ringsim.numerics.attention import reference_attention
 
     record = RingRecord()
     ring_attention(q, k, v, hosts=hosts, layout=layout, causal=causal, record=record)

@@ -3,7 +3,7 @@
 All three split a sequence of ``N`` tokens over ``P`` hosts, ``c = N / P`` tokens each, and
 compute the same exact attention. They differ in what moves, and when.
 
-* ``ring`` (``ringsim.timing.simulate``): ``P - 1`` hops of one key/value block each,
+* ``ring`` (``ringsim.timer.simulate``): ``P - 1`` hops of one key/value block each,
   overlapped with the compute of the previous block; memory per host ``~ c``.
 * ``ulysses`` (Jacobs et al., 2023): an **all-to-all** re-shards q, k, v from "all heads of
   ``c`` tokens" to "all ``N`` tokens of ``H / P`` heads"; each host computes full-length
@@ -56,16 +56,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ringsim.cost import (
+from ringsim.timer import HostClock, RingConfig, SimResult, simulate
+from ringsim.timer.cost import (
     DTYPE_BYTES,
     attention_flops,
     grad_block_bytes,
     hiding_block,
     kv_block_bytes,
 )
-from ringsim.memory import allgather_working_set_bytes, ulysses_working_set_bytes
-from ringsim.timeline import Timeline
-from ringsim.timing import HostClock, RingConfig, SimResult, simulate
+from ringsim.timer.memory import allgather_working_set_bytes, ulysses_working_set_bytes
+from ringsim.timer.timeline import Timeline
 
 STRATEGIES = ("ring", "ulysses", "allgather")
 PEER_PASSES = ("forward", "backward")

@@ -70,9 +70,9 @@ class Hardware:
       (``step > c + t``): on a CPU whose cores both the compute and the transport's threads
       need, each slows the other. The timer stretches both by ``(1 - f) min(c, t)``.
 
-    ``ringsim.timing.simulate`` applies the first, ``ringsim.timing.HostClock.block`` the
-    next three and ``ringsim.timing.HostClock.overlapped`` the last (which only a run with
-    ``overlap`` reads; ``ringsim.cost.overlap_threshold`` assumes ``f = 1``)."""
+    ``ringsim.timer.simulate`` applies the first, ``ringsim.timer.HostClock.block`` the
+    next three and ``ringsim.timer.HostClock.overlapped`` the last (which only a run with
+    ``overlap`` reads; ``ringsim.timer.cost.overlap_threshold`` assumes ``f = 1``)."""
 
     name: str
     flops: dict[str, float]
@@ -206,7 +206,7 @@ _BUILTIN = [
     ),
 ]
 
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "results"
 
 
 def save_profile(hw: Hardware, path: str | Path) -> None:

@@ -1,0 +1,108 @@
+"""The ``ringsim`` command: simulate a ring, sweep it, size its memory, list the hardware.
+
+One module per subcommand (``simulate``, ``sweep``, ``memory``, ``presets``, ``demo``), each with
+``HELP``, ``EXAMPLES``, ``add_arguments`` and ``run``; the flags they share live in ``args`` and
+the printing in ``output``. ``calibrate`` and ``measure`` are forwarded to the real backend
+(``kernels``). Every subcommand prints a table for people (rich when installed, plain text
+otherwise) and, with ``--json``, one JSON document for scripts. Bad input ends in one line on
+stderr naming the value, and exit code 2. Only what a command needs is imported: matplotlib
+when it plots, rich when it prints a table to a terminal, torch only for ``calibrate`` and
+``measure``. The command line may import everything below it; nothing imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ringsim.cli import memory, presets, simulate, sweep
+from ringsim.cli.args import Parser
+from ringsim.cli.output import guarded, to_jsonable
+
+__all__ = ["build_parser", "guarded", "main", "to_jsonable"]
+
+SUBCOMMANDS = {"simulate": simulate, "presets": presets, "sweep": sweep, "memory": memory}
+
+FORWARDED = {
+    "demo": ("ringsim.cli.demo", "main", "matplotlib (pip install matplotlib)"),
+    "calibrate": (
+        "kernels.calibrate",
+        "calibrate_main",
+        "the real backend and torch (pip install -e '.[torch]')",
+    ),
+    "measure": (
+        "kernels.measure",
+        "measure_main",
+        "the real backend and torch (pip install -e '.[torch]')",
+    ),
+}
+
+
+# -- forwarded subcommands ------------------------------------------------------------------
+def run_forwarded(command: str, argv: list[str]) -> int:
+    module_name, function, needs = FORWARDED[command]
+    try:
+        module = importlib.import_module(module_name)
+        entry = getattr(module, function)
+    except (ImportError, AttributeError) as err:
+        print(
+            f"ringsim {command}: error: {module_name}.{function} is not available ({err}); "
+            f"it needs {needs}",
+            file=sys.stderr,
+        )
+        return 2
+    return guarded(f"ringsim {command}", lambda: entry(argv))
+
+
+EPILOG = """examples:
+  ringsim demo                                   three layouts side by side, and a figure
+  ringsim simulate --hosts 8 --seq-len 64K --causal --layout zigzag
+  ringsim sweep --vary block --plot block.png
+  ringsim memory --model 7b --hardware a100-nvlink --hosts 8
+  ringsim <command> --help                       flags and examples of one command"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ringsim import __version__
+
+    parser = Parser(
+        prog="ringsim",
+        description="An exact, event-timed simulator of Ring Attention.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"ringsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, module in SUBCOMMANDS.items():
+        p = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=module.HELP,
+            epilog=module.EXAMPLES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(p)
+    for name, help_ in (
+        ("demo", "a short tour: three layouts side by side, a table and a figure"),
+        ("calibrate", "measure this machine into a hardware profile (torch)"),
+        ("measure", "run the real backend; measured vs predicted (torch)"),
+    ):
+        sub.add_parser(name, help=help_, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ringsim`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in FORWARDED:
+        return run_forwarded(argv[0], argv[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    if getattr(args, "run", None) is None:
+        parser.print_help()
+        return 2
+    return guarded(f"ringsim {args.command}", lambda: args.run(args))

@@ -1,0 +1,232 @@
+"""The flags every subcommand shares, parsed into values or a ``ValueError`` naming the flag, and
+turned into the library's objects (``Hardware``, ``RingConfig``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Callable
+
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+PASSES = ("forward", "backward", "train-step", "decode")
+
+
+STRATEGIES = (
+    "ring",
+    "ulysses",
+    "allgather",
+)  # ringsim.timer.strategies.STRATEGIES, without importing it
+
+
+DEFAULT_HARDWARE = "a100-nvlink"
+
+
+SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+# -- parsing values: each returns the value or raises ValueError naming it ------------------
+def parse_positive_int(name: str, text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {text!r}")
+    return value
+
+
+def parse_quantity(name: str, text: str, *, allow_zero: bool = False) -> float:
+    """A finite positive number, optionally with an SI suffix: ``312e12``, ``312T``, ``50G``."""
+    body = text.strip()
+    suffix = body[-1:] if body[-1:] in SI else ""
+    try:
+        value = float(body[: len(body) - len(suffix)]) * SI[suffix]
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be a finite {kind} number (e.g. 50e9 or 50G), got {text!r}")
+    return value
+
+
+def parse_seq_len(text: str) -> int:
+    from ringsim.timer import parse_length
+
+    try:
+        return parse_length(text)
+    except ValueError as err:
+        raise ValueError(f"seq_len: {err}") from None
+
+
+def parse_straggler(text: str) -> tuple[int, float]:
+    """``HOST:SLOWDOWN``: ``3:2`` makes host 3 take twice as long for the same work."""
+    host, sep, factor = text.partition(":")
+    if not sep:
+        raise ValueError(f"straggler must look like HOST:SLOWDOWN (e.g. 3:2), got {text!r}")
+    try:
+        index = int(host)
+    except ValueError:
+        raise ValueError(f"straggler host must be an integer, got {text!r}") from None
+    if index < 0:
+        raise ValueError(f"straggler host must be >= 0, got {text!r}")
+    try:
+        return index, parse_quantity("straggler slowdown", factor)
+    except ValueError:
+        raise ValueError(f"straggler slowdown must be a positive number, got {text!r}") from None
+
+
+def arg_type(parse: Callable, *names) -> Callable[[str], object]:
+    """An argparse ``type`` that keeps our message (argparse would print a generic one)."""
+
+    def convert(text: str):
+        try:
+            return parse(*names, text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+class Parser(argparse.ArgumentParser):
+    """Errors in one line: ``ringsim simulate: error: ...`` (usage only with --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# -- building a configuration from flags ----------------------------------------------------
+def add_hardware_flags(p: argparse.ArgumentParser, *, rates: bool = True) -> None:
+    p.add_argument(
+        "--hardware",
+        metavar="PRESET",
+        help=f"hardware preset (see `ringsim presets`; default {DEFAULT_HARDWARE})",
+    )
+    quantity = lambda name: arg_type(parse_quantity, name)
+    p.add_argument(
+        "--memory-bytes", type=quantity("memory"), metavar="M", help="device memory, e.g. 80G"
+    )
+    if not rates:
+        return
+    p.add_argument("--flops", type=quantity("flops"), metavar="F", help="FLOP/s, e.g. 312T")
+    p.add_argument(
+        "--bandwidth", type=quantity("bandwidth"), metavar="B", help="link bytes/s, e.g. 50G"
+    )
+    p.add_argument(
+        "--latency",
+        type=arg_type(lambda n, t: parse_quantity(n, t, allow_zero=True), "latency"),
+        metavar="L",
+        help="seconds per message, e.g. 5e-6",
+    )
+
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    positive = lambda name: arg_type(parse_positive_int, name)
+    p.add_argument("--heads", type=positive("heads"), default=32, help="query heads (32)")
+    p.add_argument(
+        "--kv-heads", type=positive("kv_heads"), help="key/value heads, GQA (default: --heads)"
+    )
+    p.add_argument("--head-dim", type=positive("head_dim"), default=128, help="head dim (128)")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="element type (bf16)")
+    p.add_argument("--batch", type=positive("batch"), default=1, help="sequences (1)")
+    p.add_argument(
+        "--pass", dest="pass_", choices=PASSES, default="forward", help="what runs (forward)"
+    )
+    p.add_argument("--tile", type=positive("tile"), help="kernel tile: partial tiles cost whole")
+
+
+def add_noise_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--straggler",
+        type=arg_type(lambda text: parse_straggler(text)),
+        action="append",
+        metavar="HOST:SLOWDOWN",
+        help="host HOST is SLOWDOWN times slower (repeatable), e.g. 3:1.5",
+    )
+    p.add_argument(
+        "--jitter",
+        type=arg_type(lambda n, t: parse_quantity(n, t, allow_zero=True), "jitter"),
+        default=0.0,
+        help="random relative spread of each block's compute time (0)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the jitter (0)")
+
+
+def resolve_hardware(args: argparse.Namespace):
+    """The preset, with any of --flops/--bandwidth/--latency/--memory-bytes replacing its own."""
+    from ringsim.timer.hardware import custom_hardware, get_hardware
+
+    flops = getattr(args, "flops", None)
+    bandwidth = getattr(args, "bandwidth", None)
+    latency = getattr(args, "latency", None)
+    memory = getattr(args, "memory_bytes", None)
+    if args.hardware is None and (flops is not None or bandwidth is not None):
+        if flops is None or bandwidth is None:
+            raise ValueError(
+                "a custom machine needs both --flops and --bandwidth "
+                "(or --hardware PRESET to start from), got only "
+                + ("--flops" if flops is not None else "--bandwidth")
+            )
+        extra = {} if memory is None else {"memory": memory}
+        return custom_hardware(flops, bandwidth, latency or 0.0, dtype=args.dtype, **extra)
+    hw = get_hardware(args.hardware or DEFAULT_HARDWARE)
+    changes = {}
+    if flops is not None:  # the given rate is what the kernel achieves
+        changes.update(flops={**hw.flops, args.dtype: flops}, efficiency=1.0)
+    if bandwidth is not None:
+        changes["link_bandwidth"] = bandwidth
+    if latency is not None:
+        changes["link_latency"] = latency
+    if memory is not None:
+        changes["memory_bytes"] = memory
+    if changes:
+        hw = dataclasses.replace(hw, name=f"{hw.name} (modified)", **changes)
+    return hw
+
+
+def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrides):
+    """A ``RingConfig`` from the parsed flags (``overrides`` win)."""
+    from ringsim.timer import RingConfig
+
+    speed = None
+    stragglers = getattr(args, "straggler", None) or []
+    if stragglers:
+        factors = [1.0] * hosts
+        for host, slowdown in stragglers:
+            if host >= hosts:
+                raise ValueError(f"straggler host must be below hosts={hosts}, got host {host}")
+            factors[host] = 1.0 / slowdown
+        speed = tuple(factors)
+    fields = dict(
+        hosts=hosts,
+        seq_len=seq_len,
+        hardware=resolve_hardware(args),
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        head_dim=args.head_dim,
+        dtype=args.dtype,
+        batch=args.batch,
+        layout=getattr(args, "layout", "contiguous"),
+        causal=bool(getattr(args, "causal", False)),
+        overlap=not getattr(args, "no_overlap", False),
+        pass_=args.pass_,
+        tile=args.tile,
+        speed=speed,
+        jitter=getattr(args, "jitter", 0.0),
+        seed=getattr(args, "seed", 0),
+    )
+    fields.update(overrides)
+    return RingConfig(**fields)
+
+
+def run_config(config, strategy: str = "ring"):
+    if strategy == "ring":
+        from ringsim.timer import simulate
+
+        return simulate(config)
+    from ringsim.timer.strategies import simulate_strategy
+
+    return simulate_strategy(config, strategy)

@@ -1,0 +1,61 @@
+"""``ringsim memory``: bytes per host and the longest context that fits, per method."""
+
+from __future__ import annotations
+
+import argparse
+
+from ringsim.cli.args import (
+    DTYPES,
+    add_hardware_flags,
+    arg_type,
+    parse_positive_int,
+    resolve_hardware,
+)
+from ringsim.cli.output import format_bytes, format_length, print_json, print_table
+
+HELP = "bytes per host and the longest context that fits, per method"
+EXAMPLES = """examples:
+  ringsim memory --model 7b --hardware a100-nvlink --hosts 8
+  ringsim memory --model 13b --hardware tpu-v4 --hosts 1024 --json
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    positive = lambda name: arg_type(parse_positive_int, name)
+    p.add_argument("--model", required=True, help="3b, 7b, 13b, 30b or 65b (LLaMA shapes)")
+    p.add_argument("--hosts", type=positive("hosts"), required=True, help="hosts")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="element type (bf16)")
+    p.add_argument("--batch", type=positive("batch"), default=1, help="sequences (1)")
+    add_hardware_flags(p, rates=False)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ringsim.timer.memory import memory_report
+
+    hardware = resolve_hardware(args)
+    report = memory_report(args.model, hardware, args.hosts, dtype=args.dtype, batch=args.batch)
+    if args.json:
+        print_json(report)
+        return 0
+    title = (
+        f"longest context per method: {report['model']} on {args.hosts} x {report['hardware']} "
+        f"({format_bytes(report['memory_bytes'])} each), {args.dtype}"
+    )
+    contexts = report["max_context"]
+    print_table(
+        title,
+        ("method", "max context (tokens)", "exact"),
+        [(m, format_length(n), f"{n:,}") for m, n in contexts.items()],
+    )
+    print()
+    parts = report["bytes_per_host"]
+    block = report.get("block_tokens", 0)
+    print_table(
+        f"ring at its longest context ({format_length(block)} tokens per host): bytes per host",
+        ("component", "bytes"),
+        [(k, format_bytes(v)) for k, v in parts.items()]
+        + [("total", format_bytes(sum(parts.values())))],
+    )
+    return 0

@@ -1,0 +1,162 @@
+"""How the subcommands print: one JSON document for scripts (``--json``), a table for people
+(rich on a terminal, plain text otherwise), side remarks on stderr."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+
+from ringsim.views.plots import format_tokens as format_length
+from ringsim.views.plots import percent
+
+
+def to_jsonable(value: object) -> object:
+    """Plain JSON types: numpy scalars become numbers, NaN/inf become null, tuples lists."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy scalar or array
+        return to_jsonable(value.tolist())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value))
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def print_json(data: object) -> None:
+    print(json.dumps(to_jsonable(data), indent=2))
+
+
+def human(key: str, value: object) -> str:
+    """A readable value, chosen by the JSON key's unit suffix."""
+    if isinstance(value, bool) or value is None:
+        return {True: "yes", False: "no", None: "-"}[value]
+    if isinstance(value, str) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if key.endswith("_s"):
+        return format_seconds(value)
+    if "bytes" in key:
+        return format_bytes(value)
+    if "fraction" in key:
+        return percent(value)
+    if key.startswith("flops"):
+        return f"{value:.3e} FLOP"
+    if "tokens" in key or key in ("seq_len", "min_block_for_overlap") or "context" in key:
+        return f"{format_length(value)} tokens"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e3), ("µs", 1e6)):
+        if abs(seconds) * scale >= 1:
+            return f"{seconds * scale:.4g} {unit}"
+    return f"{seconds * 1e9:.4g} ns"
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n:.0f} B"
+
+
+def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """A terminal table: rich when stdout is a terminal and rich is installed, else plain."""
+    rows = [[str(c) for c in row] for row in rows]
+    if sys.stdout.isatty():
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:
+            pass
+        else:
+            table = Table(title=title, title_justify="left", header_style="bold")
+            for i, name in enumerate(header):
+                table.add_column(name, justify="left" if i == 0 else "right")
+            for row in rows:
+                table.add_row(*row)
+            Console().print(table)
+            return
+    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(title)
+    line = _plain_row(header, widths)
+    print(line)
+    print("-" * len(line))
+    for row in rows:
+        print(_plain_row(row, widths))
+
+
+def _plain_row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    """First column left-aligned (names), the others right-aligned (numbers)."""
+    pairs = zip(cells, widths, strict=True)
+    return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(pairs))
+
+
+def progress(items: Sequence, description: str, *, enabled: bool) -> Iterable:
+    """Iterate with a rich progress bar on stderr, when it is a terminal and rich is there."""
+    if enabled and sys.stderr.isatty():
+        try:
+            from rich.console import Console
+            from rich.progress import track
+        except ImportError:
+            return items
+        return track(items, description=description, console=Console(stderr=True), transient=True)
+    return items
+
+
+def note(text: str) -> None:
+    """Side remarks (files written) go to stderr so ``--json`` output stays one document."""
+    print(text, file=sys.stderr)
+
+
+def describe(config, strategy: str = "ring") -> str:
+    """One line naming the run: ``ring forward, 64K tokens on 8 hosts (8K each), zigzag, ...``
+    (decode leaves out layout, mask and overlap: one token attends to the whole cache)."""
+    split = f"{format_length(config.seq_len)} tokens on {config.hosts} hosts"
+    split += f" ({format_length(config.block_tokens)} each)"
+    if config.pass_ != "decode":
+        mask = "causal" if config.causal else "full"
+        overlap = "overlap" if config.overlap else "no overlap"
+        split += f", {config.layout}, {mask}, {overlap}"
+    heads = f"{config.heads} heads" + (
+        f" ({config.kv_heads} kv)" if config.kv_heads != config.heads else ""
+    )
+    batch = f", batch {config.batch}" if config.batch > 1 else ""
+    return (
+        f"{strategy} {config.pass_}, {split}, {config.hardware.name}, {config.dtype}, "
+        f"{heads} x {config.head_dim}{batch}"
+    )
+
+
+def guarded(prog: str, run: Callable[[], int | None]) -> int:
+    """Run a command; bad values (ValueError) end in one line on stderr and exit code 2."""
+    try:
+        return int(run() or 0)
+    except ValueError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `ringsim ... | head`: the reader left; say nothing more
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+    except OSError as err:  # a plot or trace path that cannot be written
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

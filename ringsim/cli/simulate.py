@@ -1,0 +1,95 @@
+"""``ringsim simulate``: time one run and print its summary (table or JSON), timeline and trace."""
+
+from __future__ import annotations
+
+import argparse
+
+from ringsim.cli.args import (
+    STRATEGIES,
+    add_hardware_flags,
+    add_model_flags,
+    add_noise_flags,
+    arg_type,
+    parse_positive_int,
+    parse_seq_len,
+    ring_config,
+    run_config,
+)
+from ringsim.cli.output import describe, human, note, print_json, print_table
+from ringsim.layouts import LAYOUTS
+
+HELP = "time one ring run: makespan, idle, exposed communication"
+EXAMPLES = """examples:
+  ringsim simulate --hosts 8 --seq-len 64K --causal --layout zigzag
+  ringsim simulate --hosts 8 --seq-len 64K --causal --layout contiguous --plot timeline.png
+  ringsim simulate --hosts 32 --seq-len 1M --hardware a100-ib --pass backward --json
+  ringsim simulate --hosts 8 --seq-len 8K --flops 312T --bandwidth 25G --latency 5e-6
+  ringsim simulate --hosts 8 --seq-len 64K --straggler 3:1.5 --trace ring.json
+  ringsim simulate --hosts 8 --seq-len 64K --strategy ulysses --heads 32 --kv-heads 8
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    positive = lambda name: arg_type(parse_positive_int, name)
+    p.add_argument("--hosts", type=positive("hosts"), required=True, help="hosts in the ring")
+    p.add_argument("--seq-len", required=True, help="tokens, K/M suffixes (powers of two)")
+    p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="token split")
+    p.add_argument("--causal", action="store_true", help="causal mask")
+    p.add_argument("--no-overlap", action="store_true", help="compute and transfer alternate")
+    p.add_argument("--strategy", choices=STRATEGIES, default="ring", help="how hosts share work")
+    add_model_flags(p)
+    add_hardware_flags(p)
+    add_noise_flags(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (Perfetto) JSON")
+    p.add_argument("--plot", metavar="FILE", help="write the timeline figure (PNG/SVG/PDF)")
+    p.add_argument("--schedule", action="store_true", help="also print the ring schedule")
+    p.set_defaults(run=run)
+
+
+SUMMARY_NAMES = {
+    "total_time_s": "makespan",
+    "compute_time_s": "compute (busiest host)",
+    "exposed_comm_s": "exposed communication",
+    "comm_time_s": "link busy time",
+    "idle_fraction": "idle fraction",
+    "min_block_for_overlap": "overlap threshold",
+    "memory_per_host_bytes": "attention memory / host",
+    "flops_total": "FLOPs (all hosts)",
+    "block_tokens": "block",
+    "seq_len": "sequence",
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    config = ring_config(args, hosts=args.hosts, seq_len=parse_seq_len(args.seq_len))
+    result = run_config(config, args.strategy)
+    summary = result.summary()
+    if args.strategy != "ring":
+        summary.setdefault("strategy", args.strategy)
+    if args.trace:
+        from ringsim.views.trace import write_chrome_trace
+
+        write_chrome_trace(result.timeline, args.trace)
+        note(f"wrote Chrome trace {args.trace} (open in https://ui.perfetto.dev)")
+    if args.plot:
+        from ringsim.views.plots import plot_timeline
+
+        plot_timeline(result.timeline, args.plot, title=describe(config, args.strategy))
+        note(f"wrote timeline {args.plot}")
+    if args.json:
+        print_json(summary)
+        return 0
+    shown = {k: v for k, v in summary.items() if k not in CONFIG_KEYS}
+    rows = [(SUMMARY_NAMES.get(k, k), human(k, v), k) for k, v in shown.items()]
+    print_table(describe(config, args.strategy), ("quantity", "value", "JSON key"), rows)
+    if args.schedule and result.schedule is not None:
+        print()
+        print(result.schedule.describe())
+    return 0
+
+
+CONFIG_KEYS = {  # echoed in the table's title rather than as rows
+    *("hosts", "seq_len", "layout", "causal", "overlap", "pass", "hardware", "dtype"),
+    *("heads", "kv_heads", "head_dim", "batch", "engine", "strategy"),
+}

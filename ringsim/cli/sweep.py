@@ -1,0 +1,281 @@
+"""``ringsim sweep``: time against block size (is the transfer hidden?) or idle fraction against
+hosts per layout, as a table, JSON and a figure."""
+
+from __future__ import annotations
+
+import argparse
+
+from ringsim.cli.args import (
+    STRATEGIES,
+    add_hardware_flags,
+    add_model_flags,
+    arg_type,
+    parse_positive_int,
+    parse_seq_len,
+    resolve_hardware,
+    ring_config,
+    run_config,
+)
+from ringsim.cli.output import (
+    format_length,
+    format_seconds,
+    note,
+    percent,
+    print_json,
+    print_table,
+    progress,
+)
+from ringsim.layouts import LAYOUTS
+
+HELP = "sweep block size or hosts and tabulate (and plot) the result"
+EXAMPLES = """examples:
+  ringsim sweep --vary block --hosts 8 --hardware a100-ib --plot block.png
+  ringsim sweep --vary block --values 512,1K,2K,4K,8K --pass backward
+  ringsim sweep --vary hosts --plot idle.png            (causal by default)
+  ringsim sweep --vary hosts --values 4,16,64 --layouts contiguous,zigzag --json
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    positive = lambda name: arg_type(parse_positive_int, name)
+    p.add_argument(
+        "--vary",
+        choices=("block", "hosts"),
+        required=True,
+        help="block: time vs block size at fixed hosts; hosts: idle fraction vs hosts per layout",
+    )
+    p.add_argument("--values", help="comma-separated values (lengths accept K/M)")
+    p.add_argument("--hosts", type=positive("hosts"), help="hosts for --vary block (8)")
+    p.add_argument("--block", help="tokens per host for --vary hosts (4K)")
+    p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="for --vary block")
+    p.add_argument("--layouts", help="comma-separated layouts for --vary hosts (all)")
+    p.add_argument(
+        "--causal",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="causal mask (default: on for --vary hosts, off for --vary block)",
+    )
+    p.add_argument("--no-overlap", action="store_true", help="for --vary hosts")
+    p.add_argument("--strategy", choices=STRATEGIES, default="ring", help="how hosts share work")
+    add_model_flags(p)
+    add_hardware_flags(p)
+    p.add_argument("--json", action="store_true", help="print the sweep as JSON")
+    p.add_argument("--plot", metavar="FILE", help="write the sweep figure")
+    p.set_defaults(run=run)
+
+
+DEFAULT_BLOCKS = [2**k for k in range(7, 18)]  # 128 .. 128K tokens per host
+
+
+DEFAULT_HOSTS = [2**k for k in range(1, 11)]  # 2 .. 1024 hosts
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.vary == "block":
+        data = sweep_block(args)
+    else:
+        data = sweep_hosts(args)
+    if args.json:
+        print_json(data)
+    if args.plot:
+        plot_sweep_data(data, args.plot)
+        note(f"wrote sweep figure {args.plot}")
+    return 0
+
+
+def _values(args: argparse.Namespace, default: list[int], name: str) -> list[int]:
+    if not args.values:
+        return default
+    from ringsim.timer import parse_length
+
+    try:
+        values = [parse_length(v) for v in args.values.split(",")]
+    except ValueError:
+        values = []
+    if not values:
+        raise ValueError(
+            f"values must be positive {name} counts like 1K,2K,4K, got {args.values!r}"
+        )
+    return sorted(set(values))
+
+
+def sweep_block(args: argparse.Namespace) -> dict:
+    """Time against block size at fixed hosts, with and without overlap, and the threshold."""
+    from ringsim.timer.cost import overlap_threshold
+
+    hosts = args.hosts or 8
+    blocks = _values(args, DEFAULT_BLOCKS, "block")
+    hw = resolve_hardware(args)
+    kv_heads = args.kv_heads or args.heads
+    pass_ = "backward" if args.pass_ in ("backward", "train-step") else "forward"
+    threshold = overlap_threshold(
+        hw,
+        heads=args.heads,
+        kv_heads=kv_heads,
+        head_dim=args.head_dim,
+        dtype=args.dtype,
+        pass_=pass_,
+    )
+    rows = []
+    for block in progress(blocks, "sweeping block size", enabled=not args.json):
+        row = {"block_tokens": block, "seq_len": block * hosts}
+        for overlap in (True, False):
+            config = ring_config(
+                args, hosts=hosts, seq_len=block * hosts, overlap=overlap, layout=args.layout
+            )
+            s = run_config(config, args.strategy).summary()
+            key = "" if overlap else "no_overlap_"
+            row[f"{key}total_time_s"] = s["total_time_s"]
+            if overlap:
+                row["compute_time_s"] = s["compute_time_s"]
+                row["exposed_comm_s"] = s["exposed_comm_s"]
+        row["slowdown"] = row["total_time_s"] / row["compute_time_s"]
+        row["compute_share"] = row["compute_time_s"] / row["total_time_s"]
+        row["no_overlap_compute_share"] = row["compute_time_s"] / row["no_overlap_total_time_s"]
+        rows.append(row)
+    hidden = [r["block_tokens"] for r in rows if r["exposed_comm_s"] <= 1e-6 * r["total_time_s"]]
+    data = {
+        "vary": "block",
+        "hosts": hosts,
+        "layout": args.layout,
+        "causal": bool(args.causal),
+        "pass": args.pass_,
+        "hardware": hw.name,
+        "overlap_threshold_tokens": threshold,
+        "first_hidden_block_tokens": min(hidden) if hidden else None,
+        "rows": rows,
+    }
+    if not args.json:
+        print_table(
+            f"time against block size: {hosts} hosts, {args.layout}, {hw.name} "
+            f"(overlap threshold c* = {format_length(threshold)} tokens)",
+            ("block", "makespan", "compute", "exposed comm", "compute share", "without overlap"),
+            [
+                (
+                    format_length(r["block_tokens"]),
+                    format_seconds(r["total_time_s"]),
+                    format_seconds(r["compute_time_s"]),
+                    format_seconds(r["exposed_comm_s"]),
+                    percent(r["compute_share"]),
+                    percent(r["no_overlap_compute_share"]),
+                )
+                for r in rows
+            ],
+        )
+        first = data["first_hidden_block_tokens"]
+        print(
+            "compute share = compute time / makespan of the busiest host; "
+            "without overlap, compute and transfers alternate"
+        )
+        print(
+            f"communication fully hidden from block {format_length(first)} on"
+            if first
+            else "communication never fully hidden in this range",
+            f"(closed form: c* = {format_length(threshold)} tokens)",
+        )
+    return data
+
+
+def sweep_hosts(args: argparse.Namespace) -> dict:
+    """Idle fraction against hosts, per layout, at a fixed block size per host."""
+    hosts_list = _values(args, DEFAULT_HOSTS, "host")
+    block = parse_seq_len(args.block) if args.block else 4096
+    causal = True if args.causal is None else args.causal
+    layouts = args.layouts.split(",") if args.layouts else list(LAYOUTS)
+    for layout in layouts:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    cases = [(p, layout) for p in hosts_list for layout in layouts]
+    rows = []
+    for p, layout in progress(cases, "sweeping hosts", enabled=not args.json):
+        config = ring_config(
+            args,
+            hosts=p,
+            seq_len=block * p,
+            layout=layout,
+            causal=causal,
+            overlap=not args.no_overlap,
+        )
+        s = run_config(config, args.strategy).summary()
+        rows.append(
+            {
+                "hosts": p,
+                "layout": layout,
+                "idle_fraction": s["idle_fraction"],
+                "total_time_s": s["total_time_s"],
+            }
+        )
+    data = {
+        "vary": "hosts",
+        "block_tokens": block,
+        "causal": causal,
+        "layouts": layouts,
+        "contiguous_closed_form": {p: (p - 1) / (2 * p - 1) for p in hosts_list},
+        "rows": rows,
+    }
+    if not args.json:
+        table = []
+        for p in hosts_list:
+            by_layout = {r["layout"]: r for r in rows if r["hosts"] == p}
+            base = by_layout.get("contiguous")
+            cells = [str(p)]
+            for layout in layouts:
+                r = by_layout[layout]
+                speedup = f" ({base['total_time_s'] / r['total_time_s']:.2f}x)" if base else ""
+                cells.append(f"{percent(r['idle_fraction'])}{speedup}")
+            cells.append(percent((p - 1) / (2 * p - 1)))
+            table.append(cells)
+        print_table(
+            f"idle fraction against hosts ({'causal' if causal else 'full'}, "
+            f"{format_length(block)} tokens per host; speedup over contiguous in brackets)",
+            ("hosts", *layouts, "(P-1)/(2P-1)"),
+            table,
+        )
+    return data
+
+
+def plot_sweep_data(data: dict, path: str) -> None:
+    from ringsim.views.plots import plot_sweep
+
+    rows = data["rows"]
+    if data["vary"] == "block":
+        plot_sweep(
+            [r["block_tokens"] for r in rows],
+            {
+                "with overlap": [r["compute_share"] for r in rows],
+                "without overlap": [r["no_overlap_compute_share"] for r in rows],
+            },
+            path,
+            xlabel="block size per host (tokens)",
+            ylabel="compute time / makespan (busiest host)",
+            title=f"{data['pass']}, {data['hosts']} hosts, {data['layout']}, "
+            f"{'causal' if data['causal'] else 'full'}, {data['hardware']}: "
+            "is the transfer hidden?",
+            ylim=(0, 1.05),
+            legend_loc="lower right",
+            threshold=data["overlap_threshold_tokens"],
+            threshold_label="overlap threshold c*",
+        )
+        return
+    hosts = sorted({r["hosts"] for r in rows})
+    series = {
+        layout: [
+            next(r for r in rows if r["hosts"] == p and r["layout"] == layout)["idle_fraction"]
+            for p in hosts
+        ]
+        for layout in data["layouts"]
+    }
+    references = {}
+    if data["causal"] and "contiguous" in data["layouts"]:
+        references["contiguous closed form (P-1)/(2P-1)"] = [(p - 1) / (2 * p - 1) for p in hosts]
+    plot_sweep(
+        hosts,
+        series,
+        path,
+        xlabel="hosts",
+        ylabel="idle fraction",
+        title=f"idle fraction against hosts ({'causal' if data['causal'] else 'full'} "
+        f"attention, {format_length(data['block_tokens'])} tokens per host)",
+        references=references,
+        plain_x=True,
+    )
