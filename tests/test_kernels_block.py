@@ -241,3 +241,87 @@ def test_tiled_torch_path_skips_tiles_and_stays_exact(layout):
             want = torch_block.backward(args, dout, lse, delta, tile=24)
             for g, w in zip(got, want, strict=True):
                 torch.testing.assert_close(g, w)
+
+
+# ------------------------------------------------------------------------------------------
+# bf16 / fp16 in the interpreter (with tests/triton_shim.py installed by conftest)
+# ------------------------------------------------------------------------------------------
+
+# max |got - want| / max |want| against float64 attention of the *rounded* inputs. Measured at
+# the GPU tiles, seq 128, d 64/128: bf16 2.0e-3..5.0e-3, fp16 0.9e-4..3.9e-4 (p and ds are
+# rounded to the input dtype before their dots, as on a GPU). Tolerances keep a 4-5x margin.
+LOW_PRECISION_TOL = {torch.bfloat16: 2e-2, torch.float16: 2e-3}
+
+
+def _max_rel(got: torch.Tensor, want: np.ndarray) -> float:
+    return float(np.abs(got.double().numpy() - want).max() / np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_low_precision_forward_backward_at_gpu_tiles_against_float64(dtype, head_dim, causal):
+    """bf16/fp16 inputs, GQA (4 query heads on 2 kv heads), the tiles a GPU launch would use
+    (``default_config`` for a CUDA device): out, lse and the three gradients within the stated
+    tolerance of the float64 reference."""
+    from kernels import triton_block
+    from kernels.block_args import check_block_args
+
+    rng = np.random.default_rng(7)
+    q, k, v, dout = (
+        torch.from_numpy(rng.standard_normal((1, h, 128, head_dim))).to(dtype) for h in (4, 2, 2, 4)
+    )
+    exact = [x.double().numpy() for x in (q, k, v, dout)]
+    gpu = torch.device("cuda")  # only chooses the tile sizes; nothing runs on a GPU
+    args = check_block_args(
+        q, k, v, q_pos=None, k_pos=None, causal=causal, scale=None, q_seg=None, k_seg=None
+    )
+    fwd_cfg = triton_block.default_config(head_dim, gpu, "forward", dtype)
+    bwd_cfg = triton_block.default_config(head_dim, gpu, "backward", dtype)
+    out, lse = triton_block.forward(args, dtype, fwd_cfg)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    delta = (dout.float() * out.float()).sum(-1)
+    grads = triton_block.backward(args, dout, lse, delta, torch.float32, bwd_cfg)
+
+    pos = np.arange(128)
+    want_out, want_lse = _np_block(q, k, v, pos, pos, causal)
+    want_grads = ringsim.reference_attention_grad(*exact, causal=causal)
+    tol = LOW_PRECISION_TOL[dtype]
+    assert _max_rel(out, want_out) <= tol
+    np.testing.assert_allclose(lse.numpy(), want_lse, atol=tol, rtol=0)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, want_grads, strict=True):
+        assert _max_rel(got, want) <= tol, name
+
+
+def test_low_precision_is_less_exact_than_fp32_and_bf16_less_than_fp16():
+    """The tolerances above are not vacuous: fp32 inputs stay at rounding level, fp16 errors
+    sit well below bf16's (3 fewer mantissa bits), and both well above fp32's."""
+    rng = np.random.default_rng(8)
+    base = [torch.from_numpy(rng.standard_normal((1, 2, 64, 32))) for _ in range(3)]
+    errors = {}
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        q, k, v = (x.to(dtype) for x in base)
+        out, _ = block_attention(q, k, v, causal=True, backend="triton", out_dtype=torch.float32)
+        want, _ = _np_block(q, k, v, np.arange(64), np.arange(64), True)
+        errors[dtype] = _max_rel(out, want)
+    assert errors[torch.float32] < 1e-5 < errors[torch.float16] < errors[torch.bfloat16] / 4
+
+
+def test_bf16_dot_shim_is_installed_and_needed():
+    """conftest installs tests/triton_shim.py; without it the interpreter's ``create_dot``
+    multiplies bf16 bit patterns as integers (so every bf16 test above would fail)."""
+    import triton.language as tl
+    import triton_shim
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    assert triton_shim.installed()
+    a = torch.tensor([[1.5, -2.0], [0.25, 3.0]], dtype=torch.bfloat16)
+    b = torch.tensor([[2.0, 0.5], [-1.0, 4.0]], dtype=torch.bfloat16)
+    want = (a.float() @ b.float()).numpy()
+    handles = [TensorHandle(x.view(torch.uint16).numpy(), tl.bfloat16) for x in (a, b)]
+    acc = TensorHandle(np.zeros((2, 2), np.float32), tl.float32)
+    builder = InterpreterBuilder()
+    shimmed = builder.create_dot(*handles, acc, "tf32", 0).data
+    upstream = triton_shim.original_create_dot()(builder, *handles, acc, "tf32", 0).data
+    np.testing.assert_array_equal(shimmed, want)  # exact: bf16 -> fp32 loses nothing
+    assert np.abs(upstream - want).max() > 1e6  # raw bit patterns: if this fails, drop the shim
