@@ -13,9 +13,12 @@ Steps, each reusable on its own (the tests call them):
    ``book/_build/executed`` keyed by a digest of the lesson, the library sources (``ringsim/``,
    ``kernels/``), ``results/*.json`` and ``RINGSIM_LESSON_SCALE``, so CI runs every lesson
    once even though both ``tests/test_lessons.py`` and ``tests/test_book.py`` need it.
-3. ``stage()`` + ``sphinx()``: put the executed notebooks and ``lessons/index.md`` in
-   ``book/_build/src`` and build HTML with ``-W`` (any warning fails, stderr from a cell is a
-   warning) into ``book/_build/html``.
+3. ``explorer_data()``: export the ring explorer's schedules and running errors
+   (``ringsim.views.explorer``) to ``book/_build/generated/explorer-data.js``, a script the
+   explorer page (``book/explorer.md`` + ``book/_static/explorer.js``) loads beside it.
+4. ``stage()`` + ``sphinx()``: put the executed notebooks, ``lessons/index.md`` and the
+   explorer page in ``book/_build/src`` and build HTML with ``-W`` (any warning fails, stderr
+   from a cell is a warning) into ``book/_build/html``.
 
 Lessons run with ``RINGSIM_STATIC_BOOK=1``: they still build their widgets (so the code is
 exercised) but show the animation instead, since a static page has no kernel to drive them.
@@ -43,6 +46,8 @@ EXECUTED = BUILD / "executed"
 SOURCE = BUILD / "src"
 HTML = BUILD / "html"
 VENDOR = BOOK / "_static" / "vendor"
+GENERATED = BUILD / "generated"  # a second static folder (conf.py): files build.py writes
+EXTRA_PAGES = ("explorer",)  # book/<name>.md pages listed after the lessons
 
 CELL_TIMEOUT_S = 300
 # files under these folders change what a lesson prints, so they are part of its cache key
@@ -181,7 +186,20 @@ def _execute_in_subprocess(lesson: Path, use_cache: bool) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. staging and Sphinx
+# 3. the ring explorer's data
+# ---------------------------------------------------------------------------------------------
+
+
+def explorer_data() -> Path:
+    """Write the explorer's schedules (``window.RING_DATA``) where the pages' static files are."""
+    sys.path.insert(0, str(ROOT))
+    from ringsim.views.explorer import write_explorer_data
+
+    return write_explorer_data(GENERATED / "explorer-data.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. staging and Sphinx
 # ---------------------------------------------------------------------------------------------
 
 
@@ -191,7 +209,10 @@ def stage(executed: list[Path]) -> Path:
         shutil.rmtree(SOURCE)
     SOURCE.mkdir(parents=True)
     index = _link_notebooks((LESSONS / "index.md").read_text())
-    toc = "\n".join(p.stem for p in executed)
+    for page in EXTRA_PAGES:
+        text = _link_notebooks((BOOK / f"{page}.md").read_text())
+        (SOURCE / f"{page}.md").write_text(text)
+    toc = "\n".join([*(p.stem for p in executed), *EXTRA_PAGES])
     index += f"\n\n```{{toctree}}\n:hidden:\n:maxdepth: 1\n\n{toc}\n```\n"
     (SOURCE / "index.md").write_text(index)
     for path in executed:
@@ -220,6 +241,7 @@ def sphinx() -> Path:
 def build(jobs: int = 2, *, use_cache: bool = True) -> Path:
     """Everything: vendor, execute, stage, render. Returns the path of the front page."""
     vendor()
+    explorer_data()
     executed = execute_all(jobs, use_cache=use_cache)
     stage(executed)
     return sphinx()

@@ -20,6 +20,7 @@ nb_execution_mode = "off"  # build.py executed the notebooks (cached, raising on
 nb_execution_raise_on_error = True
 nb_output_stderr = "warn"  # with -W, anything a lesson prints to stderr fails the build
 nb_merge_streams = True
+nb_render_markdown_format = "myst"  # exercises and references print MyST (math, <details>)
 nb_ipywidgets_js = {
     "vendor/require.js": {},
     "vendor/embed-amd.js": {"data-jupyter-widgets-cdn": "_static/vendor/"},
@@ -27,10 +28,10 @@ nb_ipywidgets_js = {
 
 # -- HTML --------------------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
-html_static_path = ["_static"]
+html_static_path = ["_static", "_build/generated"]  # generated: explorer data
 html_css_files = ["lessons.css"]
 html_show_sourcelink = False
-html_copy_source = False
+html_copy_source = True  # the download button offers the executed .ipynb
 mathjax_path = "vendor/mathjax/tex-chtml.js"
 html_theme_options = {
     "home_page_in_toc": True,

@@ -31,7 +31,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ringsim.timer.memory import MODELS, ModelSpec
-from ringsim.views.lessons_support import use_lesson_style
+from ringsim.views.lessons_support import (
+    Exercise,
+    exercises,
+    references,
+    use_lesson_style,
+)
 
 use_lesson_style()
 GB = 1e9  # decimal gigabytes, as device datasheets count them
@@ -70,9 +75,8 @@ N = 1_000_000
 one_head = N * N * 4
 print(f"one head, fp32, N = 1,000,000: {show_bytes(one_head)}")
 print(f"one head, fp32, N = 2**20:     {show_bytes(2**40 * 4)}")
-print(
-    f"all {MODELS['7b'].heads} heads of one 7B layer:  {show_bytes(one_head * MODELS['7b'].heads)}"
-)
+heads_7b = MODELS["7b"].heads
+print(f"all {heads_7b} heads of one 7B layer:  {show_bytes(one_head * heads_7b)}")
 
 # %% [markdown]
 # ## The KV cache
@@ -100,20 +104,32 @@ print(
 # %%
 def kv_cache_bytes(model: ModelSpec, tokens: int, bytes_per_element: int = 2) -> float:
     """K and V for every layer, key/value head and token."""
-    return tokens * model.layers * model.n_kv_heads * model.head_dim * 2 * bytes_per_element
+    return (
+        tokens
+        * model.layers
+        * model.n_kv_heads
+        * model.head_dim
+        * 2
+        * bytes_per_element
+    )
 
 
-seed_claim = 1_000_000 * 128 * 128 * 2 * 2
+quoted = 1_000_000 * 128 * 128 * 2 * 2
 print(
-    f"the seed's product: {seed_claim:,} bytes = {seed_claim / GB:.1f} GB = "
-    f"{seed_claim / 2**30:.1f} GiB  (one layer)"
+    f"the quoted product: {quoted:,} bytes = {quoted / GB:.1f} GB = "
+    f"{quoted / 2**30:.1f} GiB  (one layer)"
 )
 
 # a 70B-style GQA model: 80 layers, 64 query heads sharing 8 key/value heads of dimension 128
-gqa_70b = ModelSpec("70b-gqa", layers=80, d_model=8192, heads=64, ffn_hidden=28672, kv_heads=8)
-mha_128 = ModelSpec("80 layers x 128 kv heads", layers=80, d_model=16384, heads=128, ffn_hidden=1)
+gqa_70b = ModelSpec(
+    "70b-gqa", layers=80, d_model=8192, heads=64, ffn_hidden=28672, kv_heads=8
+)
+mha_128 = ModelSpec(
+    "80 layers x 128 kv heads", layers=80, d_model=16384, heads=128, ffn_hidden=1
+)
 for model in (MODELS["7b"], gqa_70b, mha_128):
-    print(f"{model.name:>26}: KV cache at 1M tokens = {show_bytes(kv_cache_bytes(model, N))}")
+    size = show_bytes(kv_cache_bytes(model, N))
+    print(f"{model.name:>26}: KV cache at 1M tokens = {size}")
 
 # %% [markdown]
 # ## What grows with $N^2$ and what with $N$
@@ -131,7 +147,10 @@ model = MODELS["7b"]
 curves = {
     "score matrix, one head (fp32)": contexts.astype(float) ** 2 * 4,
     "KV cache, whole 7B model (bf16)": kv_cache_bytes(model, contexts),
-    "checkpointed activations, 7B (bf16)": contexts * model.layers * model.d_model * 2.0,
+    "checkpointed activations, 7B (bf16)": contexts
+    * model.layers
+    * model.d_model
+    * 2.0,
 }
 fig, ax = plt.subplots(layout="constrained", figsize=(8, 4))
 for label, values in curves.items():
@@ -156,12 +175,10 @@ plt.show()
 # Splitting the sequence over $P$ hosts divides every linear line by $P$.
 
 # %%
+print(f"{'at 1M tokens':>36}  {'one device':>10}  {'per host, 8 hosts':>17}")
 for label, values in curves.items():
     at_1m = values[-1]
-    print(
-        f"{label:>40}: {show_bytes(at_1m)} at 1M tokens, "
-        f"{show_bytes(at_1m / 8)} per host on 8 hosts"
-    )
+    print(f"{label:>36}  {show_bytes(at_1m):>10}  {show_bytes(at_1m / 8):>17}")
 
 # %% [markdown]
 # ## Takeaways
@@ -174,3 +191,48 @@ for label, values in curves.items():
 #   breaks: each of $P$ hosts holds $N/P$ tokens' worth.
 #
 # Next: [the online softmax](02_online_softmax.py), the trick that lets attention stream.
+
+# %% tags=["remove-input"]
+llama70 = gqa_70b
+kv_128k = kv_cache_bytes(llama70, 128 * 1024)
+n_80gb = int(np.sqrt(80e9 / 4))
+act_1m = 2**20 * model.layers * model.d_model * 2.0
+exercises(
+    Exercise(
+        "A 70B model with grouped-query attention (80 layers, 8 key/value heads of dimension "
+        "128) serves a 128K-token prompt in bf16. How big is its KV cache, and how many "
+        "80 GB devices does the cache alone fill?",
+        f"$N L H_{{kv}} d \\cdot 2 \\cdot 2 = 131072 \\cdot 80 \\cdot 8 \\cdot 128 \\cdot 4$ bytes "
+        f"$=$ {show_bytes(kv_128k)}: {kv_128k / 80e9:.2f} of one 80 GB device, before the "
+        "weights (140 GB in bf16). Computed with `kv_cache_bytes` above.",
+    ),
+    Exercise(
+        "At what context length does the fp32 score matrix of a single head stop fitting in "
+        "80 GB? Does a bigger head dimension change the answer?",
+        f"$4N^2 = 80 \\times 10^9$ gives $N = \\sqrt{{2 \\times 10^{{10}}}} \\approx$ {n_80gb:,} "
+        "tokens. The head dimension does not enter: the matrix is $N \\times N$ whatever $d$ "
+        "is (it changes the cost of computing each score, not how many there are).",
+    ),
+    Exercise(
+        "Full gradient checkpointing keeps one $d_{model}$ vector per token per layer. For "
+        "the 7B model at $2^{20}$ tokens in bf16, how many hosts of 80 GB does a ring need "
+        "before the checkpoints alone take at most half of each device?",
+        f"$N L d_{{model}} \\cdot 2 = 2^{{20}} \\cdot {model.layers} \\cdot {model.d_model} "
+        f"\\cdot 2$ = {show_bytes(act_1m)}. Half a device is 40 GB, so "
+        f"$P \\geq$ {act_1m / 40e9:.1f}: {int(np.ceil(act_1m / 40e9))} hosts (8 for a "
+        "power of two). Lesson 7 adds the other parts of a host's memory.",
+    ),
+)
+
+# %% tags=["remove-input"]
+references(
+    "flash",
+    "memory_efficient",
+    "ring",
+    "llama3",
+    notes={
+        "flash": "Why the score matrix is never stored.",
+        "ring": "Section 3 and Table 1: the memory a host holds.",
+        "llama3": "Grouped-query attention with 8 key/value heads (Table 3).",
+    },
+)

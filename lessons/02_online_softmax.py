@@ -21,6 +21,8 @@
 #
 # - state the partial of a block of keys: the unnormalised output `acc`, the `row_max` and the
 #   `row_sum`, and merge two partials by rescaling both to the larger maximum;
+# - write the same partial as a normalised output and a log-sum-exp, $(o, \mathrm{lse})$, the
+#   form real kernels return, and merge two of them in that form;
 # - explain why the merged result is exact (up to rounding) and why it cannot overflow even
 #   when the scores are in the thousands;
 # - read the precision lab: where a bf16 rounding enters a ring, and why one placement makes
@@ -34,7 +36,16 @@ import ringsim
 from ringsim.numerics.attention import empty_partial
 from ringsim.numerics.precision import error_growth
 from ringsim.numerics.rounding import relative_error
-from ringsim.views.lessons_support import scaled, use_lesson_style
+from ringsim.numerics.attention import Partial
+from ringsim.numerics.rounding import round_to
+from ringsim.views.lessons_support import (
+    Exercise,
+    exercises,
+    references,
+    scaled,
+    table,
+    use_lesson_style,
+)
 
 use_lesson_style()
 rng = np.random.default_rng(0)
@@ -83,9 +94,13 @@ history = []
 for k_block, v_block in zip(np.split(k, blocks), np.split(v, blocks), strict=True):
     part = ringsim.block_attention(q, k_block, v_block, scale=scale)
     state = ringsim.merge(state, part)
-    history.append((state.row_max[0], state.row_sum[0], relative_error(state.out, exact).max()))
+    history.append(
+        (state.row_max[0], state.row_sum[0], relative_error(state.out, exact).max())
+    )
 for i, (m, ell, err) in enumerate(history):
-    print(f"after block {i}: row_max = {m:5.2f}  row_sum = {ell:8.1f}  error = {err:.1e}")
+    print(
+        f"after block {i}: row_max = {m:5.2f}  row_sum = {ell:8.1f}  error = {err:.1e}"
+    )
 
 # %%
 row_max, row_sum, error = map(np.array, zip(*history, strict=True))
@@ -106,6 +121,66 @@ plt.show()
 # running sum is rescaled (it can dip) rather than restarted. The error stays of order one
 # until the last block arrives, then drops to rounding level: a partial answer is not an
 # approximation of the final one, it is the exact answer for fewer keys.
+
+# %% [markdown]
+# ## The log-sum-exp form
+#
+# Kernels do not hand back $(a, m, \ell)$. They return the **normalised** output and one
+# number per row, the **log-sum-exp** of the scores:
+#
+# $$o = \frac{a}{\ell}, \qquad
+#   \mathrm{lse} = \log \sum_j e^{s_j} = m + \log \ell .$$
+#
+# The pair $(o, \mathrm{lse})$ carries the same information: $e^{\mathrm{lse}}$ is the row's
+# whole softmax denominator, so $o \, e^{\mathrm{lse}} = \sum_j e^{s_j} v_j$. Two partials
+# over disjoint key sets merge by weighting each output by its share of the denominator:
+#
+# $$\mathrm{lse}' = \log\left(e^{\mathrm{lse}_1} + e^{\mathrm{lse}_2}\right), \qquad
+#   o' = e^{\mathrm{lse}_1 - \mathrm{lse}'}\, o_1 + e^{\mathrm{lse}_2 - \mathrm{lse}'}\, o_2 .$$
+#
+# The weights are in $(0, 1)$ and add up to one, and $\mathrm{lse}'$ is computed stably as
+# $\max(\mathrm{lse}_1, \mathrm{lse}_2) + \log(1 + e^{-|\mathrm{lse}_1 - \mathrm{lse}_2|})$
+# (`np.logaddexp`). This is the merge a ring does with what a FlashAttention kernel returns,
+# and the backward pass (lesson 8) needs only the final $\mathrm{lse}$ to rebuild every
+# probability $e^{s_{ij} - \mathrm{lse}_i}$. `Partial.lse` and `Partial.from_out_lse` convert
+# between the two forms.
+#
+# **Predict first.** Why do real kernels return $\mathrm{lse}$ in fp32 even when the output is
+# bf16? At $\mathrm{lse} \approx 100$, how far apart are neighbouring bf16 numbers, and what
+# does that do to a weight $e^{\mathrm{lse}_1 - \mathrm{lse}'}$?
+#
+# <details><summary>Answer</summary>
+#
+# bf16 keeps 8 significant bits, so between 64 and 128 its numbers are $2^{6-7} = 0.5$ apart:
+# an lse rounded to bf16 can be off by up to $0.25$, and a weight $e^{\Delta}$ then by a
+# factor up to $e^{0.25} \approx 1.28$, a 28% error in the share of a whole block, far worse
+# than any rounding of $o$. The lse is *added* to scores before exponentiating, so its error
+# is absolute, not relative: it must keep many more bits than the output.
+#
+# </details>
+
+# %%
+half = n_keys // 2
+part_1 = ringsim.block_attention(q, k[:half], v[:half], scale=scale)
+part_2 = ringsim.block_attention(q, k[half:], v[half:], scale=scale)
+lse = np.logaddexp(part_1.lse, part_2.lse)
+o_merged = (
+    np.exp(part_1.lse - lse)[:, None] * part_1.out
+    + np.exp(part_2.lse - lse)[:, None] * part_2.out
+)
+print(
+    f"lse form vs ringsim.merge: {np.abs(o_merged - ringsim.merge(part_1, part_2).out).max():.1e}"
+)
+print(f"lse form vs exact:         {relative_error(o_merged, exact).max():.1e}")
+for name, dtype in (("fp32", "fp32"), ("bf16", "bf16")):
+    shift = 100.0  # scores around 100, as in a layer with large activations
+    lse_1, lse_2 = (round_to(p.lse + shift, dtype) - shift for p in (part_1, part_2))
+    merged = ringsim.merge(
+        Partial.from_out_lse(part_1.out, lse_1), Partial.from_out_lse(part_2.out, lse_2)
+    )
+    print(
+        f"lse stored in {name} (scores near 100): error {relative_error(merged.out, exact).max():.1e}"
+    )
 
 # %% [markdown]
 # ## Any order, any grouping
@@ -150,7 +225,9 @@ with np.errstate(over="ignore", invalid="ignore"):
     textbook = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True) @ v32
 online = empty_partial(q_hot.shape, np.float32)
 for k_block, v_block in zip(np.split(k32, blocks), np.split(v32, blocks), strict=True):
-    online = ringsim.merge(online, ringsim.block_attention(q_hot, k_block, v_block, scale=scale))
+    online = ringsim.merge(
+        online, ringsim.block_attention(q_hot, k_block, v_block, scale=scale)
+    )
 exact_hot = ringsim.reference_attention(q_hot, k32, v32)
 print(f"largest score: {scores.max():.0f}")
 print(f"textbook softmax: {np.isnan(textbook).mean():.0%} of the outputs are nan")
@@ -192,14 +269,16 @@ lab = {
 fig, ax = plt.subplots(layout="constrained", figsize=(7, 3.6))
 for (label, rows), marker in zip(lab.items(), "osD", strict=True):
     hosts = [r["hosts"] for r in rows]
-    ax.loglog(hosts, [r["mean_rel_error"] for r in rows], marker + "-", label=label, ms=5)
-ax.axhline(2.0**-9, color="grey", ls=":", lw=1)
-ax.text(1, 2.0**-9 * 1.3, "one bf16 rounding ($2^{-9}$)", fontsize=8, color="dimgrey")
+    ax.loglog(
+        hosts, [r["mean_rel_error"] for r in rows], marker + "-", label=label, ms=5
+    )
+ax.axhline(2.0**-9, color="grey", ls=":", lw=1, label="one bf16 rounding ($2^{-9}$)")
 ax.set_xscale("log", base=2)
+ax.set_xticks(host_counts, [str(h) for h in host_counts])
 ax.set_xlabel("hosts in the ring (32 tokens per host)")
 ax.set_ylabel("mean relative error per row")
-ax.set_title("Where the bf16 rounding happens decides whether error grows with hosts")
-ax.legend(fontsize=8, loc="center right")
+ax.set_title("Where the bf16 rounding happens decides whether error grows")
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 plt.show()
 
 # %% [markdown]
@@ -209,8 +288,12 @@ plt.show()
 # again.
 
 # %%
-for label, rows in lab.items():
-    print(f"{label:>28}: " + "  ".join(f"P={r['hosts']}: {r['mean_rel_error']:.1e}" for r in rows))
+columns = {"hosts": "{:d}", **{label: "{:.1e}" for label in lab}}
+rows = [
+    {"hosts": h, **{label: lab[label][i]["mean_rel_error"] for label in lab}}
+    for i, h in enumerate(host_counts)
+]
+print(table(rows, columns))
 
 # %% [markdown]
 # ## Takeaways
@@ -218,8 +301,74 @@ for label, rows in lab.items():
 # - A partial is `(acc, row_max, row_sum)`; `merge` rescales both sides to the larger maximum.
 #   The result does not depend on the order or grouping, so the ring may deliver blocks in
 #   any order.
+# - The same partial is $(o, \mathrm{lse})$ with $\mathrm{lse} = m + \log \ell$: merge by
+#   weights $e^{\mathrm{lse}_i - \mathrm{lse}'}$. Keep the lse in fp32.
 # - Exponentials of $s - m \le 0$ never overflow: the online softmax is *more* robust than the
 #   textbook formula, not an approximation of it.
 # - Round partials if you must; keep the running accumulator in fp32.
 #
 # Next: [blockwise attention and the blockwise feed-forward](03_blockwise.py).
+
+# %% tags=["remove-input"]
+two = [Partial(np.array([[3.0]]), np.array([2.0]), np.array([3.0])),
+       Partial(np.array([[1.0]]), np.array([5.0]), np.array([1.0]))]  # fmt: skip
+both = ringsim.merge(*two)
+
+
+def buggy_merge(a: Partial, b: Partial) -> Partial:
+    """Rescales the accumulators but forgets to rescale the row sums."""
+    row_max = np.maximum(a.row_max, b.row_max)
+    alpha, beta = np.exp(a.row_max - row_max), np.exp(b.row_max - row_max)
+    return Partial(
+        a.acc * alpha[..., None] + b.acc * beta[..., None],
+        row_max,
+        a.row_sum + b.row_sum,
+    )
+
+
+buggy = empty_partial(q.shape, np.float64)
+for part in parts:
+    buggy = buggy_merge(buggy, part)
+bf16_gap = 2.0 ** (np.floor(np.log2(100.0)) - 7)  # bf16 keeps 8 significant bits
+exercises(
+    Exercise(
+        "Two partials of one row: $(m_1, \\ell_1) = (2, 3)$ and $(m_2, \\ell_2) = (5, 1)$. "
+        "What are the merged $m$, $\\ell$ and $\\mathrm{lse}$? Which partial's keys carry more "
+        "of the softmax weight?",
+        f"$m = 5$, $\\ell = 3e^{{2-5}} + 1 = {both.row_sum[0]:.4f}$, $\\mathrm{{lse}} = 5 + "
+        f"\\log {both.row_sum[0]:.4f} = {both.lse[0]:.4f}$ (`ringsim.merge`). The second: its "
+        f"share is $1/{both.row_sum[0]:.4f} = {1 / both.row_sum[0]:.0%}$, the first's "
+        f"$3e^{{-3}}/{both.row_sum[0]:.4f} = {3 * np.exp(-3) / both.row_sum[0]:.0%}$.",
+    ),
+    Exercise(
+        "Find the bug: a merge rescales both accumulators to the larger maximum but adds the "
+        "row sums as they are, `row_sum = a.row_sum + b.row_sum`. Is the output still right "
+        "when every block happens to have the same maximum? How wrong is it on the 8 blocks "
+        "of this lesson?",
+        "With equal maxima every rescale factor is 1 and the bug is invisible, which is why "
+        "it survives small tests. Otherwise the denominator keeps the sums of the earlier, "
+        "smaller maxima unscaled (too large), so every output is shrunk: on this lesson's "
+        f"8 blocks the worst row is off by {relative_error(buggy.out, exact).max():.0%}.",
+    ),
+    Exercise(
+        "A kernel stores the lse in bf16. Scores are near 100. What is the spacing of bf16 "
+        "numbers there, and what is the largest error it causes in a merge weight?",
+        f"Between 64 and 128 bf16 numbers are {bf16_gap:g} apart, so the lse is off by up to "
+        f"{bf16_gap / 2:g} and a weight $e^{{\\Delta}}$ by up to "
+        f"$e^{{{bf16_gap / 2:g}}} - 1 = {np.expm1(bf16_gap / 2):.0%}$. Keep it in fp32.",
+    ),
+)
+
+# %% tags=["remove-input"]
+references(
+    "online_softmax",
+    "flash",
+    "flash2",
+    "flash3",
+    "ring",
+    notes={
+        "online_softmax": "The running maximum and rescaled sum.",
+        "flash2": "Returns the output and the log-sum-exp per row; merges in that form.",
+        "flash3": "Low-precision (fp8) attention with fp32 statistics.",
+    },
+)

@@ -36,7 +36,13 @@ import ringsim
 from ringsim.numerics import blockwise
 from ringsim.numerics.attention import empty_partial
 from ringsim.numerics.rounding import relative_error
-from ringsim.views.lessons_support import scaled, use_lesson_style
+from ringsim.views.lessons_support import (
+    Exercise,
+    exercises,
+    references,
+    scaled,
+    use_lesson_style,
+)
 
 use_lesson_style()
 rng = np.random.default_rng(1)
@@ -88,9 +94,8 @@ t0 = time.perf_counter()
 exact = ringsim.reference_attention(q, k, v)
 t_dense = time.perf_counter() - t0
 print(f"{(n // c) ** 2} tiles; error vs dense: {relative_error(out, exact).max():.1e}")
-print(
-    f"largest score array: blockwise {c * c * 8 / 2**20:.0f} MiB, dense {n * n * 8 / 2**20:.0f} MiB"
-)
+tile_mib, dense_mib = c * c * 8 / 2**20, n * n * 8 / 2**20
+print(f"largest score array: blockwise {tile_mib:.0f} MiB, dense {dense_mib:.0f} MiB")
 print(f"time here: blockwise {t_block:.2f} s, dense {t_dense:.2f} s (same arithmetic)")
 
 # %%
@@ -98,7 +103,8 @@ contexts = np.array([2**p for p in range(12, 21)])
 fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.6))
 ax.loglog(contexts, contexts.astype(float) ** 2 * 2, "o-", label="dense scores, one head (bf16)")
 for tile in (128, 512, 2048):
-    ax.loglog(contexts, np.full(len(contexts), tile * tile * 2.0), "--", label=f"one {tile}² tile")
+    tile_bytes = np.full(len(contexts), tile * tile * 2.0)
+    ax.loglog(contexts, tile_bytes, "--", label=f"one {tile}² tile")
 ax.loglog(contexts, contexts * 128 * 2 * 2.0, "s-", label="K and V of one head (d = 128)")
 ax.set_xscale("log", base=2)
 ax.set_xticks(contexts, [f"{x // 1024}K" for x in contexts])
@@ -148,7 +154,9 @@ stats = {}
 chunks = [8, 16, 32, 64]
 errors = []
 for chunk in chunks:
-    ring_out = blockwise.ring_block(x, params, hosts=4, causal=True, ffn_chunk=chunk, stats=stats)
+    ring_out = blockwise.ring_block(
+        x, params, hosts=4, causal=True, ffn_chunk=chunk, stats=stats
+    )
     errors.append(relative_error(ring_out, dense).max())
     print(f"ffn_chunk={chunk:3d}: error vs dense {errors[-1]:.1e}")
 
@@ -173,3 +181,36 @@ plt.show()
 #   it, and chunking bounds its hidden activation by the chunk.
 # - What still grows with $N$ on one host is K, V and the activations: next,
 #   [the ring](04_ring_step_by_step.py) spreads them over hosts.
+
+# %% tags=["remove-input"]
+n_ex, c_ex = 128 * 1024, 1024
+ffn_70b = blockwise.ffn_peak_bytes(n_ex, 28672, hosts=16, ffn_chunk=2048, itemsize=2)
+exercises(
+    Exercise(
+        "Blockwise attention at $N = 128\\text{K}$ tokens with $c = 1024$: how many score "
+        "tiles does one head compute, and how many bytes does a bf16 tile take against the "
+        "whole bf16 score matrix?",
+        f"$(N/c)^2 = {(n_ex // c_ex) ** 2:,}$ tiles of $1024^2 \\cdot 2$ B = "
+        f"{c_ex * c_ex * 2 / 2**20:.0f} MiB, against $N^2 \\cdot 2$ B = "
+        f"{n_ex * n_ex * 2 / 2**30:.0f} GiB for the whole matrix. (A GPU kernel keeps its "
+        "tile in on-chip memory, so it is smaller still: 128 x 128 in FlashAttention-2.)",
+    ),
+    Exercise(
+        "A 70B-sized feed-forward layer ($d_{ff} = 28672$) runs on $2^{17}$ tokens split over "
+        "16 hosts, in bf16. How big is its hidden activation dense, per host, and in chunks "
+        "of 2,048 tokens?",
+        f"Dense {ffn_70b['dense'] / 1e9:.1f} GB, per host {ffn_70b['per_host'] / 1e9:.2f} "
+        f"GB, chunked {ffn_70b['blockwise'] / 1e6:.0f} MB "
+        "(`blockwise.ffn_peak_bytes(..., itemsize=2)`). No communication is needed for any "
+        "of them: the feed-forward network is position-wise.",
+    ),
+)
+
+# %% tags=["remove-input"]
+references(
+    "memory_efficient",
+    "flash",
+    "flash2",
+    "bpt",
+    notes={"bpt": "The blockwise feed-forward network (its Section 3)."},
+)

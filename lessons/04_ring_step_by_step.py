@@ -33,9 +33,13 @@ from IPython.display import HTML, display
 
 import ringsim
 from ringsim.numerics.rounding import relative_error
+from ringsim.timer import cost
 from ringsim.views.lessons_support import (
+    Exercise,
     animation_html,
     draw_ring_step,
+    exercises,
+    references,
     ring_animation,
     ring_story,
     static_book,
@@ -75,53 +79,62 @@ print(ringsim.build_schedule(4, "contiguous", causal=True).describe())
 # ## Watching it run
 #
 # `ringsim.views.lessons_support.ring_story` runs `ringsim.ring_attention` with a `RingRecord`,
-# which logs what every host held at every step and its running output after the step. The
-# drawing shows, per step: the ring (each host outlined in its colour, holding a block in the
-# colour of that block's owner; hatched = partly masked, faded = skipped; arrows = the block
-# being passed on), the grid of (query block, key/value block) pairs done so far, and each
-# host's error against the exact float64 answer.
+# which logs what every host held at every step and its running output after the step. Each
+# frame below shows one step:
 #
-# **Predict first.** In the causal ring below, in what order do the hosts' errors fall to
-# rounding level?
+# - **the ring** (top left): every host outlined in its own colour, holding a kv block drawn
+#   in the colour of that block's owner, solid if the host computes all of it, hatched if
+#   the mask cuts through it, faded if it skips it; the arrows are the blocks being passed on
+#   after the step;
+# - **the pairs grid** (top right): one cell per (query block, kv block) pair, filled in as
+#   the ring reaches it, coloured by what the host did with it (key under the figure); the
+#   red outlines are the pairs of the step on show;
+# - **the errors** (bottom): each host's running output against the exact float64 answer.
+#
+# Here: 6 hosts, contiguous blocks, a causal mask. [The ring explorer](explorer.md) in the
+# book draws the same pictures for 2 to 16 hosts, every layout, causal or not, forward or
+# backward.
+#
+# **Predict first.** In what order do the hosts' errors fall to rounding level?
 #
 # <details><summary>Answer</summary>
 #
-# Host 0 after step 0, host 1 after step 1, host 2 after step 2, host 3 after the last step:
-# host $h$ needs the blocks $0 \ldots h$, and the last of them (block 0) reaches it at step
-# $h$. Blocks that arrive later are masked out and change nothing.
+# Host 0 after step 0, host 1 after step 1, and so on, host 5 after the last step: host $h$
+# needs the blocks $0 \ldots h$, and the last of them (block 0) reaches it at step $h$.
+# Blocks that arrive later are masked out (grey cells) and change nothing.
 #
 # </details>
 
 # %%
-hosts, c, d = 4, 8, 16
+hosts, c, d = 6, 8, 16
 q, k, v = (rng.standard_normal((hosts * c, d)) for _ in range(3))
 story = ring_story(q, k, v, hosts=hosts, causal=True)
 anim = ring_animation(story)
 HTML(animation_html(anim))
 
 # %% [markdown]
-# *Animation 4.1. What to notice:* use the buttons under the frame to step. The red cells of
-# the middle grid always form one diagonal: at every step each host works on a different
-# pair, and after $P$ steps the lower triangle (what a causal mask keeps) is complete. In the
-# right panel each host's error falls to about $10^{-16}$ exactly when its last needed block
-# arrives.
+# *Animation 4.1. What to notice:* use the buttons under the frame to step. The red outlines
+# always form one wrapped diagonal: at every step each host works on a different pair. Grey
+# cells are pairs the causal mask removes entirely (the host skips them but still forwards
+# the block); after $P$ steps the blue and teal cells are exactly the causal lower triangle.
+# In the bottom panel each host's error falls to about $10^{-16}$ exactly when its last
+# needed block arrives.
 
 # %% [markdown]
 # With a live kernel (JupyterLab), the slider below redraws any step. In the static book the
 # animation above plays the same frames.
 
 # %%
-import ipywidgets as widgets
-
-
 def show_step(step: int) -> None:
     fig = draw_ring_step(story, step)
     plt.show()
     plt.close(fig)
 
 
-slider = widgets.IntSlider(value=0, min=0, max=story.steps - 1, description="step")
 if not static_book():  # a static page has no kernel to answer the slider
+    import ipywidgets as widgets
+
+    slider = widgets.IntSlider(value=0, min=0, max=story.steps - 1, description="step")
     display(widgets.interactive(show_step, step=slider))
 
 # %% [markdown]
@@ -133,8 +146,9 @@ plt.show()
 
 # %% [markdown]
 # *Figure 4.2. What to notice:* the last step sends nothing (every host has now seen every
-# block), the finished grid is exactly the causal lower triangle, and every host's error is at
-# rounding level.
+# block). The coloured cells of the finished grid are the causal lower triangle: blue blocks
+# wholly visible, teal diagonal blocks cut by the mask; grey cells were skipped. Every host's
+# error is at rounding level.
 
 # %% [markdown]
 # ## Exact, in every layout
@@ -151,19 +165,35 @@ for layout in ringsim.LAYOUTS:
         print(f"{layout:>10}, {'causal' if causal else 'full  '}: error {err:.1e}")
 
 # %% [markdown]
-# ## What a host holds
+# ## What a host holds: six blocks
 #
-# The record also counts the bytes each host holds at each step: its query block and state,
-# the block in use, and the block arriving. It never depends on how many hosts there are, only
-# on the block size.
+# The paper counts the memory of a host as $6bch$ values: six blocks of $c$ tokens by $h$
+# hidden values, for a batch of $b$. One by one, for host 2 at step 1 of the ring above:
+#
+# 1. its **query block** $Q_2$, which never moves;
+# 2. its **output block**, the running accumulator $a$ (plus two numbers per row, $m$ and
+#    $\ell$), which never moves either;
+# 3. and 4. the **key and value blocks** it computes with at this step, $K_1, V_1$;
+# 5. and 6. the **key and value blocks arriving** from host 1 during the step, $K_0, V_0$,
+#    which it will use at the next step (double buffering: receiving while computing).
+#
+# The record lists these holdings per host and step:
 
 # %%
+held = story.record.steps[1][2]
+print(f"host 2, step 1: query block of host {held['q']}, output block of host {held['q']},")
+print(f"  K and V of host {held['kv']} (computing), K and V of host {held['incoming']} (arriving)")
 for p in (2, 4, 8):
     record = ringsim.RingRecord()
     qq, kk, vv = (rng.standard_normal((p * c, d)) for _ in range(3))
     ringsim.ring_attention(qq, kk, vv, hosts=p, record=record)
     most = max(cell["nbytes"] for step in record.steps for cell in step)
-    print(f"P = {p}: sequence {p * c} tokens, most bytes on any host = {most}")
+    six = 6 * c * d * 8  # six float64 blocks of c x d
+    print(f"P = {p}: {p * c} tokens, most bytes on any host = {most} (6 blocks: {six})")
+
+# %% [markdown]
+# The count never depends on how many hosts there are, only on the block size; the few bytes
+# above six blocks are the two numbers per row, $m$ and $\ell$.
 
 # %% [markdown]
 # ## Takeaways
@@ -175,3 +205,46 @@ for p in (2, 4, 8):
 #   context.
 #
 # Next: [overlap](05_overlap.py), when passing blocks costs no time at all.
+
+# %% tags=["remove-input"]
+sched_8 = ringsim.build_schedule(8, "contiguous", causal=True)
+kinds_8 = sched_8.kind
+exact_at = [max(s for s in range(8) if kinds_8[s, h] != 0) for h in range(8)]
+block_bytes = cost.kv_block_bytes(4096, 32, 128, "bf16")
+six_bytes = 6 * 32 * 1024 * 32 * 128 * 2
+exercises(
+    Exercise(
+        "A causal ring of 8 hosts with contiguous blocks. After which step is host 5's output "
+        "exact? How many of its 8 steps does it spend computing?",
+        f"After step {exact_at[5]}: it needs blocks 0 to 5, and block 0 arrives at step 5. "
+        f"It computes at {int((kinds_8[:, 5] != 0).sum())} steps (steps 0 to 5) and skips "
+        "the last 2, whose blocks (6 and 7) lie entirely in its future. Read off "
+        "`build_schedule(8, 'contiguous', causal=True).kind`.",
+    ),
+    Exercise(
+        "In the forward pass of a ring of 8 hosts, how many blocks does each host send, and "
+        "how many bytes is that for $c = 4096$ tokens, 32 heads of 128, bf16?",
+        f"$P - 1 = 7$ blocks of K and V, each $2 c h d \\cdot 2$ B = "
+        f"{block_bytes / 1e6:.1f} MB (`cost.kv_block_bytes`): {7 * block_bytes / 1e6:.0f} MB "
+        "per host per layer. The last step sends nothing.",
+    ),
+    Exercise(
+        "Size the six blocks of one host for $c = 32\\text{K}$ tokens and a hidden size of "
+        "$h = 4096$ (32 heads of 128) in bf16, batch 1. What happens to it when you double "
+        "the number of hosts at a fixed context?",
+        f"$6 \\cdot c \\cdot h \\cdot 2$ B = {six_bytes / 1e9:.2f} GB per layer being "
+        "computed. Doubling the hosts at a fixed context halves $c$, so it halves; doubling "
+        "both the hosts and the context leaves it unchanged.",
+    ),
+)
+
+# %% tags=["remove-input"]
+references(
+    "ring",
+    "bpt",
+    "playbook",
+    notes={
+        "ring": "Algorithm 1 and Section 3: the ring and the six blocks a host holds.",
+        "playbook": "The context-parallelism section draws the same ring.",
+    },
+)

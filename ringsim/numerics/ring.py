@@ -82,9 +82,10 @@ class Host:
 class RingRecord:
     """What every host held and computed at every step (filled when passed to an executor).
 
-    ``steps[s][h]``: host ``h``'s holdings at step ``s``. ``outputs[s][h]`` (forward only): its
-    running normalised output ``acc / row_sum`` after merging step ``s``, for lessons that
-    watch the ring converge to the exact answer.
+    ``steps[s][h]``: host ``h``'s holdings at step ``s``. ``outputs[s][h]``: its running
+    normalised output ``acc / row_sum`` after merging step ``s`` (forward), or its running
+    ``dq`` after step ``s`` (backward), for lessons that watch the ring converge to the exact
+    answer.
     """
 
     steps: list[list[dict]] = field(default_factory=list)
@@ -336,6 +337,8 @@ def ring_backward(
             h.extra["dq"] += dq
             blk.dk += dk
             blk.dv += dv
+        if record is not None:
+            record.outputs.append([h.extra["dq"].copy() for h in hosts])
         # after the last step the payload is (dk, dv) only: one hop brings them to their owner
         _complete_receives(hosts)
     for h in hosts:

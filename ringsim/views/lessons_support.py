@@ -128,7 +128,13 @@ def ring_story(
     return RingStory(schedule, record, exact, errors)
 
 
-KIND_COLOURS = {"full": "#2c7fb8", "partial": "#7fcdbb", "skip": "#eeeeee"}
+KIND_COLOURS = {"full": "#2c7fb8", "partial": "#7fcdbb", "skip": "#d9d9d9"}
+KIND_KEY = {  # what each colour of the pairs grid means
+    "full": "computed: every pair visible",
+    "partial": "computed: mask cuts through it",
+    "skip": "skipped: every pair masked",
+}
+NOW_EDGE = "#d7301f"  # outline of the pairs computed at the step on show
 
 
 def host_colours(hosts: int) -> list:
@@ -149,8 +155,8 @@ def _draw_ring(ax, story: RingStory, step: int) -> None:
     xy = np.stack([np.cos(angle), np.sin(angle)], axis=1)
     held = story.record.steps[step]
     sends = story.schedule.payload(step)
-    ax.set_xlim(-1.6, 1.6)
-    ax.set_ylim(-1.6, 1.6)
+    ax.set_xlim(-1.9, 1.9)
+    ax.set_ylim(-1.9, 1.9)
     ax.set_aspect("equal")
     ax.axis("off")
     radius = 0.3 if p <= 6 else 0.22
@@ -159,10 +165,10 @@ def _draw_ring(ax, story: RingStory, step: int) -> None:
         ax.add_patch(Circle((x, y), radius, fc="white", ec=colours[h], lw=2.5))
         owner = held[h]["kv"]
         kind = held[h]["kind"]
-        box = radius * 0.9
+        box = radius * 1.1
         ax.add_patch(
             Rectangle(
-                (x - box / 2, y - box / 2 - 0.03),
+                (x - box / 2, y - box / 2),
                 box,
                 box,
                 fc=colours[owner],
@@ -171,46 +177,48 @@ def _draw_ring(ax, story: RingStory, step: int) -> None:
                 hatch="//" if kind == "partial" else None,
             )
         )
-        ax.text(x, y + radius + 0.11, f"host {h}", ha="center", va="center", fontsize=8)
-        ax.text(x, y - 0.03, f"kv{owner}", ha="center", va="center", fontsize=8, color="white")
-        ax.text(x, y - radius - 0.1, kind, ha="center", va="center", fontsize=7, color="dimgrey")
+        ax.text(x, y, f"kv{owner}", ha="center", va="center", fontsize=9, color="black",
+                bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 0.5})  # fmt: skip
+        out = 1 + radius + 0.28  # label outside the circle, along its radius
+        ax.text(out * np.cos(angle[h]), out * np.sin(angle[h]), f"host {h}\n{kind}",
+                ha="center", va="center", fontsize=9, linespacing=1.1)  # fmt: skip
         if sends:
             dst = xy[story.schedule.send_to[h]]
             arrow = FancyArrowPatch(
                 (x, y),
                 tuple(dst),
-                shrinkA=radius * 75,
-                shrinkB=radius * 75,
+                shrinkA=radius * 80,
+                shrinkB=radius * 80,
                 connectionstyle="arc3,rad=-0.25",
                 arrowstyle="-|>",
-                mutation_scale=10,
+                mutation_scale=12,
                 color=colours[owner],
-                lw=1.5,
+                lw=1.8,
             )
             ax.add_patch(arrow)
-    what = f"send {', '.join(sends)}" if sends else "last step, no send"
-    ax.set_title(f"step {step}: compute; {what}", fontsize=10)
+    what = f"then send {', '.join(sends)}" if sends else "last step: nothing to send"
+    ax.set_title(f"step {step}: compute,\n{what}", fontsize=11)
 
 
 def _draw_coverage(ax, story: RingStory, step: int) -> None:
-    """The (query host, kv block) pairs computed so far, coloured by what kind of work."""
+    """The (query host, kv block) pairs done so far, coloured by kind; this step outlined."""
     from matplotlib.colors import to_rgb
+    from matplotlib.patches import Rectangle
 
     p = story.hosts
     image = np.ones((p, p, 3))
     for s in range(step + 1):
         for h, cell in enumerate(story.record.steps[s]):
-            colour = KIND_COLOURS[cell["kind"]] if s < step else "#f03b20"
-            if s == step and cell["kind"] == "skip":
-                colour = "#fcbba1"
-            image[h, cell["kv"]] = to_rgb(colour)
+            image[h, cell["kv"]] = to_rgb(KIND_COLOURS[cell["kind"]])
     ax.imshow(image, origin="upper")
+    for h, cell in enumerate(story.record.steps[step]):
+        ax.add_patch(Rectangle((cell["kv"] - 0.5, h - 0.5), 1, 1, fill=False, ec=NOW_EDGE, lw=2.5))
     ax.set_xticks(range(p))
     ax.set_yticks(range(p))
     ax.set_xlabel("kv block (owner)")
     ax.set_ylabel("query block (host)")
     ax.grid(False)
-    ax.set_title("pairs done: full / partial / now", fontsize=10)
+    ax.set_title("(query, kv) block pairs so far", fontsize=11)
 
 
 def _draw_errors(ax, story: RingStory, step: int) -> None:
@@ -218,31 +226,49 @@ def _draw_errors(ax, story: RingStory, step: int) -> None:
     errors = np.maximum(story.errors, ERROR_FLOOR)
     steps = np.arange(story.steps)
     for h in range(story.hosts):
-        ax.plot(steps[: step + 1], errors[: step + 1, h], "o-", color=colours[h], ms=3, lw=1.2)
+        ax.plot(steps[: step + 1], errors[: step + 1, h], "o-", color=colours[h], ms=4, lw=1.4,
+                label=f"host {h}")  # fmt: skip
     ax.set_yscale("log")
     ax.set_xlim(-0.3, story.steps - 0.7)
     ax.set_ylim(ERROR_FLOOR / 3, 30)
     ax.set_xticks(steps)
     ax.set_xlabel("step")
-    ax.set_ylabel("error of running output")
-    ax.set_title("each host's output vs exact", fontsize=10)
+    ax.set_ylabel("worst relative error")
+    ax.set_title("each host's running output against the exact answer", fontsize=11)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, ncol=1 + story.hosts // 9)
+
+
+STEP_FIGSIZE = (8.0, 7.0)  # inches: as wide as the book's text column at 110 dpi
 
 
 def draw_ring_step(story: RingStory, step: int, fig=None):
-    """Draw one step: the ring, the pairs done, and the running error. Returns the figure."""
+    """Draw one step: the ring and the pairs done (top), the running errors (bottom)."""
     if not 0 <= step < story.steps:
         raise ValueError(f"step must be in [0, {story.steps - 1}], got {step}")
     import matplotlib.pyplot as plt
 
     if fig is None:
-        fig = plt.figure(figsize=(10.0, 3.4))
+        fig = plt.figure(figsize=STEP_FIGSIZE)
     fig.clear()
     fig.set_layout_engine("constrained")
-    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.1, 0.9, 1.2]})
-    _draw_ring(axes[0], story, step)
-    _draw_coverage(axes[1], story, step)
-    _draw_errors(axes[2], story, step)
+    grid = fig.add_gridspec(2, 2, height_ratios=[1.35, 1], width_ratios=[1.15, 1])
+    ring_ax, pairs_ax = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    errors_ax = fig.add_subplot(grid[1, :])
+    _draw_ring(ring_ax, story, step)
+    _draw_coverage(pairs_ax, story, step)
+    _draw_errors(errors_ax, story, step)
+    fig.legend(handles=_coverage_key(), loc="outside lower center", ncol=3, fontsize=9)
     return fig
+
+
+def _coverage_key() -> list:
+    """Legend of the pairs grid: the kind of each block, this step's outline, not yet."""
+    from matplotlib.patches import Patch
+
+    handles = [Patch(fc=KIND_COLOURS[k], ec="grey", label=KIND_KEY[k]) for k in KIND_KEY]
+    handles += [Patch(fc="white", ec=NOW_EDGE, lw=2, label="held at this step")]
+    handles += [Patch(fc="white", ec="grey", label="not reached yet")]
+    return handles
 
 
 def ring_animation(story: RingStory, *, interval_ms: int = 1200):
@@ -250,7 +276,7 @@ def ring_animation(story: RingStory, *, interval_ms: int = 1200):
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation
 
-    fig = plt.figure(figsize=(10.0, 3.4))
+    fig = plt.figure(figsize=STEP_FIGSIZE)
     anim = FuncAnimation(
         fig,
         lambda s: draw_ring_step(story, s, fig).axes,
@@ -275,3 +301,151 @@ def animation_html(anim) -> str:
 def kind_name(kind: int) -> str:
     """``BlockKind`` value -> ``"full"`` / ``"partial"`` / ``"skip"``."""
     return BlockKind(kind).name.lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercises, references and narrow tables (shared by every lesson)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: the ``question`` and its worked ``solution`` (MyST markdown, ``$...$``
+    math allowed). Write numeric answers as f-strings over library calls, never by hand."""
+
+    question: str
+    solution: str
+
+
+class Markdown:
+    """Markdown that JupyterLab and the book both render as text (``_repr_markdown_``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def exercises(*items: Exercise, title: str = "Exercises") -> Markdown:
+    """Numbered exercises, each solution folded in ``<details>`` (open it after trying)."""
+    if not items:
+        raise ValueError("exercises needs at least one Exercise, got none")
+    parts = [f"## {title}\n"]
+    for i, ex in enumerate(items, 1):
+        parts.append(f"**{i}.** {ex.question.strip()}\n")
+        parts.append(
+            f"<details><summary>Solution</summary>\n\n{ex.solution.strip()}\n\n</details>\n"
+        )
+    return Markdown("\n".join(parts))
+
+
+# One place for the papers the lessons cite: key -> (authors, title, venue/year, link).
+REFERENCES = {
+    "ring": (
+        "Liu, Zaharia, Abbeel",
+        "Ring Attention with Blockwise Transformers for Near-Infinite Context",
+        "2023",
+        "https://arxiv.org/abs/2310.01889",
+    ),
+    "bpt": (
+        "Liu, Abbeel",
+        "Blockwise Parallel Transformer for Large Context Models",
+        "2023",
+        "https://arxiv.org/abs/2305.19370",
+    ),
+    "flash": (
+        "Dao, Fu, Ermon, Rudra, Ré",
+        "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness",
+        "2022",
+        "https://arxiv.org/abs/2205.14135",
+    ),
+    "flash2": (
+        "Dao",
+        "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
+        "2023",
+        "https://arxiv.org/abs/2307.08691",
+    ),
+    "flash3": (
+        "Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao",
+        "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision",
+        "2024",
+        "https://arxiv.org/abs/2407.08608",
+    ),
+    "online_softmax": (
+        "Milakov, Gimelshein",
+        "Online normalizer calculation for softmax",
+        "2018",
+        "https://arxiv.org/abs/1805.02867",
+    ),
+    "striped": (
+        "Brandon, Nrusimha, Qian, Ankner, Jin, Song, Ragan-Kelley",
+        "Striped Attention: Faster Ring Attention for Causal Transformers",
+        "2023",
+        "https://arxiv.org/abs/2311.09431",
+    ),
+    "ulysses": (
+        "Jacobs, Tanaka, Zhang, Zhang, Song, Rajbhandari, He",
+        "DeepSpeed Ulysses: System Optimizations for Enabling Training of Extreme Long "
+        "Sequence Transformer Models",
+        "2023",
+        "https://arxiv.org/abs/2309.14509",
+    ),
+    "llama3": (
+        "Llama Team, AI @ Meta",
+        "The Llama 3 Herd of Models",
+        "2024",
+        "https://arxiv.org/abs/2407.21783",
+    ),
+    "memory_efficient": (
+        "Rabe, Staats",
+        "Self-attention Does Not Need O(n²) Memory",
+        "2021",
+        "https://arxiv.org/abs/2112.05682",
+    ),
+    "playbook": (
+        "Tazi, Mom, Zhao, Nguyen, Mekkouri, Werra, Wolf",
+        "The Ultra-Scale Playbook: Training LLMs on GPU Clusters (context parallelism)",
+        "Hugging Face, 2025",
+        "https://huggingface.co/spaces/nanotron/ultrascale-playbook",
+    ),
+    "scaling_book": (
+        "Austin et al.",
+        "How to Scale Your Model (the jax-ml scaling book)",
+        "2025",
+        "https://jax-ml.github.io/scaling-book/",
+    ),
+}
+
+
+def references(*keys: str, notes: dict[str, str] | None = None) -> Markdown:
+    """A "References" section: linked titles from ``REFERENCES``, each with an optional note
+    on what the lesson took from it. Links only: nothing is fetched, the book reads offline."""
+    unknown = [k for k in keys if k not in REFERENCES]
+    if unknown or not keys:
+        raise ValueError(f"references: unknown keys {unknown}; known: {', '.join(REFERENCES)}")
+    lines = ["## References\n"]
+    for key in keys:
+        authors, title, year, url = REFERENCES[key]
+        note = (notes or {}).get(key)
+        lines.append(f"- {authors}. [{title}]({url}). {year}." + (f" {note}" if note else ""))
+    return Markdown("\n".join(lines) + "\n")
+
+
+def table(rows: list[dict], columns: dict[str, str], *, width: int = 88) -> str:
+    """A plain-text table of ``rows`` (dicts) for ``print``: ``columns`` maps a key to its
+    format spec (``"{:.2f}"``) with the header being the key. Refuses to exceed ``width``
+    characters, the book's code column, so nothing is cut off at the right edge."""
+    cells = [[fmt.format(row[key]) for key, fmt in columns.items()] for row in rows]
+    heads = list(columns)
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(cell, widths, strict=True)) for cell in cells]
+    too_wide = max(len(line) for line in lines)
+    if too_wide > width:
+        raise ValueError(f"table is {too_wide} characters wide, more than width={width}")
+    return "\n".join(lines)

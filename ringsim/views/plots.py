@@ -324,6 +324,104 @@ def plot_sweep(
     return _finish(plt, fig, path)
 
 
+def pair_owners(
+    layout: str,
+    hosts: int,
+    seq_len: int,
+    *,
+    causal: bool,
+    segment_ids: np.ndarray | None = None,
+    order: str = "tokens",
+) -> np.ndarray:
+    """``(N, N)`` int: the host that computes each (query, key) pair, ``-1`` where masked.
+
+    A pair is computed by the host holding its query (``ringsim.host_positions``), visible by
+    ``ringsim.masks.visible_mask``. ``order="tokens"``: rows and columns in token order (the
+    picture of the Striped Attention paper); ``"hosts"``: in the hosts' order, so the ``c x c``
+    block of (host ``i``'s queries, host ``j``'s keys) is one square of a ``P x P`` grid.
+    """
+    from ringsim.layouts import host_positions
+    from ringsim.masks import visible_mask
+
+    if order not in ("tokens", "hosts"):
+        raise ValueError(f"order must be 'tokens' or 'hosts', got {order!r}")
+    positions = host_positions(layout, hosts, seq_len)
+    tokens = np.arange(seq_len)
+    seg = None if segment_ids is None else np.asarray(segment_ids)
+    mask = visible_mask(
+        tokens, tokens, causal=causal, q_seg=seg, k_seg=seg
+    )  # None: everything visible
+    owner_of_token = np.empty(seq_len, dtype=np.int64)
+    for h, row in enumerate(positions):
+        owner_of_token[row] = h
+    owners = np.repeat(owner_of_token[:, None], seq_len, axis=1)
+    if mask is not None:
+        owners[~mask] = -1
+    if order == "hosts":
+        perm = positions.reshape(-1)
+        owners = owners[np.ix_(perm, perm)]
+    return owners
+
+
+def plot_layout_masks(
+    hosts: int,
+    seq_len: int,
+    path: str | os.PathLike | None = None,
+    *,
+    layouts: Sequence[str] = ("contiguous", "striped", "zigzag"),
+    causal: bool = True,
+    segment_ids: np.ndarray | None = None,
+    orders: Sequence[str] = ("tokens", "hosts"),
+    title: str | None = None,
+):
+    """The tokens x tokens attention mask of each layout, every visible pair coloured by the
+    host that computes it (white: masked). One column per layout, one row per ``order`` (see
+    ``pair_owners``); the hosts-order row draws the ``P x P`` block grid and counts each
+    host's visible pairs. Returns the Figure (saved to ``path`` when given)."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    if not layouts or not orders:
+        raise ValueError(f"layouts and orders must be non-empty, got {layouts!r}, {orders!r}")
+    plt = _pyplot()
+    cmap = plt.get_cmap("tab10" if hosts <= 10 else "viridis")
+    colours = [cmap(h if hosts <= 10 else h / max(hosts - 1, 1)) for h in range(hosts)]
+    palette = ListedColormap(["white", *colours])
+    fig, axes = plt.subplots(
+        len(orders), len(layouts), figsize=(2.6 * len(layouts) + 1.4, 2.75 * len(orders)),
+        squeeze=False, layout="constrained",
+    )  # fmt: skip
+    c = seq_len // hosts
+    for col, layout in enumerate(layouts):
+        for row, order in enumerate(orders):
+            ax = axes[row, col]
+            owners = pair_owners(
+                layout, hosts, seq_len, causal=causal, segment_ids=segment_ids, order=order
+            )
+            ax.imshow(owners + 1, cmap=palette, vmin=0, vmax=hosts, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+            if order == "hosts":
+                for edge in range(1, hosts):
+                    ax.axhline(edge * c - 0.5, color="black", lw=0.6)
+                    ax.axvline(edge * c - 0.5, color="black", lw=0.6)
+                per_host = [(owners == h).sum() for h in range(hosts)]
+                ax.set_xlabel(f"keys by host; pairs per host {min(per_host)}-{max(per_host)}")
+                ax.set_ylabel("queries by host")
+            else:
+                ax.set_xlabel("keys (token order)")
+                ax.set_ylabel("queries (token order)")
+            if row == 0:
+                ax.set_title(layout, fontsize=11)
+    handles = [Patch(color=colours[h], label=f"host {h}") for h in range(hosts)]
+    handles.append(Patch(fc="white", ec="grey", label="masked"))
+    fig.legend(handles=handles, loc="outside right center", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return _finish(plt, fig, path)
+
+
 def percent(fraction: float) -> str:
     """``0.4667 -> "46.7%"``; rounding noise below zero prints as 0.0%, not -0.0%."""
     return f"{100 * fraction:.1f}%".replace("-0.0%", "0.0%")
