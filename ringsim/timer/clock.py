@@ -33,6 +33,11 @@ class HostClock:
         self.speed = np.ones(self.hosts) if config.speed is None else np.asarray(config.speed)
         self.seconds_per_flop = 1.0 / (config.flops_rate * self.speed)  # (P,)
         self.rng = np.random.default_rng(config.seed)
+        # the hop of each host to h + 1: one hardware link, or per host on a cluster
+        hw = config.hardware
+        bw, lat = config.hop_bandwidth, config.hop_latency
+        self.link_bandwidth = hw.link_bandwidth if bw is None else np.asarray(bw)
+        self.link_latency = hw.link_latency if lat is None else np.asarray(lat)
 
     def jitter(self, seconds: np.ndarray) -> np.ndarray:
         """``(P,)`` durations times a fresh ``1 + jitter * u`` each (unchanged without jitter)."""
@@ -74,12 +79,15 @@ class HostClock:
         extra = (1.0 - f) * np.minimum(compute, transfer)
         return compute + extra, transfer + extra
 
-    def transfer(self, nbytes: float, messages: int = 1) -> np.ndarray:
-        """``(P,)`` seconds for each host to send ``messages`` messages of ``nbytes`` in all."""
+    def transfer(self, nbytes: float, messages: int = 1, links: tuple | None = None) -> np.ndarray:
+        """``(P,)`` seconds for each host to send ``messages`` messages of ``nbytes`` in all, on
+        its ring hop, or on ``links = (bandwidth, latency)`` (scalars or ``(P,)``: a collective
+        on a topology). Equal hops give the very floats of one hardware link."""
         if nbytes == 0 and messages == 0:
             return np.zeros(self.hosts)
-        seconds = messages * self.hardware.link_latency + nbytes / self.hardware.link_bandwidth
-        return self.jitter(np.full(self.hosts, seconds))
+        bandwidth, latency = (self.link_bandwidth, self.link_latency) if links is None else links
+        seconds = messages * latency + nbytes / bandwidth
+        return self.jitter(np.broadcast_to(seconds, (self.hosts,)).astype(float))
 
 
 class Costs:

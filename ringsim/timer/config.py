@@ -55,7 +55,9 @@ class RingConfig:
     """One simulated run. ``kv_heads=None`` means ``heads`` (no GQA); ``speed`` holds one factor
     per host; ``d_model`` and ``ffn`` (defaults ``heads * head_dim`` and ``4 * d_model``) size the
     projections and MLP of a ``train-step``; ``grad_dtype`` is the dtype of ``dk, dv`` on the
-    wire (default ``dtype``); ``segment_ids`` ``(seq_len,)`` make the work data dependent."""
+    wire (default ``dtype``); ``segment_ids`` ``(seq_len,)`` make the work data dependent.
+    ``hop_bandwidth``/``hop_latency`` (one per host, default the hardware's link) time each
+    host's hop to ``h + 1`` (``ringsim.timer.topology`` places a ring on a cluster)."""
 
     hosts: int
     seq_len: int
@@ -77,6 +79,8 @@ class RingConfig:
     d_model: int | None = None
     ffn: int | None = None
     segment_ids: np.ndarray | None = field(default=None, compare=False, repr=False)
+    hop_bandwidth: tuple[float, ...] | None = None
+    hop_latency: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         put = lambda name, value: object.__setattr__(self, name, value)
@@ -122,6 +126,16 @@ class RingConfig:
         put("d_model", check_positive_int("d_model", d_model))
         put("ffn", check_positive_int("ffn", 4 * d_model if self.ffn is None else self.ffn))
         put("segment_ids", check_segment_ids(self.segment_ids, self.seq_len))
+        for name in ("hop_bandwidth", "hop_latency"):  # per host: its hop to h + 1 (a topology)
+            hops = getattr(self, name)
+            if hops is not None:
+                positive = name == "hop_bandwidth"
+                hops = tuple(_check_real(name, x, positive=positive) for x in hops)
+                if len(hops) != hosts:
+                    raise ValueError(
+                        f"{name} must have one value per host ({hosts}), got {len(hops)}"
+                    )
+                put(name, hops)
 
     @property
     def block_tokens(self) -> int:

@@ -16,6 +16,11 @@ compute the same exact attention. They differ in what moves, and when.
   (layout ``zigzag`` balances the causal work) to everything it gathered. Only the host's own
   block can be computed while the gather runs; memory per host ``~ N`` (all keys and values).
 
+On a cluster (``ringsim.timer.topology``; ``cluster=`` of ``simulate_strategy``) every hop and
+collective below gets the bandwidth of its bottleneck edge (NVLink port, PCIe uplink, NIC);
+``hybrid`` and ``double-ring`` (``ringsim.timer.hybrid``) split the hosts into Ulysses groups
+and rings. Without a cluster, one node with an ideal switch, the model is this one.
+
 Communication (one model for every collective, the same link as the ring's): a host injects
 into the network at ``B`` bytes/s (``link_bandwidth``, per direction) and pays the latency
 ``alpha`` once per message, so a collective in which a host sends ``m`` messages totalling
@@ -56,25 +61,21 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ringsim.timer import HostClock, RingConfig, SimResult, simulate
-from ringsim.timer.cost import (
-    DTYPE_BYTES,
-    attention_flops,
-    grad_block_bytes,
-    hiding_block,
-    kv_block_bytes,
-)
-from ringsim.timer.memory import allgather_working_set_bytes, ulysses_working_set_bytes
-from ringsim.timer.timeline import Timeline
+from ringsim.timer import RingConfig, SimResult
+from ringsim.timer.cost import DTYPE_BYTES, attention_flops, hiding_block, kv_block_bytes
 
 STRATEGIES = ("ring", "ulysses", "allgather")
+"""The three flat strategies (every host in one group)."""
+ALL_STRATEGIES = (*STRATEGIES, "hybrid", "double-ring")
+"""With the two-level ones of ``ringsim.timer.hybrid`` (Ulysses x ring, the double ring)."""
 PEER_PASSES = ("forward", "backward")
 
 
 @dataclass
 class StrategyResult(SimResult):
     """A ``SimResult`` that knows its strategy; ``summary()`` has the ring's keys plus
-    ``strategy`` and, for the peers, their own memory per host and overlap block."""
+    ``strategy`` and, for the peers, their own memory per host and overlap block, and the
+    ``ulysses_degree``, ``ring_degree`` and ``placement`` they ran with."""
 
     strategy: str = "ring"
     memory_bytes: float | None = None  # None: the ring's attention working set
@@ -84,6 +85,10 @@ class StrategyResult(SimResult):
     def summary(self) -> dict:
         result = super().summary()
         result["strategy"] = self.strategy
+        meta = self.timeline.meta if self.peer else {}
+        for key in ("ulysses_degree", "ring_degree", "placement"):
+            if key in meta:
+                result[key] = meta[key]
         if self.peer:
             result["memory_per_host_bytes"] = self.memory_bytes
             result["min_block_for_overlap"] = self.overlap_block
@@ -91,8 +96,8 @@ class StrategyResult(SimResult):
 
 
 def check_strategy(strategy: object) -> str:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if strategy not in ALL_STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(ALL_STRATEGIES)}, got {strategy!r}")
     return str(strategy)
 
 
@@ -105,141 +110,69 @@ def check_ulysses_hosts(hosts: int, heads: int, kv_heads: int) -> None:
         )
 
 
-def simulate_strategy(config: RingConfig, strategy: str) -> SimResult:
-    """Time ``config`` under ``strategy`` (``"ring"``, ``"ulysses"`` or ``"allgather"``).
+def simulate_strategy(
+    config: RingConfig,
+    strategy: str,
+    *,
+    ulysses_degree: int | None = None,
+    cluster=None,
+    placement: str = "ulysses-inner",
+    window: int | None = None,
+    engine: str = "vectorized",
+) -> SimResult:
+    """Time ``config`` under ``strategy`` (one of ``ALL_STRATEGIES``) on ``cluster`` (a
+    ``ringsim.timer.topology.Cluster``; default one node with an ideal switch at the hardware's
+    link, where the flat strategies are timed as they always were).
 
-    The peers support ``pass_`` forward and backward; per-host ``speed`` and ``jitter`` act as
-    in the ring's timer (compute divided by speed; every duration times ``1 + jitter * u``).
+    ``ulysses_degree`` ``U`` (hybrid, double-ring, allgather; default 1) makes ``U``-host
+    Ulysses groups and runs the strategy on ``hosts / U`` ranks per head group (see
+    ``ringsim.timer.hybrid``); ``ring`` takes none, ``ulysses`` is ``U = hosts``. The peers
+    support ``pass_`` forward and backward; per-host ``speed`` and ``jitter`` act as in the
+    ring's timer (compute divided by speed; every duration times ``1 + jitter * u``).
     """
+    from ringsim.timer.hybrid import simulate_hybrid
+
     strategy = check_strategy(strategy)
     if not isinstance(config, RingConfig):
         raise ValueError(f"config must be a RingConfig, got {config!r}")
+    kw = dict(cluster=cluster, placement=placement, engine=engine)
     if strategy == "ring":
-        ring = simulate(config)
-        return StrategyResult(**vars(ring), strategy="ring")
+        if ulysses_degree not in (None, 1):
+            raise ValueError(
+                f"ulysses_degree must be 1 for the ring (use strategy hybrid), got {ulysses_degree}"
+            )
+        return simulate_hybrid(config, 1, **kw)
+    if strategy == "ulysses":
+        if ulysses_degree not in (None, config.hosts):
+            raise ValueError(
+                f"ulysses_degree must be hosts={config.hosts} for ulysses (use strategy hybrid), "
+                f"got {ulysses_degree}"
+            )
+        check_ulysses_hosts(config.hosts, config.heads, config.kv_heads)
+        if config.pass_ not in PEER_PASSES:
+            raise ValueError(
+                f"pass must be one of {', '.join(PEER_PASSES)} for strategy ulysses, "
+                f"got {config.pass_!r}"
+            )
+        return simulate_hybrid(config, config.hosts, **kw)
+    u = 1 if ulysses_degree is None else ulysses_degree
+    method = {"hybrid": "ring", "double-ring": "double-ring", "allgather": "allgather"}[strategy]
     if config.pass_ not in PEER_PASSES:
         raise ValueError(
             f"pass must be one of {', '.join(PEER_PASSES)} for strategy {strategy}, "
             f"got {config.pass_!r}"
         )
-    if strategy == "ulysses":
-        check_ulysses_hosts(config.hosts, config.heads, config.kv_heads)
-        return _ulysses(config)
-    return _allgather(config)
+    result = simulate_hybrid(config, u, method=method, window=window, **kw)
+    result.strategy = strategy
+    if strategy == "allgather" and u == 1 and config.overlap:
+        result.overlap_block = allgather_overlap_block(config)
+    return result
 
 
-# -- shared pieces ---------------------------------------------------------------------------
-class _Rows:
-    """A ``Timeline`` under construction: one row per phase, NaN where nothing happens."""
-
-    def __init__(self, labels: list[str], hosts: int):
-        self.labels = labels
-        shape = (len(labels), hosts)
-        self.arrays = {k: np.full(shape, np.nan) for k in ("cs", "ce", "ss", "se", "rs", "re")}
-
-    def compute(self, row: int, start: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-        self.arrays["cs"][row], self.arrays["ce"][row] = start, start + seconds
-        return start + seconds
-
-    def transfer(self, row: int, start: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-        """Every host sends for ``seconds`` from ``start``; a collective ends for all together
-        (each host needs every other host's data), at the latest host's end."""
-        end = start + seconds
-        self.arrays["ss"][row], self.arrays["se"][row] = start, end
-        done = np.full_like(end, end.max())
-        self.arrays["rs"][row], self.arrays["re"][row] = start, done
-        return done
-
-    def timeline(self, meta: dict) -> Timeline:
-        a = self.arrays
-        return Timeline(a["cs"], a["ce"], a["ss"], a["se"], a["rs"], a["re"], self.labels, meta)
-
-
-def _result(config, rows, schedule, flops_total, strategy, memory, overlap_block):
-    meta = {"pass": config.pass_, "engine": strategy, "hardware": config.hardware.name}
-    return StrategyResult(
-        config,
-        rows.timeline(meta),
-        schedule,
-        flops_total,
-        engine=strategy,
-        strategy=strategy,
-        memory_bytes=memory,
-        overlap_block=overlap_block,
-        peer=True,
-    )
-
-
-# -- Ulysses ---------------------------------------------------------------------------------
 def heads_per_host(heads: int, hosts: int) -> np.ndarray:
     """``(P,)`` query heads on each Ulysses host: the first ``heads % P`` hosts get one more."""
     base, extra = divmod(heads, hosts)
     return base + (np.arange(hosts) < extra)
-
-
-def _ulysses(config: RingConfig) -> StrategyResult:
-    P, N, c = config.hosts, config.seq_len, config.block_tokens
-    H, H_kv, d = config.heads, config.kv_heads, config.head_dim
-    e, backward = DTYPE_BYTES[config.dtype], config.pass_ == "backward"
-    # the fraction of the N x N pairs a kernel computes: the ring's blocks of a contiguous split
-    # tile the full matrix in its natural order, so their mean work is the whole matrix's
-    schedule = config.schedule(layout="contiguous")
-    work = float(sum(schedule.work_at(s).sum() for s in range(P))) / P**2
-    heads = heads_per_host(H, P)
-    flops = np.array(
-        [
-            attention_flops(N, N, int(h), d, work=work, pass_=config.pass_, batch=config.batch)
-            for h in heads
-        ]
-    )
-    share = (P - 1) / P * c * d * e * config.batch  # one head-width of the host's shard, sent
-    width_in = 2 * H + 2 * H_kv if backward else H + 2 * H_kv  # (q, k, v[, dout]) in
-    width_out = H + 2 * H_kv if backward else H  # (dq, dk, dv) or out, back
-    clock = HostClock(config)
-    name_in = "q, k, v, dout" if backward else "q, k, v"
-    name_out = "dq, dk, dv" if backward else "out"
-    rows = _Rows(
-        [f"all-to-all {name_in}", f"attention, {H}/{P} heads", f"all-to-all {name_out}"], P
-    )
-    ready = rows.transfer(0, np.zeros(P), clock.transfer(share * width_in, P - 1))
-    done = rows.compute(1, ready, clock.compute(flops))
-    rows.transfer(2, np.full(P, done.max()), clock.transfer(share * width_out, P - 1))
-    memory = ulysses_working_set_bytes(
-        N, P, H, H_kv, d, config.dtype, pass_=config.pass_, batch=config.batch
-    )
-    return _result(config, rows, None, float(flops.sum()), "ulysses", memory, None)
-
-
-# -- all-gather (Llama 3 context parallelism) ------------------------------------------------
-def _allgather(config: RingConfig) -> StrategyResult:
-    P, c = config.hosts, config.block_tokens
-    H, H_kv, d = config.heads, config.kv_heads, config.head_dim
-    schedule = config.schedule()
-    block = attention_flops(c, c, H, d, pass_=config.pass_, batch=config.batch)
-    own = block * schedule.work_at(0)  # step 0 of the ring: the host's own kv block
-    rest = block * sum((schedule.work_at(s) for s in range(1, P)), np.zeros(P))
-    kv = kv_block_bytes(c, H_kv, d, config.dtype, batch=config.batch)
-    clock = HostClock(config)
-    labels = ["all-gather k, v + own block", "attention to the gathered k, v"]
-    if config.pass_ == "backward":
-        labels.append("reduce-scatter dk, dv")
-    rows = _Rows(labels, P)
-    gathered = rows.transfer(0, np.zeros(P), clock.transfer((P - 1) * kv, P - 1))
-    own_start = np.zeros(P) if config.overlap else gathered
-    own_end = rows.compute(0, own_start, clock.compute(own))
-    done = rows.compute(1, np.maximum(own_end, gathered), clock.compute(rest))
-    if config.pass_ == "backward":
-        grads = grad_block_bytes(
-            c, H_kv, d, config.dtype, batch=config.batch, grad_dtype=config.grad_dtype
-        )
-        rows.transfer(2, np.full(P, done.max()), clock.transfer((P - 1) * grads, P - 1))
-    memory = allgather_working_set_bytes(
-        config.seq_len, P, H, H_kv, d, config.dtype, pass_=config.pass_, batch=config.batch
-    )
-    overlap_block = allgather_overlap_block(config) if config.overlap else None
-    return _result(
-        config, rows, schedule, float(own.sum() + rest.sum()), "allgather", memory, overlap_block
-    )
 
 
 def allgather_overlap_block(config: RingConfig) -> float:
