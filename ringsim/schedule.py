@@ -29,7 +29,7 @@ from functools import cached_property
 import numpy as np
 
 from ringsim._checks import check_positive_int, check_segment_ids
-from ringsim.layouts import check_layout, check_seq_len, host_positions, positions_of_host
+from ringsim.layouts import check_layout, check_seq_len, host_positions
 from ringsim.masks import count_visible
 
 PASSES = ("forward", "backward")
@@ -126,10 +126,9 @@ class Schedule:
         for rel, (i, j) in enumerate([(1, 0), (0, 0), (0, 1)]):
             if max(i, j) >= self.hosts:
                 continue  # a one-host ring has only the diagonal relation
-            q_pos = positions_of_host(self.layout, self.hosts, self.seq_len, i)
-            k_pos = positions_of_host(self.layout, self.hosts, self.seq_len, j)
-            exact[rel] = count_visible(q_pos, k_pos, causal=self.causal) / c**2
-            tiled[rel] = count_visible(q_pos, k_pos, causal=self.causal, tile=self.tile) / c**2
+            args = (self.layout, self.hosts, c, i, j, self.causal)
+            exact[rel] = visible_pairs(*args) / c**2
+            tiled[rel] = visible_pairs(*args, tile=self.tile) / c**2
         return exact, tiled
 
     def _lookup(self, table: np.ndarray, step: int) -> np.ndarray:
@@ -205,6 +204,78 @@ class Schedule:
         if hosts < self.hosts:
             lines.append(f"({self.hosts - hosts} more hosts not shown)")
         return "\n".join(lines)
+
+
+# -- visible pairs of a block in closed form ------------------------------------------------------
+_TILE_CHUNK = 1 << 20  # query tiles per vector pass: bounded memory whatever the block
+
+
+def visible_pairs(
+    layout: str,
+    hosts: int,
+    c: int,
+    q_host: int,
+    kv_host: int,
+    causal: bool,
+    tile: int | None = None,
+) -> int:
+    """``count_visible`` for the blocks of two hosts of a ``layout`` with ``c`` tokens each,
+    without building their ``c`` positions (the timer runs blocks of half a billion tokens).
+
+    Exact counts (``tile`` ``None`` or 1) are closed forms: a causal diagonal block sees
+    ``c (c + 1) / 2`` pairs in every layout; a block of an earlier host ``c^2`` (contiguous),
+    ``c (c + 1) / 2`` (striped) or ``c^2 / 2`` (zigzag: one of its two chunks precedes both of
+    ours); a later host's 0, ``c (c - 1) / 2`` or ``c^2 / 2``. A tiled count sums, over query
+    tiles, the query tile's size times the keys of the key tiles that start at or before its
+    last position; the key tiles that do are a prefix (positions are sorted), counted in
+    closed form from the layout's position formula, one vector over query tiles at a time."""
+    if not causal:
+        return c * c
+    tile = None if tile in (None, 1) else int(tile)
+    if tile is None:
+        if q_host == kv_host:
+            return c * (c + 1) // 2
+        before = kv_host < q_host
+        if layout == "contiguous":
+            return c * c if before else 0
+        if layout == "striped":
+            return c * (c + 1) // 2 if before else c * (c - 1) // 2
+        return c * c // 2
+    n = -(-c // tile)  # key (and query) tiles
+    total = 0
+    for first in range(0, n, _TILE_CHUNK):
+        a = np.arange(first, min(first + _TILE_CHUNK, n), dtype=np.int64)
+        ends = np.minimum((a + 1) * tile, c)  # one past each query tile's last local index
+        last_q = _position(layout, hosts, c, q_host, ends - 1)
+        live = _tiles_starting_by(layout, hosts, c, kv_host, tile, n, last_q)
+        total += int(((ends - a * tile) * np.minimum(live * tile, c)).sum())
+    return total
+
+
+def _position(layout: str, hosts: int, c: int, host: int, local: np.ndarray) -> np.ndarray:
+    """Global positions of ``host``'s tokens at ``local`` indices (``layouts.host_positions``)."""
+    if layout == "contiguous":
+        return host * c + local
+    if layout == "striped":
+        return host + local * hosts
+    half = c // 2  # zigzag: chunk ``host``, then its mirror ``2P - 1 - host``
+    mirror = 2 * hosts - 1 - host
+    return np.where(local < half, host * half + local, mirror * half + local - half)
+
+
+def _tiles_starting_by(layout, hosts, c, host, tile, n, pos: np.ndarray) -> np.ndarray:
+    """How many of ``host``'s ``n`` key tiles start at a position ``<= pos`` (each entry)."""
+    count = lambda base, step, m: np.clip((pos - base) // step + 1, 0, m)
+    if layout == "contiguous":
+        return count(host * c, tile, n)
+    if layout == "striped":
+        return count(host, tile * hosts, n)
+    half = c // 2
+    first_half = -(-half // tile)  # tiles starting in the first chunk
+    mirror_start = (2 * hosts - 1 - host) * half - half  # position of local index 0, if mirrored
+    head = count(host * half, tile, first_half)
+    tail = np.clip((pos - mirror_start) // tile - first_half + 1, 0, n - first_half)
+    return head + tail
 
 
 def build_schedule(

@@ -222,11 +222,11 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
     return RingConfig(**fields)
 
 
-def run_config(config, strategy: str = "ring"):
+def run_config(config, strategy: str = "ring", *, keep_timeline: bool | None = None):
     if strategy == "ring":
         from ringsim.timer import simulate
 
-        return simulate(config)
+        return simulate(config, keep_timeline=keep_timeline)
     from ringsim.timer.strategies import simulate_strategy
 
     return simulate_strategy(config, strategy)

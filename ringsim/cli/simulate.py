@@ -63,7 +63,8 @@ SUMMARY_NAMES = {
 
 def run(args: argparse.Namespace) -> int:
     config = ring_config(args, hosts=args.hosts, seq_len=parse_seq_len(args.seq_len))
-    result = run_config(config, args.strategy)
+    # the (steps, hosts) timeline only for a figure or a trace: a summary needs O(hosts)
+    result = run_config(config, args.strategy, keep_timeline=bool(args.plot or args.trace))
     summary = result.summary()
     if args.strategy != "ring":
         summary.setdefault("strategy", args.strategy)

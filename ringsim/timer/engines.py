@@ -73,105 +73,102 @@ rows whose ``send``/``recv`` carry ``dk, dv`` (``grad_rows()``; in a training st
 ring's rows carry blocks).
 
 Two engines execute the same rules: ``vectorized`` loops over steps and does NumPy vector ops
-over hosts (thousands of hosts in a second); ``heap`` is a plain discrete-event loop with a
-priority queue, one event at a time, checking the rules operationally. They agree exactly; the
-heap engine is the oracle the tests hold the fast one to.
+over hosts, holding only the previous step's row (``O(P)`` memory: 16,384 hosts in seconds);
+``heap`` is a plain discrete-event loop with a priority queue, one event at a time, checking the
+rules operationally. They agree exactly; the heap engine is the oracle the tests hold the fast
+one to. Both hand every finished row to a ``Recorder``, which sums what a summary needs
+(``O(P)``) and keeps the ``(rows, P)`` timeline arrays only when asked to.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 
-
-@dataclass
-class Out:
-    """One phase's rows of the timeline arrays, ``(S, P)`` each; or, for the vectorised engine,
-    the padded buffers ``(S, P + 2)`` behind them (column ``h + 1`` holds host ``h``, column 0
-    repeats host ``P - 1`` and column ``P + 1`` host 0, so both neighbours are views)."""
-
-    cs: np.ndarray
-    ce: np.ndarray
-    ss: np.ndarray
-    se: np.ndarray
-    ks: np.ndarray | None
-    ke: np.ndarray | None
-
-    def inner(self) -> Out:
-        cut = lambda a: None if a is None else a[:, 1:-1]
-        return Out(*(cut(a) for a in (self.cs, self.ce, self.ss, self.se, self.ks, self.ke)))
+Emit = Callable[..., None]
+"""``emit(cs, ce, ss, se, ks, ke)``: one finished row, ``(P,)`` each; ``ss``/``se`` (``ks``/``ke``)
+are ``None`` in a row whose hosts send nothing (no early ``k, v``). The arrays are the engine's
+buffers: read them at once, they are reused two steps later."""
 
 
-def _pad(buf: np.ndarray, s: int) -> None:
-    buf[s, 0], buf[s, -1] = buf[s, -2], buf[s, 1]
+def _pad(buf: np.ndarray) -> None:
+    """Padded ``(P + 2,)`` row: index ``h + 1`` holds host ``h``, index 0 repeats host ``P - 1``
+    and index ``P + 1`` host 0, so both neighbours are views."""
+    buf[0], buf[-1] = buf[-2], buf[1]
 
 
 # --------------------------------------------------------------------------------------------
 # The vectorised engine: a loop over steps, vector operations over hosts.
 # --------------------------------------------------------------------------------------------
-def _block_leaves(start, s, arrived, link_free, compute_end, block_sent) -> None:
+def _block_leaves(start, arrived, link_free, prev_end, prev_sent) -> None:
     """Write into ``start`` when the step-``s`` block leaves each host (overlap): once it is here
     (``arrived``), the link is free, and the receiver has room, i.e. it has computed step
-    ``s - 1`` (``compute_end``) and sent that block on (``block_sent``, padded ``(S, P + 2)``)."""
-    nxt = slice(2, start.shape[0] + 2)  # the receiver, h + 1, in the padded columns
+    ``s - 1`` (``prev_end``) and sent that block on (``prev_sent``; both padded, ``None`` at
+    step 0)."""
+    nxt = slice(2, start.shape[0] + 2)  # the receiver, h + 1, in the padded row
     np.maximum(arrived, link_free, out=start)
-    if s > 0:
-        np.maximum(start, compute_end[s - 1, nxt], out=start)
-        np.maximum(start, block_sent[s - 1, nxt], out=start)
+    if prev_end is not None:
+        np.maximum(start, prev_end[nxt], out=start)
+        np.maximum(start, prev_sent[nxt], out=start)
 
 
-def _ring_vectorized(schedule, row, overlap, ready, link_free, out: Out) -> None:
-    """The rules of the module docstring as recurrences from step ``s - 1`` to step ``s``,
-    written straight into the padded timeline buffers (``out=``: no temporaries)."""
+def _ring_vectorized(schedule, row, overlap, ready, link_free, emit: Emit) -> None:
+    """The rules of the module docstring as recurrences from step ``s - 1`` to step ``s``, over
+    two padded rows per quantity (``O(P)`` memory whatever the number of steps)."""
     P, steps = schedule.hosts, schedule.steps
     me, nxt, prv = slice(1, P + 1), slice(2, P + 2), slice(0, P)  # host h, h + 1, h - 1
     backward = schedule.pass_ == "backward"
     early_kv = backward and overlap
-    if out.ks is not None and not early_kv:
-        out.ks[...] = out.ke[...] = np.nan
     mx = np.maximum
+    rows = [{k: np.full(P + 2, np.nan) for k in ("ce", "ss", "se", "ke")} for _ in range(2)]
     for s in range(steps):
+        cur, prev = rows[s % 2], rows[(s - 1) % 2] if s else None
         compute, kv_time, msg_time = row(s)
         sends = bool(schedule.payload(s))
-        cs, ce, ss, se = out.cs[s, me], out.ce[s, me], out.ss[s, me], out.se[s, me]
-        if s == 0:
+        cs = np.empty(P)
+        ce, ss, se = cur["ce"][me], cur["ss"][me], cur["se"][me]
+        if prev is None:
             arrived = ready
             cs[...] = ready
         else:
-            arrived = (out.ke if early_kv else out.se)[s - 1, prv]
-            mx(out.ce[s - 1, me], arrived, out=cs)
+            arrived = (prev["ke"] if early_kv else prev["se"])[prv]
+            mx(prev["ce"][me], arrived, out=cs)
             if not overlap:  # no computing while its own last send is on the wire
-                mx(cs, out.se[s - 1, me], out=cs)
+                mx(cs, prev["se"][me], out=cs)
         np.add(cs, compute, out=ce)
-        _pad(out.ce, s)
-        if early_kv:  # k, v leave like a forward block
-            if s < steps - 1 and sends:
-                ks, ke = out.ks[s, me], out.ke[s, me]
-                _block_leaves(ks, s, arrived, link_free, out.ce, out.ke)
-                np.add(ks, kv_time, out=ke)
-                link_free = ke
-            else:
-                out.ks[s] = out.ke[s] = np.nan
-            _pad(out.ke, s)
+        _pad(cur["ce"])
+        ks = ke = None
+        if early_kv and s < steps - 1 and sends:  # k, v leave like a forward block
+            ks, ke = np.empty(P), cur["ke"][me]
+            prev_ce, prev_ke = (None, None) if prev is None else (prev["ce"], prev["ke"])
+            _block_leaves(ks, arrived, link_free, prev_ce, prev_ke)
+            np.add(ks, kv_time, out=ke)
+            _pad(cur["ke"])
+            link_free = ke
+        else:
+            cur["ke"][...] = np.nan
         if not sends:
-            out.ss[s] = out.se[s] = np.nan
-            continue
-        if not overlap:  # blocking send/receive once both neighbours finished the step
-            mx(ce, out.ce[s, nxt], out=ss)
-            mx(ss, link_free, out=ss)
-        elif backward:  # dk, dv: after the compute, with the incoming sum added
-            mx(ce, ready if s == 0 else out.se[s - 1, prv], out=ss)
-            mx(ss, link_free, out=ss)
-            if s > 0:  # the receiver has taken in the previous sum
-                mx(ss, out.ss[s - 1, nxt], out=ss)
-        else:  # forward
-            _block_leaves(ss, s, arrived, link_free, out.ce, out.se)
-        np.add(ss, msg_time, out=se)
-        link_free = se
-        _pad(out.ss, s)
-        _pad(out.se, s)
+            cur["ss"][...] = cur["se"][...] = np.nan
+            emit(cs, ce, None, None, ks, ke)
+        else:
+            if not overlap:  # blocking send/receive once both neighbours finished the step
+                mx(ce, cur["ce"][nxt], out=ss)
+                mx(ss, link_free, out=ss)
+            elif backward:  # dk, dv: after the compute, with the incoming sum added
+                mx(ce, ready if prev is None else prev["se"][prv], out=ss)
+                mx(ss, link_free, out=ss)
+                if prev is not None:  # the receiver has taken in the previous sum
+                    mx(ss, prev["ss"][nxt], out=ss)
+            else:  # forward
+                prev_ce, prev_se = (None, None) if prev is None else (prev["ce"], prev["se"])
+                _block_leaves(ss, arrived, link_free, prev_ce, prev_se)
+            np.add(ss, msg_time, out=se)
+            link_free = se
+            _pad(cur["ss"])
+            _pad(cur["se"])
+            emit(cs, ce, ss, se, ks, ke)
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,7 +177,7 @@ def _ring_vectorized(schedule, row, overlap, ready, link_free, out: Out) -> None
 class _HeapRing:
     """Discrete-event simulation of one ring pass with a priority queue of end events."""
 
-    def __init__(self, schedule, row, overlap, ready, link_free, out: Out):
+    def __init__(self, schedule, row, overlap, ready, link_free, out: dict[str, np.ndarray]):
         self.sched, self.overlap, self.out = schedule, overlap, out
         self.P, self.S = schedule.hosts, schedule.steps
         self.backward = schedule.pass_ == "backward"
@@ -263,8 +260,8 @@ class _HeapRing:
         if not self.overlap and s > 0 and not self.done["msg"][s - 1, h]:
             return False
         self.computing[h] = True
-        self.out.cs[s, h] = now
-        self.out.ce[s, h] = end = now + self.compute[s, h]
+        self.out["cs"][s, h] = now
+        self.out["ce"][s, h] = end = now + self.compute[s, h]
         self._push(end, "compute", h, s)
         return True
 
@@ -289,18 +286,27 @@ class _HeapRing:
         self.begun[kind][s, h] = True
         self.next_piece[h] = i + 1
         duration = (self.kv_time if kind == "kv" else self.msg_time)[s, h]
-        start, end = (self.out.ks, self.out.ke) if kind == "kv" else (self.out.ss, self.out.se)
+        names = ("ks", "ke") if kind == "kv" else ("ss", "se")
+        start, end = self.out[names[0]], self.out[names[1]]
         start[s, h], end[s, h] = now, now + duration
         self._push(end[s, h], kind, h, s)
         return True
 
 
-def _ring_heap(schedule, row, overlap, ready, link_free, out: Out) -> None:
-    out = out.inner()
-    for arr in (out.cs, out.ce, out.ss, out.se, out.ks, out.ke):
-        if arr is not None:
-            arr[...] = np.nan
+def _ring_heap(schedule, row, overlap, ready, link_free, emit: Emit) -> None:
+    P, S = schedule.hosts, schedule.steps
+    out = {name: np.full((S, P), np.nan) for name in ("cs", "ce", "ss", "se", "ks", "ke")}
     _HeapRing(schedule, row, overlap, ready, link_free, out).run()
+    early_kv = schedule.pass_ == "backward" and overlap
+    for s in range(S):
+        sends = bool(schedule.payload(s))
+        kv = early_kv and sends and s < S - 1
+        row = {n: out[n][s] for n in out}
+        if not sends:
+            row["ss"] = row["se"] = None
+        if not kv:
+            row["ks"] = row["ke"] = None
+        emit(*(row[n] for n in ("cs", "ce", "ss", "se", "ks", "ke")))
 
 
 RING_ENGINES = {"vectorized": _ring_vectorized, "heap": _ring_heap}

@@ -21,9 +21,8 @@ from ringsim.schedule import Schedule
 from ringsim.timer.clock import Costs, decode_seconds
 from ringsim.timer.config import ENGINES, RingConfig
 from ringsim.timer.cost import attention_flops, ffn_flops, partial_bytes, projection_flops
-from ringsim.timer.engines import RING_ENGINES, Out
-from ringsim.timer.result import SimResult
-from ringsim.timer.timeline import Timeline
+from ringsim.timer.engines import RING_ENGINES
+from ringsim.timer.result import Recorder, SimResult, check_fits, timeline_bytes
 
 
 @dataclass
@@ -67,7 +66,7 @@ def _phases(config: RingConfig) -> list[_Phase]:
     ]
 
 
-def _decode(config: RingConfig, costs: Costs, ready, out: Out, recv: tuple) -> None:
+def _decode(config: RingConfig, costs: Costs, ready, rec: Recorder, rows: int) -> None:
     """Row 0: every host attends to its shard. Row ``r + 1``: merge round ``r``; host
     ``k 2^(r+1)`` receives the partial of ``k 2^(r+1) + 2^r`` and merges it into its own (the
     same tree as ``ringsim.numerics.decode.tree_merge``). One code path serves both engines:
@@ -80,92 +79,94 @@ def _decode(config: RingConfig, costs: Costs, ready, out: Out, recv: tuple) -> N
     )
     merge_flops = 5.0 * config.batch * config.heads * (config.head_dim + 2)
     message = partial_bytes(config.heads, config.head_dim, batch=config.batch)
-    out.cs[0], out.ce[0] = ready, ready + partial
-    out.ss[0] = out.se[0] = recv[0][0] = recv[1][0] = np.nan
-    done = out.ce[0].copy()
-    for r in range(out.cs.shape[0] - 1):
+    done = ready + partial
+    rec.row(ready, done.copy(), dense=False)
+    for r in range(rows - 1):
         step = 2**r
         receivers = np.arange(0, P - step, 2 * step)
         senders = receivers + step
         link = clock.transfer(message)[senders]
         merge = clock.compute(merge_flops)[receivers]
         costs.flops_total += merge_flops * len(receivers)
-        row = r + 1
-        for arr in (out.cs, out.ce, out.ss, out.se, recv[0], recv[1]):
-            arr[row] = np.nan
-        out.ss[row, senders] = done[senders]
-        out.se[row, senders] = done[senders] + link
-        recv[0][row, receivers] = out.ss[row, senders]
-        recv[1][row, receivers] = out.se[row, senders]
-        out.cs[row, receivers] = np.maximum(done[receivers], out.se[row, senders])
-        out.ce[row, receivers] = out.cs[row, receivers] + merge
-        done[receivers] = out.ce[row, receivers]
+        cs, ce, ss, se, rs, re = (np.full(P, np.nan) for _ in range(6))
+        ss[senders] = done[senders]
+        se[senders] = done[senders] + link
+        rs[receivers], re[receivers] = ss[senders], se[senders]
+        cs[receivers] = np.maximum(done[receivers], se[senders])
+        ce[receivers] = cs[receivers] + merge
+        done[receivers] = ce[receivers]
+        rec.row(cs, ce, ss, se, dense=False, recv=(rs, re))
 
 
-def _local(costs: Costs, phase: _Phase, ready, out: Out) -> None:
-    out.cs[0] = ready
-    out.ce[0] = ready + costs.local(phase.flops)
-    out.ss[0] = out.se[0] = np.nan
-    if out.ks is not None:
-        out.ks[0] = out.ke[0] = np.nan
+def _local(costs: Costs, phase: _Phase, ready, rec: Recorder) -> np.ndarray:
+    end = ready + costs.local(phase.flops)
+    rec.row(ready, end)
+    return end
 
 
-def simulate(config: RingConfig, *, engine: str = "vectorized") -> SimResult:
+def simulate(
+    config: RingConfig, *, engine: str = "vectorized", keep_timeline: bool | None = None
+) -> SimResult:
     """Run ``config`` through the event timer. ``engine="heap"`` is the slow, one-event-at-a-time
-    oracle (use it for small rings); ``"vectorized"`` handles thousands of hosts."""
+    oracle (use it for small rings); ``"vectorized"`` handles thousands of hosts in ``O(P)``
+    memory. ``keep_timeline``: keep the ``(rows, P)`` timeline arrays (plots, traces); ``False``
+    keeps only the summary's ``O(P)`` figures, and ``result.timeline`` then runs the simulation
+    again on first use; ``None`` (default) keeps them when they take at most
+    ``KEEP_TIMELINE_BYTES``. A run that cannot fit is refused up front (``ValueError`` saying
+    what it would need)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if not isinstance(config, RingConfig):
         raise ValueError(f"config must be a RingConfig, got {config!r}")
+    if keep_timeline not in (None, True, False):
+        raise ValueError(f"keep_timeline must be True, False or None, got {keep_timeline!r}")
     phases = _phases(config)
     rows, P = sum(p.rows for p in phases), config.hosts
+    if keep_timeline is None:
+        keep_timeline = timeline_bytes(config, rows) <= KEEP_TIMELINE_BYTES
+    check_fits(config, rows, keep=keep_timeline, engine=engine)
     early_kv = config.overlap and config.pass_ in ("backward", "train-step")
-    # Padded (rows, P + 2) buffers (see Out): the timeline gets views, so recv[:, h] =
-    # send[:, h - 1] costs nothing even for 4096 hosts (134 MB per array).
-    names = ("cs", "ce", "ss", "se") + (("ks", "ke") if early_kv else ())
-    bufs = {name: np.empty((rows, P + 2)) for name in names}
+    rec = Recorder(P, rows, keep=keep_timeline, early_kv=early_kv)
     costs = Costs(config)
-    ready, link_free = np.zeros(P), np.zeros(P)
-    row0, schedule = 0, None
-    recv = None
+    ready = np.zeros(P)
+    schedule = None
     for phase in phases:
-        sl = slice(row0, row0 + phase.rows)
-        row0 += phase.rows
-        out = Out(
-            *(bufs[n][sl] if n in bufs else None for n in ("cs", "ce", "ss", "se", "ks", "ke"))
-        )
-        view = out.inner()
         if phase.kind == "local":
-            _local(costs, phase, ready, view)
-            ready = view.ce[-1]
+            ready = _local(costs, phase, ready, rec)
         elif phase.kind == "decode":
-            recv = (np.empty((rows, P)), np.empty((rows, P)))
-            _decode(config, costs, ready, view, recv)
+            _decode(config, costs, ready, rec, phase.rows)
         else:
             schedule = phase.schedule
             if config.hardware.pass_overhead_s:
                 ready = ready + config.hardware.pass_overhead_s / costs.clock.speed
-            row = costs.ring_rows(schedule)
-            RING_ENGINES[engine](schedule, row, config.overlap, ready, link_free, out)
-            for ends in (view.se, view.ke):
-                if ends is not None:
-                    link_free = np.fmax(link_free, np.fmax.reduce(ends, axis=0))
-            ready = view.ce[-1]
+            ready, sent = _ring(engine, schedule, costs, config.overlap, ready, rec)
             if schedule.pass_ == "backward" and P > 1:  # dk, dv must be home before use
-                ready = np.maximum(ready, view.se[-1][schedule.recv_from])
-    for name in names:
-        bufs[name][:, 0] = bufs[name][:, P]
-    inner = {name: buf[:, 1:-1] for name, buf in bufs.items()}
-    if recv is None:
-        recv = (bufs["ss"][:, :P], bufs["se"][:, :P])
-    meta = {"pass": config.pass_, "engine": engine, "hardware": config.hardware.name}
-    if early_kv:  # the receive of host h is the send of h - 1: views, like recv above
-        meta["kv_send_start"], meta["kv_send_end"] = inner["ks"], inner["ke"]
-        meta["kv_recv_start"], meta["kv_recv_end"] = bufs["ks"][:, :P], bufs["ke"][:, :P]
-        backward = [p.kind == "ring" and p.schedule.pass_ == "backward" for p in phases]
-        meta["grad_rows"] = np.repeat(backward, [p.rows for p in phases])
-    labels = [label for p in phases for label in p.labels]
-    timeline = Timeline(
-        inner["cs"], inner["ce"], inner["ss"], inner["se"], recv[0], recv[1], labels, meta
-    )
-    return SimResult(config, timeline, schedule, costs.flops_total, engine)
+                ready = np.maximum(ready, sent[schedule.recv_from])
+    result = SimResult(config, None, schedule, costs.flops_total, engine, rec.stats())
+    if keep_timeline:
+        meta = {"pass": config.pass_, "engine": engine, "hardware": config.hardware.name}
+        if early_kv:
+            backward = [p.kind == "ring" and p.schedule.pass_ == "backward" for p in phases]
+            meta["grad_rows"] = np.repeat(backward, [p.rows for p in phases])
+        result.timeline = rec.timeline([label for p in phases for label in p.labels], meta)
+    else:
+        result.rebuild = lambda: simulate(config, engine=engine, keep_timeline=True).timeline
+    return result
+
+
+def _ring(engine: str, schedule: Schedule, costs: Costs, overlap: bool, ready, rec: Recorder):
+    """One ring pass from ``ready`` ``(P,)``, its rows into ``rec``; returns when each host
+    finished computing its last step, and when its last message arrived (``None``: none)."""
+    last = {}
+
+    def emit(cs, ce, ss=None, se=None, ks=None, ke=None):
+        rec.row(cs, ce, ss, se, ks, ke)
+        last["ce"], last["se"] = ce, se
+
+    link_free = rec.link_free.copy()  # the links finish earlier phases' messages first
+    RING_ENGINES[engine](schedule, costs.ring_rows(schedule), overlap, ready, link_free, emit)
+    return last["ce"].copy(), None if last["se"] is None else last["se"].copy()
+
+
+KEEP_TIMELINE_BYTES = 128 * 2**20
+"""``simulate(keep_timeline=None)`` keeps a timeline up to this size (1,024 hosts: 34 MB)."""
