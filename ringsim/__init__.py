@@ -37,18 +37,22 @@ from ringsim.timer import RingConfig, SimResult, parse_length, simulate
 from ringsim.timer.cost import attention_flops, kv_block_bytes, overlap_threshold
 from ringsim.timer.hardware import PRESETS, Hardware, custom_hardware, get_hardware
 from ringsim.timer.memory import MODELS, ModelSpec, attention_working_set_bytes, memory_report
+from ringsim.timer.planner import plan
 from ringsim.timer.strategies import STRATEGIES, simulate_strategy
 from ringsim.timer.timeline import Timeline
+from ringsim.timer.topology import CLUSTERS, Cluster, get_cluster
 from ringsim.views.trace import chrome_trace, write_chrome_trace
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CLUSTERS",
     "LAYOUTS",
     "MODELS",
     "PRESETS",
     "STRATEGIES",
     "BlockKind",
+    "Cluster",
     "Hardware",
     "ModelSpec",
     "Partial",
@@ -69,6 +73,7 @@ __all__ = [
     "error_growth",
     "ffn_peak_bytes",
     "from_layout",
+    "get_cluster",
     "get_hardware",
     "host_positions",
     "init_params",
@@ -78,6 +83,7 @@ __all__ = [
     "overlap_threshold",
     "parse_length",
     "permutation",
+    "plan",
     "reference_attention",
     "reference_attention_grad",
     "ring_attention",

@@ -1,6 +1,6 @@
 """The ``ringsim`` command: simulate a ring, sweep it, size its memory, list the hardware.
 
-One module per subcommand (``simulate``, ``sweep``, ``memory``, ``presets``, ``demo``), each with
+One module per subcommand (``simulate``, ``sweep``, ``memory``, ``plan``, ``presets``, ``demo``), each with
 ``HELP``, ``EXAMPLES``, ``add_arguments`` and ``run``; the flags they share live in ``args`` and
 the printing in ``output``. ``calibrate`` and ``measure`` are forwarded to the real backend
 (``kernels``). Every subcommand prints a table for people (rich when installed, plain text
@@ -16,13 +16,19 @@ import argparse
 import importlib
 import sys
 
-from ringsim.cli import memory, presets, simulate, sweep
+from ringsim.cli import memory, plan, presets, simulate, sweep
 from ringsim.cli.args import Parser
 from ringsim.cli.output import guarded, to_jsonable
 
 __all__ = ["build_parser", "guarded", "main", "to_jsonable"]
 
-SUBCOMMANDS = {"simulate": simulate, "presets": presets, "sweep": sweep, "memory": memory}
+SUBCOMMANDS = {
+    "simulate": simulate,
+    "presets": presets,
+    "sweep": sweep,
+    "memory": memory,
+    "plan": plan,
+}
 
 FORWARDED = {
     "demo": ("ringsim.cli.demo", "main", "matplotlib (pip install matplotlib)"),
@@ -60,6 +66,7 @@ EPILOG = """examples:
   ringsim simulate --hosts 8 --seq-len 64K --causal --layout zigzag
   ringsim sweep --vary block --plot block.png
   ringsim memory --model 7b --hardware a100-nvlink --hosts 8
+  ringsim plan --model 7b --seq-len 1M --cluster dgx-h100 --hosts 64
   ringsim <command> --help                       flags and examples of one command"""
 
 

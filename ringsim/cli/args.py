@@ -18,7 +18,11 @@ STRATEGIES = (
     "ring",
     "ulysses",
     "allgather",
-)  # ringsim.timer.strategies.STRATEGIES, without importing it
+    "hybrid",
+    "double-ring",
+)  # ringsim.timer.strategies.ALL_STRATEGIES, without importing it
+
+PLACEMENTS = ("ulysses-inner", "ring-inner")  # ringsim.timer.hybrid.PLACEMENTS
 
 
 DEFAULT_HARDWARE = "a100-nvlink"
@@ -172,7 +176,13 @@ def resolve_hardware(args: argparse.Namespace):
             )
         extra = {} if memory is None else {"memory": memory}
         return custom_hardware(flops, bandwidth, latency or 0.0, dtype=args.dtype, **extra)
-    hw = get_hardware(args.hardware or DEFAULT_HARDWARE)
+    cluster = getattr(args, "cluster", None)
+    if args.hardware is None and cluster is not None:  # the preset's own device
+        from ringsim.timer.topology import get_cluster
+
+        hw = get_cluster(cluster).hardware
+    else:
+        hw = get_hardware(args.hardware or DEFAULT_HARDWARE)
     changes = {}
     if flops is not None:  # the given rate is what the kernel achieves
         changes.update(flops={**hw.flops, args.dtype: flops}, efficiency=1.0)
@@ -222,11 +232,99 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
     return RingConfig(**fields)
 
 
-def run_config(config, strategy: str = "ring", *, keep_timeline: bool | None = None):
-    if strategy == "ring":
+def add_cluster_flags(p: argparse.ArgumentParser, *, strategy: bool = True) -> None:
+    """--cluster PRESET, or --gpus-per-node/--inter-bandwidth/--inter-latency on top of
+    --hardware; with ``strategy``, also --ulysses-degree, --placement and --window."""
+    positive = lambda name: arg_type(parse_positive_int, name)
+    quantity = lambda name, zero=False: arg_type(
+        lambda n, t: parse_quantity(n, t, allow_zero=zero), name
+    )
+    p.add_argument("--cluster", metavar="PRESET", help="cluster preset (see `ringsim presets`)")
+    p.add_argument("--nodes", type=positive("nodes"), help="nodes in the cluster (as needed)")
+    p.add_argument(
+        "--gpus-per-node",
+        type=positive("gpus_per_node"),
+        metavar="G",
+        help="devices per node, joined by the hardware's link",
+    )
+    p.add_argument(
+        "--inter-bandwidth",
+        type=quantity("inter_bandwidth"),
+        metavar="B",
+        help="bytes/s per device between nodes (its NIC), e.g. 50G",
+    )
+    p.add_argument(
+        "--inter-latency",
+        type=quantity("inter_latency", True),
+        metavar="L",
+        help="seconds per message between nodes (5e-6)",
+    )
+    if not strategy:
+        return
+    p.add_argument(
+        "--ulysses-degree",
+        type=positive("ulysses_degree"),
+        metavar="U",
+        help="hybrid, double-ring, allgather: Ulysses group size (ring degree = hosts / U)",
+    )
+    p.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default="ulysses-inner",
+        help="which groups are consecutive ranks (share a node)",
+    )
+    p.add_argument(
+        "--window",
+        type=positive("window"),
+        help="double-ring: inner ring size (default: the ring's members per node)",
+    )
+
+
+def resolve_cluster(args: argparse.Namespace, hardware):
+    """The ``Cluster`` the flags ask for (its device ``hardware``), or None for one node with an
+    ideal switch (the flat model)."""
+    from ringsim.timer.topology import Cluster, get_cluster
+
+    g, bw = getattr(args, "gpus_per_node", None), getattr(args, "inter_bandwidth", None)
+    lat, nodes = getattr(args, "inter_latency", None), getattr(args, "nodes", None)
+    name = getattr(args, "cluster", None)
+    if name is not None:
+        if g is not None or bw is not None:
+            raise ValueError(
+                "cluster: give --cluster PRESET or --gpus-per-node and --inter-bandwidth, not both"
+            )
+        cluster = dataclasses.replace(get_cluster(name), hardware=hardware)
+        changes = {} if lat is None else {"inter_latency": lat}
+        cluster = dataclasses.replace(cluster, **changes)
+    elif g is not None or bw is not None:
+        if g is None or bw is None:
+            given = "--gpus-per-node" if g else "--inter-bandwidth"
+            raise ValueError(
+                "a custom cluster needs both --gpus-per-node and --inter-bandwidth, "
+                f"got only {given}"
+            )
+        cluster = Cluster.from_links(hardware, g, bw, 5e-6 if lat is None else lat)
+    else:
+        if nodes is not None or lat is not None:
+            raise ValueError("--nodes and --inter-latency need --cluster or --gpus-per-node")
+        return None
+    return cluster if nodes is None else cluster.with_nodes(nodes)
+
+
+def run_config(config, strategy: str = "ring", *, keep_timeline: bool | None = None, args=None):
+    cluster = None if args is None else resolve_cluster(args, config.hardware)
+    degree = getattr(args, "ulysses_degree", None)
+    if strategy == "ring" and cluster is None and degree is None:
         from ringsim.timer import simulate
 
         return simulate(config, keep_timeline=keep_timeline)
     from ringsim.timer.strategies import simulate_strategy
 
-    return simulate_strategy(config, strategy)
+    return simulate_strategy(
+        config,
+        strategy,
+        ulysses_degree=degree,
+        cluster=cluster,
+        placement=getattr(args, "placement", "ulysses-inner"),
+        window=getattr(args, "window", None),
+    )

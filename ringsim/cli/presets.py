@@ -1,4 +1,5 @@
-"""``ringsim presets``: the hardware presets, their overlap thresholds and their sources."""
+"""``ringsim presets``: the hardware presets, their overlap thresholds and their sources, then
+the cluster presets (nodes of devices, their links; ``ringsim.timer.topology``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import dataclasses
 
 from ringsim.cli.output import format_length, print_json, print_table
 
-HELP = "list the hardware presets and where their numbers come from"
+HELP = "list the hardware and cluster presets and where their numbers come from"
 EXAMPLES = """examples:
   ringsim presets
-  ringsim presets --json
+  ringsim presets --json        (hardware rows, then cluster rows: "kind": "cluster")
 """
 
 
@@ -30,8 +31,11 @@ def run(args: argparse.Namespace) -> int:
         threshold = overlap_threshold(hw, heads=32, kv_heads=32, head_dim=128, dtype=dtype)
         rows.append({**dataclasses.asdict(hw), "overlap_threshold_tokens": threshold})
         rows[-1].update(name=name, threshold_dtype=dtype)
+    for row in rows:
+        row["kind"] = "hardware"
+    clusters = _cluster_rows()
     if args.json:
-        print_json(rows)
+        print_json(rows + clusters)
         return 0
     table = [
         (
@@ -50,4 +54,31 @@ def run(args: argparse.Namespace) -> int:
     print()
     for r in rows:
         print(f"{r['name']}: {r['source']}")
+    print()
+    table = [
+        (
+            c["name"],
+            c["hardware"],
+            f"{c['gpus_per_node']}",
+            f"{c['fabric']} {c['intra_bandwidth'] / 1e9:.4g}",
+            f"{c['nics_per_node']} x {c['inter_bandwidth'] / 1e9:.4g}",
+        )
+        for c in clusters
+    ]
+    header = ("cluster", "device", "per node", "intra GB/s", "NICs x GB/s")
+    print_table("cluster presets (bandwidths per direction)", header, table)
+    print()
+    for c in clusters:
+        print(f"{c['name']}: {c['source']}")
     return 0
+
+
+def _cluster_rows() -> list[dict]:
+    from ringsim.timer.topology import CLUSTERS
+
+    rows = []
+    for name, cluster in CLUSTERS.items():
+        row = {f.name: getattr(cluster, f.name) for f in dataclasses.fields(cluster)}
+        row.update(kind="cluster", name=name, hardware=cluster.hardware.name)
+        rows.append(row)
+    return rows

@@ -6,6 +6,7 @@ import argparse
 
 from ringsim.cli.args import (
     STRATEGIES,
+    add_cluster_flags,
     add_hardware_flags,
     add_model_flags,
     add_noise_flags,
@@ -26,6 +27,10 @@ EXAMPLES = """examples:
   ringsim simulate --hosts 8 --seq-len 8K --flops 312T --bandwidth 25G --latency 5e-6
   ringsim simulate --hosts 8 --seq-len 64K --straggler 3:1.5 --trace ring.json
   ringsim simulate --hosts 8 --seq-len 64K --strategy ulysses --heads 32 --kv-heads 8
+  ringsim simulate --hosts 32 --seq-len 256K --causal --layout zigzag --kv-heads 8 \
+      --cluster dgx-h100 --strategy hybrid --ulysses-degree 8
+  ringsim simulate --hosts 16 --seq-len 128K --strategy double-ring --gpus-per-node 8 \
+      --inter-bandwidth 25G --inter-latency 5e-6
 """
 
 
@@ -39,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="ring", help="how hosts share work")
     add_model_flags(p)
     add_hardware_flags(p)
+    add_cluster_flags(p)
     add_noise_flags(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (Perfetto) JSON")
@@ -64,7 +70,8 @@ SUMMARY_NAMES = {
 def run(args: argparse.Namespace) -> int:
     config = ring_config(args, hosts=args.hosts, seq_len=parse_seq_len(args.seq_len))
     # the (steps, hosts) timeline only for a figure or a trace: a summary needs O(hosts)
-    result = run_config(config, args.strategy, keep_timeline=bool(args.plot or args.trace))
+    keep = bool(args.plot or args.trace)
+    result = run_config(config, args.strategy, keep_timeline=keep, args=args)
     summary = result.summary()
     if args.strategy != "ring":
         summary.setdefault("strategy", args.strategy)

@@ -7,6 +7,7 @@ import argparse
 
 from ringsim.cli.args import (
     STRATEGIES,
+    add_cluster_flags,
     add_hardware_flags,
     add_model_flags,
     arg_type,
@@ -59,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="ring", help="how hosts share work")
     add_model_flags(p)
     add_hardware_flags(p)
+    add_cluster_flags(p)
     p.add_argument("--json", action="store_true", help="print the sweep as JSON")
     p.add_argument("--plot", metavar="FILE", help="write the sweep figure")
     p.set_defaults(run=run)
@@ -123,7 +125,7 @@ def sweep_block(args: argparse.Namespace) -> dict:
             config = ring_config(
                 args, hosts=hosts, seq_len=block * hosts, overlap=overlap, layout=args.layout
             )
-            s = run_config(config, args.strategy).summary()
+            s = run_config(config, args.strategy, args=args).summary()
             key = "" if overlap else "no_overlap_"
             row[f"{key}total_time_s"] = s["total_time_s"]
             if overlap:
@@ -196,7 +198,7 @@ def sweep_hosts(args: argparse.Namespace) -> dict:
             causal=causal,
             overlap=not args.no_overlap,
         )
-        s = run_config(config, args.strategy).summary()
+        s = run_config(config, args.strategy, args=args).summary()
         rows.append(
             {
                 "hosts": p,
