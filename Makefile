@@ -39,8 +39,13 @@ book: setup
 	$(BIN)/python book/build.py
 
 # JupyterLab is only for reading the lessons interactively; tests and the book don't need it.
+# jupytext (installed with the book's tools) is made the default viewer of .py files, so the
+# lessons open as notebooks; the setting lives in the venv (overrides.json), not your home.
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 lab: setup
-	$(BIN)/python -m pip install --quiet jupyterlab==4.6.6
+	$(BIN)/python -m pip install --quiet jupyterlab==4.6.6 jupytext
+	mkdir -p $(LAB_SETTINGS)
+	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}' > $(LAB_SETTINGS)/overrides.json
 	$(BIN)/jupyter lab lessons/
 
 bench: setup

@@ -120,7 +120,7 @@ print(
     f"{quoted / 2**30:.1f} GiB  (one layer)"
 )
 
-# a 70B-style GQA model: 80 layers, 64 query heads sharing 8 key/value heads of dimension 128
+# a 70B-style GQA model: 80 layers, 64 query heads sharing 8 key/value heads of 128
 gqa_70b = ModelSpec(
     "70b-gqa", layers=80, d_model=8192, heads=64, ffn_hidden=28672, kv_heads=8
 )

@@ -33,11 +33,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ringsim
-from ringsim.numerics.attention import empty_partial
+from ringsim.numerics.attention import Partial, empty_partial
 from ringsim.numerics.precision import error_growth
-from ringsim.numerics.rounding import relative_error
-from ringsim.numerics.attention import Partial
-from ringsim.numerics.rounding import round_to
+from ringsim.numerics.rounding import relative_error, round_to
 from ringsim.views.lessons_support import (
     Exercise,
     exercises,
@@ -169,7 +167,8 @@ o_merged = (
     + np.exp(part_2.lse - lse)[:, None] * part_2.out
 )
 print(
-    f"lse form vs ringsim.merge: {np.abs(o_merged - ringsim.merge(part_1, part_2).out).max():.1e}"
+    f"lse form vs ringsim.merge: "
+    f"{np.abs(o_merged - ringsim.merge(part_1, part_2).out).max():.1e}"
 )
 print(f"lse form vs exact:         {relative_error(o_merged, exact).max():.1e}")
 for name, dtype in (("fp32", "fp32"), ("bf16", "bf16")):
@@ -179,7 +178,8 @@ for name, dtype in (("fp32", "fp32"), ("bf16", "bf16")):
         Partial.from_out_lse(part_1.out, lse_1), Partial.from_out_lse(part_2.out, lse_2)
     )
     print(
-        f"lse stored in {name} (scores near 100): error {relative_error(merged.out, exact).max():.1e}"
+        f"lse stored in {name} (scores near 100): "
+        f"error {relative_error(merged.out, exact).max():.1e}"
     )
 
 # %% [markdown]

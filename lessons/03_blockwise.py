@@ -101,11 +101,18 @@ print(f"time here: blockwise {t_block:.2f} s, dense {t_dense:.2f} s (same arithm
 # %%
 contexts = np.array([2**p for p in range(12, 21)])
 fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.6))
-ax.loglog(contexts, contexts.astype(float) ** 2 * 2, "o-", label="dense scores, one head (bf16)")
+ax.loglog(
+    contexts,
+    contexts.astype(float) ** 2 * 2,
+    "o-",
+    label="dense scores, one head (bf16)",
+)
 for tile in (128, 512, 2048):
     tile_bytes = np.full(len(contexts), tile * tile * 2.0)
     ax.loglog(contexts, tile_bytes, "--", label=f"one {tile}² tile")
-ax.loglog(contexts, contexts * 128 * 2 * 2.0, "s-", label="K and V of one head (d = 128)")
+ax.loglog(
+    contexts, contexts * 128 * 2 * 2.0, "s-", label="K and V of one head (d = 128)"
+)
 ax.set_xscale("log", base=2)
 ax.set_xticks(contexts, [f"{x // 1024}K" for x in contexts])
 ax.set_xlabel("context length (tokens)")

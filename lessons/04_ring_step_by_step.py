@@ -124,6 +124,7 @@ HTML(animation_html(anim))
 # With a live kernel (JupyterLab), the slider below redraws any step. In the static book the
 # animation above plays the same frames.
 
+
 # %%
 def show_step(step: int) -> None:
     fig = draw_ring_step(story, step)
@@ -181,8 +182,14 @@ for layout in ringsim.LAYOUTS:
 
 # %%
 held = story.record.steps[1][2]
-print(f"host 2, step 1: query block of host {held['q']}, output block of host {held['q']},")
-print(f"  K and V of host {held['kv']} (computing), K and V of host {held['incoming']} (arriving)")
+print(
+    f"host 2, step 1: query block of host {held['q']}, "
+    f"output block of host {held['q']},"
+)
+print(
+    f"  K and V of host {held['kv']} (computing), "
+    f"K and V of host {held['incoming']} (arriving)"
+)
 for p in (2, 4, 8):
     record = ringsim.RingRecord()
     qq, kk, vv = (rng.standard_normal((p * c, d)) for _ in range(3))

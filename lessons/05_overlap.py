@@ -27,11 +27,18 @@
 
 # %%
 import matplotlib.pyplot as plt
+import numpy as np
 
 from ringsim.timer import RingConfig, cost, simulate
 from ringsim.timer.hardware import PRESETS, get_hardware
 from ringsim.views import plots
-from ringsim.views.lessons_support import scaled, use_lesson_style
+from ringsim.views.lessons_support import (
+    Exercise,
+    exercises,
+    references,
+    scaled,
+    use_lesson_style,
+)
 
 use_lesson_style()
 
@@ -67,19 +74,56 @@ flops, bandwidth = a100.flops_for("bf16"), a100.link_bandwidth
 right = cost.overlap_threshold(
     a100, heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False
 )
-print(f"F/B = {flops / bandwidth:,.0f} tokens; ringsim.timer.cost.overlap_threshold: {right:,.0f}")
-print(f"with the one-matmul count (c/2 FLOP per byte): {2 * flops / bandwidth:,.0f} tokens")
+print(f"F/B = {flops / bandwidth:,.0f} tokens; cost.overlap_threshold: {right:,.0f}")
+print(
+    f"with the one-matmul count (c/2 FLOP per byte): "
+    f"{2 * flops / bandwidth:,.0f} tokens"
+)
 step = cost.attention_flops(1024, 1024, 32, 128)
 moved = cost.kv_block_bytes(1024, 32, 128, "bf16")
 print(f"c = 1024: {step / 1e9:.1f} GFLOP per step, {moved / 1e6:.1f} MB per step")
+
+# %% [markdown]
+# ## The roofline view
+#
+# The same condition, drawn the way kernel engineers draw it. A ring step does $4c^2dh$
+# FLOPs for every $4cdh$ bytes it moves over the link, an **arithmetic intensity** of $c$
+# FLOPs per byte (bf16). A host can go no faster than its compute, $F$, nor than its link
+# can feed it, $c \cdot B$; so the FLOP rate it can sustain is $\min(F,\ c B)$, a roof with a
+# slanted part (link-bound) and a flat part (compute-bound) that meet at the **ridge**
+# $c^* = F/B$. The faster the link, the further left the ridge.
+
+# %%
+intensity = np.array([2.0**p for p in range(6, 18)])  # c, FLOPs per byte moved
+fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.6))
+for name in ("a100-nvlink", "a100-ib", "h100-nvlink"):
+    hw = get_hardware(name)
+    roof = np.minimum(hw.flops_for("bf16"), intensity * hw.link_bandwidth) / 1e12
+    ax.loglog(intensity, roof, label=name)
+    ridge = hw.flops_for("bf16") / hw.link_bandwidth
+    ax.plot([ridge], [hw.flops_for("bf16") / 1e12], "ko", ms=4)
+ax.set_xscale("log", base=2)
+ax.set_xticks(intensity[::2], [f"{int(x) // 1024}K" if x >= 1024 else f"{int(x)}"
+                               for x in intensity[::2]])  # fmt: skip
+ax.set_xlabel("block size c = FLOPs per byte on the link (bf16)")
+ax.set_ylabel("sustainable TFLOP/s")
+ax.set_title("Ring step roofline: min(F, c B); dots mark the ridge c* = F/B")
+ax.legend(fontsize=8, loc="lower right")
+plt.show()
+
+# %% [markdown]
+# *Figure 5.0. What to notice:* left of its ridge a host runs at $cB$, a fraction $c/c^*$ of
+# its peak, whatever its FLOP/s; right of it, at peak. The three presets share the A100's or
+# H100's flat roof but their ridges sit far apart: the interconnect, not the chip, decides
+# how big a block has to be.
 
 # %% [markdown]
 # ## Timelines
 #
 # `ringsim.timer.simulate` runs the same schedule as the numerics, but with clocks: each
 # host computes when it has a block and the previous compute is done, and each link carries
-# one message at a time. Below, 8 A100s on InfiniBand (12.5 GB/s), whose threshold is about
-# 25,000 tokens, with blocks well below and well above it.
+# one message at a time. Below, 8 A100s on InfiniBand (12.5 GB/s), whose threshold is
+# 24,960 tokens (24.4K, counting K = 1,024), with blocks well below and well above it.
 #
 # **Predict first.** With blocks of 4K tokens (far below the threshold), what fraction of the
 # time do the hosts compute? And at 64K?
@@ -103,9 +147,9 @@ plt.show()
 runs = {}
 for overlap in (True, False):
     config = RingConfig(hosts=8, seq_len=8 * 65536, hardware=ib, overlap=overlap)
-    runs[f"64K tokens per block, {'overlapped' if overlap else 'no overlap'}"] = simulate(
-        config
-    ).timeline
+    runs[f"64K tokens per block, {'overlapped' if overlap else 'no overlap'}"] = (
+        simulate(config).timeline
+    )
 fig = plots.plot_timelines(list(runs.items()), max_hosts=4)
 plt.show()
 
@@ -132,7 +176,9 @@ for name in ("a100-nvlink", "a100-ib"):
         s = simulate(RingConfig(hosts=8, seq_len=8 * c, hardware=hw)).summary()
         exposed.append(s["exposed_comm_s"] / s["total_time_s"])
     series[name] = exposed
-threshold = cost.overlap_threshold(ib, heads=32, kv_heads=32, head_dim=128, dtype="bf16")
+threshold = cost.overlap_threshold(
+    ib, heads=32, kv_heads=32, head_dim=128, dtype="bf16"
+)
 fig = plots.plot_sweep(
     blocks,
     series,
@@ -140,7 +186,8 @@ fig = plots.plot_sweep(
     ylabel="share of time waiting on the link",
     title="8 hosts, 32 heads of 128, bf16",
     threshold=threshold,
-    threshold_label=f"A100 InfiniBand threshold {threshold / 1024:.1f}K",
+    threshold_label="A100 InfiniBand threshold",
+    legend_loc="center right",
 )
 plt.show()
 
@@ -148,7 +195,8 @@ plt.show()
 # *Figure 5.3. What to notice:* on InfiniBand the exposed share falls as the block grows and
 # reaches (almost) zero at the marked threshold, as $c \geq F/B$ predicts; NVLink's curve does
 # the same 24 times earlier, near 1K tokens. What remains just past the threshold is the first
-# block's transfer latency, which nothing can hide.
+# block's transfer latency, which nothing can hide. (The marked threshold includes the link's
+# latency, so it sits a little above $F/B$: 24.4K on the axis, where K is 1,024 tokens.)
 
 # %% [markdown]
 # ## The thresholds of the presets
@@ -158,14 +206,14 @@ plt.show()
 
 # %%
 paper = {"a100-nvlink": "1.0K", "a100-ib": "24.5K", "tpu-v4": "1.0K"}
-print(f"{'preset':>12} {'F (TFLOP/s)':>12} {'B (GB/s)':>9} {'F/B':>8} {'c* (+lat.)':>11} paper")
+print(f"{'preset':>12} {'TFLOP/s':>8} {'GB/s':>6} {'F/B':>8} {'+latency':>9} paper")
 for name, hw in PRESETS.items():
     kw = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16")
     bare = cost.overlap_threshold(hw, include_latency=False, **kw)
     with_latency = cost.overlap_threshold(hw, **kw)
     print(
-        f"{name:>12} {hw.flops_for('bf16') / 1e12:12.0f} {hw.link_bandwidth / 1e9:9.1f}"
-        f" {bare:8,.0f} {with_latency:11,.0f} {paper.get(name, '-')}"
+        f"{name:>12} {hw.flops_for('bf16') / 1e12:8.0f} {hw.link_bandwidth / 1e9:6.1f}"
+        f" {bare:8,.0f} {with_latency:9,.0f} {paper.get(name, '-')}"
     )
 
 # %% [markdown]
@@ -191,3 +239,50 @@ print(
 # - NVLink needs about 1K tokens per host, InfiniBand about 25K.
 #
 # Next: [the causal catch](06_causal_catch.py).
+
+# %% tags=["remove-input"]
+kw = dict(heads=32, head_dim=128, dtype="bf16", include_latency=False)
+h100 = get_hardware("h100-nvlink")
+h200_ib = get_hardware("h200-ib")
+c_h100 = cost.overlap_threshold(h100, kv_heads=32, **kw)
+c_h200_ib = cost.overlap_threshold(h200_ib, kv_heads=32, **kw)
+c_gqa = cost.overlap_threshold(ib, kv_heads=8, **kw)
+exercises(
+    Exercise(
+        f"An H100 node: {h100.flops_for('bf16') / 1e12:.0f} TFLOP/s (bf16) per GPU and "
+        f"{h100.link_bandwidth / 1e9:.0f} GB/s per direction of NVLink (the `h100-nvlink` "
+        "preset). What is the smallest block that hides the ring's transfers? And across "
+        f"nodes, on the `h200-ib` preset ({h200_ib.link_bandwidth / 1e9:.0f} GB/s)?",
+        f"$c^* = F/B$ = {c_h100:,.0f} tokens inside the node, {c_h200_ib:,.0f} across "
+        "nodes (`cost.overlap_threshold(..., include_latency=False)`). A ring that spans "
+        "nodes needs blocks of tens of thousands of tokens per GPU.",
+    ),
+    Exercise(
+        "The same A100 InfiniBand ring, but with grouped-query attention: 32 query heads "
+        "share 8 key/value heads. What is the threshold now?",
+        f"Compute is unchanged ($4c^2dh$, with $h$ the query heads) while the message "
+        f"shrinks to $4cdh_{{kv}}$ bytes, so $c^* = F h_{{kv}} / (B h)$ = {c_gqa:,.0f} "
+        "tokens, a quarter of the 24,960 without GQA.",
+    ),
+    Exercise(
+        "Find the bug: a blog post computes a step's FLOPs as $2c^2dh$ and its bytes as "
+        "$2cdh \\cdot 2$, and concludes that InfiniBand needs about 50K-token blocks. What "
+        "did it forget, and what is the right number?",
+        "Attention is two matmuls per step, $QK^\\top$ and the weights times $V$, each "
+        "$2c^2dh$ FLOPs: $4c^2dh$ in all. With one matmul the intensity halves to $c/2$ and "
+        f"the threshold doubles, to {2 * cost.overlap_threshold(ib, kv_heads=32, **kw):,.0f}"
+        " tokens. The right threshold is "
+        f"{cost.overlap_threshold(ib, kv_heads=32, **kw):,.0f} tokens.",
+    ),
+)
+
+# %% tags=["remove-input"]
+references(
+    "ring",
+    "flash2",
+    "scaling_book",
+    notes={
+        "ring": "Table 2: the minimal block size per interconnect.",
+        "scaling_book": "Rooflines and arithmetic intensity, in its first chapters.",
+    },
+)

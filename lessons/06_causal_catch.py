@@ -27,12 +27,19 @@
 
 # %%
 import matplotlib.pyplot as plt
+import numpy as np
 
 import ringsim
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.hardware import get_hardware
 from ringsim.views import plots
-from ringsim.views.lessons_support import use_lesson_style
+from ringsim.views.lessons_support import (
+    Exercise,
+    exercises,
+    references,
+    table,
+    use_lesson_style,
+)
 
 use_lesson_style()
 a100 = get_hardware("a100-nvlink")
@@ -41,11 +48,30 @@ a100 = get_hardware("a100-nvlink")
 # ## Who holds which tokens
 #
 # `ringsim.host_positions` deals the tokens; the mask rule then decides the work of every
-# (query block, key/value block) pair. Eight tokens per host on 4 hosts:
+# (query block, key/value block) pair. Sixteen tokens on 4 hosts, four tokens per host:
 
 # %%
 for layout in ringsim.LAYOUTS:
     print(f"{layout:>10}: {ringsim.host_positions(layout, 4, 16).tolist()}")
+
+# %% [markdown]
+# The picture that explains the rest of the lesson: the whole tokens × tokens causal mask,
+# every visible (query, key) pair coloured by the host that computes it (the host holding
+# the query). The top row keeps the tokens in order; the bottom row sorts queries and keys
+# by host, so each square of the $P \times P$ grid is one (query block, kv block) pair of
+# the ring, and the label counts each host's visible pairs.
+
+# %%
+fig = plots.plot_layout_masks(4, 32, causal=True)
+plt.show()
+
+# %% [markdown]
+# *Figure 6.0. What to notice:* contiguous gives host 0 a small triangle and host 3 a
+# whole trapezoid (36 against 228 pairs); striped interleaves the rows so every host gets a
+# thin slice of every part of the triangle (120 to 144 pairs); zigzag pairs each early chunk
+# with its mirror late chunk, so every host gets exactly the same count (132). In the
+# sorted view, contiguous has whole empty squares (skipped blocks), striped and zigzag have
+# none: every host works at every step.
 
 # %% [markdown]
 # **Predict first.** With $P$ hosts, contiguous blocks and a causal mask, the ring takes $P$
@@ -64,7 +90,9 @@ for layout in ringsim.LAYOUTS:
 # %%
 runs = {}
 for layout in ringsim.LAYOUTS:
-    config = RingConfig(hosts=8, seq_len=8 * 16384, hardware=a100, layout=layout, causal=True)
+    config = RingConfig(
+        hosts=8, seq_len=8 * 16384, hardware=a100, layout=layout, causal=True
+    )
     runs[f"{layout}, causal"] = simulate(config).timeline
 fig = plots.plot_timelines(list(runs.items()), max_hosts=8)
 plt.show()
@@ -79,8 +107,11 @@ host_counts = [2, 4, 8, 16, 32, 64]
 idle = {layout: [] for layout in ringsim.LAYOUTS}
 for p in host_counts:
     for layout in ringsim.LAYOUTS:
-        config = RingConfig(hosts=p, seq_len=p * 8192, hardware=a100, layout=layout, causal=True)
+        config = RingConfig(
+            hosts=p, seq_len=p * 8192, hardware=a100, layout=layout, causal=True
+        )
         idle[layout].append(simulate(config).summary()["idle_fraction"])
+closed_form = [(p - 1) / (2 * p - 1) for p in host_counts]
 fig = plots.plot_sweep(
     host_counts,
     idle,
@@ -88,14 +119,25 @@ fig = plots.plot_sweep(
     ylabel="idle fraction",
     title="Causal ring, 8K tokens per host, exact (untiled) work",
     plain_x=True,
-    references={"1/2": [0.5] * len(host_counts)},
-    ylim=(0, 0.6),
+    references={"(P-1)/(2P-1)": closed_form},
+    ylim=(-0.05, 0.6),
+    legend_loc="center right",
 )
 plt.show()
+rows = [
+    {"P": p, **{lay: idle[lay][i] for lay in idle}, "(P-1)/(2P-1)": closed_form[i]}
+    for i, p in enumerate(host_counts)
+]
+print(
+    table(
+        rows, {"P": "{:d}", **{lay: "{:.3f}" for lay in idle}, "(P-1)/(2P-1)": "{:.3f}"}
+    )
+)
 
 # %% [markdown]
-# *Figure 6.2. What to notice:* the contiguous ring's idle share climbs towards one half as
-# hosts are added; the balanced layouts stay near zero at every size.
+# *Figure 6.2. What to notice:* the contiguous ring's idle share follows the closed form
+# $(P-1)/(2P-1)$ (dashed) towards one half as hosts are added; the striped and zigzag lines
+# lie on top of each other just above zero at every size (the table has the numbers).
 
 # %% [markdown]
 # ## Tiles spoil the stripes
@@ -147,10 +189,103 @@ plt.show()
 # context-parallel training (e.g. for Llama 3) deals tokens in zigzag chunks rather than
 # stripes.
 #
+# ## Balancing beyond zigzag: packed documents
+#
+# Training batches are often *packed*: several documents share one sequence, and a token
+# attends only to earlier tokens of its own document (`segment_ids` in ringsim, the
+# document-causal mask used to train Llama 3). The work of a block then depends on where the
+# documents fall, and no fixed layout is balanced for every packing: zigzag assumes one
+# long causal document.
+#
+# **Predict first.** One long document of 3/4 of the sequence followed by short ones: which
+# host of a zigzag ring does most work now?
+
+# %%
+P_doc, n_doc = 4, 64
+segment_ids = np.repeat(
+    [0, 1, 2, 3, 4], [48, 4, 4, 4, 4]
+)  # one long document, four short
+fig = plots.plot_layout_masks(P_doc, n_doc, causal=True, segment_ids=segment_ids)
+plt.show()
+for layout in ringsim.LAYOUTS:
+    sched = ringsim.build_schedule(
+        P_doc, layout, causal=True, seq_len=n_doc, segment_ids=segment_ids
+    )
+    per_host = sum(sched.exact_work_at(s) for s in range(sched.steps))
+    busiest = per_host.max() * sched.steps / per_host.sum()
+    work = ", ".join(f"{w:.2f}" for w in per_host)
+    print(f"{layout:>10}: blocks of work per host [{work}]; busiest/mean {busiest:.2f}")
+
+# %% [markdown]
+# *Figure 6.4. What to notice:* with documents, the mask is a staircase of triangles along
+# the diagonal and most of the square is empty. Zigzag's mirror trick assumed one long
+# document; here it pairs the long document's heavy rows with the short documents' nearly
+# empty ones, and its busiest host does 1.7 times the mean work. Striped stays nearly
+# balanced (1.08) because it deals *every* document round robin. Systems balance packed
+# batches the same way: deal each document across the hosts (striped or zigzag within the
+# document), or assign documents by their cost, which grows with the square of their
+# length, rather than by token count. Llama 3 splits each sequence into $2P$ zigzag chunks
+# and all-gathers keys and values, which handles document masks without a ring.
+#
 # ## Takeaways
 #
-# - Contiguous + causal idles about half the ring: $1 - P/(2P-1)$.
+# - Contiguous + causal idles about half the ring: $(P-1)/(2P-1)$.
 # - Striped and zigzag give every host equal work at every step.
 # - With tiled kernels, striped pays on every block; zigzag only on the diagonal.
+# - Packed documents change the mask; balance by the cost of each document, not its tokens.
 #
 # Next: [memory and the longest context](07_memory_context.py).
+
+# %% tags=["remove-input"]
+idle_16 = simulate(
+    RingConfig(
+        hosts=16, seq_len=16 * 8192, hardware=a100, layout="contiguous", causal=True
+    )
+).summary()["idle_fraction"]
+
+
+def tile_waste(c: int) -> float:
+    base = dict(hosts=8, seq_len=8 * c, hardware=a100, layout="striped", causal=True)
+    tiled = simulate(RingConfig(tile=128, **base)).summary()["compute_time_s"]
+    return tiled / simulate(RingConfig(**base)).summary()["compute_time_s"] - 1
+
+
+waste_512 = tile_waste(512)
+exercises(
+    Exercise(
+        "Predict the idle fraction of a causal contiguous ring of 16 hosts, then check it "
+        "with the timer.",
+        f"$(P-1)/(2P-1) = 15/31 = {15 / 31:.3f}$; the timer gives {idle_16:.3f} "
+        "(`simulate(RingConfig(hosts=16, ..., causal=True)).summary()['idle_fraction']`).",
+    ),
+    Exercise(
+        "A striped ring with 128-token kernel tiles and $c = 512$ tokens per host: how much "
+        "more compute than the exact mask does it pay, roughly, and why?",
+        "Each of the host's blocks has the causal boundary running along its diagonal, so "
+        "in each of its $c/T = 4$ rows of tiles the diagonal tile is computed whole though "
+        "only about half of it is visible: half a tile of waste per row of $c/T$ tiles "
+        "against about $c/(2T)$ useful tiles, roughly $T/c$ = 25% extra. The timer says "
+        f"{waste_512:.0%}.",
+    ),
+    Exercise(
+        "Why is zigzag perfectly balanced for one causal document? Count the pairs of host "
+        "$h$ with $2P$ chunks of $c/2$ tokens.",
+        "Chunk $i$ (of $2P$) sees $i$ full earlier chunks and half of itself: "
+        "$(i + 1/2)(c/2)^2$ pairs. Host $h$ holds chunks $h$ and $2P - 1 - h$: "
+        "$(h + 1/2 + 2P - 1 - h + 1/2)(c/2)^2 = 2P (c/2)^2$, the same for every $h$. "
+        "Figure 6.0 counts 132 pairs on every host.",
+    ),
+)
+
+# %% tags=["remove-input"]
+references(
+    "striped",
+    "llama3",
+    "ring",
+    "playbook",
+    notes={
+        "striped": "The striped layout and the token-level mask picture (its Figure 2).",
+        "llama3": "Context parallelism with zigzag chunks and document masks (Section 3.3.2).",
+        "playbook": "Zigzag load balancing, drawn on the same mask.",
+    },
+)

@@ -35,7 +35,13 @@ from ringsim.numerics.rounding import relative_error
 from ringsim.timer import RingConfig, cost, simulate
 from ringsim.timer.hardware import get_hardware
 from ringsim.views import plots
-from ringsim.views.lessons_support import scaled, use_lesson_style
+from ringsim.views.lessons_support import (
+    Exercise,
+    exercises,
+    references,
+    scaled,
+    use_lesson_style,
+)
 
 use_lesson_style()
 rng = np.random.default_rng(8)
@@ -55,23 +61,44 @@ rng = np.random.default_rng(8)
 # </details>
 
 # %%
-print(ringsim.build_schedule(4, "zigzag", causal=True, pass_="backward", seq_len=32).describe())
+backward = ringsim.build_schedule(
+    4, "zigzag", causal=True, pass_="backward", seq_len=32
+)
+print(backward.describe())
 
 # %% [markdown]
 # ## Exact gradients
 #
-# Each host rebuilds $p_{ij} = e^{s_{ij} - \mathrm{lse}_i}$ for its block from the forward's
-# log-sum-exp (one number per query row), so the probabilities are exact without ever storing
-# them; with $\delta_i = \sum_j dO_{ij} O_{ij}$ (also one number per row), the softmax gradient
-# is $dS = P \circ (dP - \delta)$. We compare with the float64 reference that builds the whole
-# matrix:
+# Notation (in this lesson $P$ stays the host count). For one query row $i$: scores
+# $s_{ij} = q_i \cdot k_j / \sqrt{d}$, attention weights $A_{ij} = e^{s_{ij} - \mathrm{lse}_i}$
+# (the softmax, lesson 2's log-sum-exp form), output $O_i = \sum_j A_{ij} v_j$, and $dO$ the
+# gradient arriving from the layer above. Backpropagating through $O = AV$ gives
+#
+# $$dV = A^\top dO, \qquad dA = dO\, V^\top \quad (dA_{ij} = dO_i \cdot v_j),$$
+#
+# and through the softmax of each row (its Jacobian is $\mathrm{diag}(A_i) - A_i A_i^\top$)
+#
+# $$dS_{ij} = A_{ij}\Big(dA_{ij} - \sum_k A_{ik}\, dA_{ik}\Big) = A_{ij}\,(dA_{ij} - \delta_i).$$
+#
+# The row sum $\delta_i$ looks as if it needs the whole row of $A$, which no host has. It
+# does not:
+#
+# $$\delta_i = \sum_k A_{ik}\, (dO_i \cdot v_k) = dO_i \cdot \sum_k A_{ik} v_k
+#   = dO_i \cdot O_i = \mathrm{rowsum}(dO \circ O)_i ,$$
+#
+# one number per query row, computed at home from the forward's output before the ring
+# starts. Then $dQ = dS\,K/\sqrt{d}$ and $dK = dS^\top Q/\sqrt{d}$. So each host rebuilds
+# its block of $A$ exactly from the saved $\mathrm{lse}$ (one number per row) and never
+# stores the $N \times N$ matrix. We compare with the float64 reference that builds it:
 
 # %%
 n, d = scaled(256, multiple=32), 32
 q, k, v, dout = (rng.standard_normal((2, n, d)) for _ in range(4))
 exact = ringsim.reference_attention_grad(q, k, v, dout, causal=True)
 for layout in ringsim.LAYOUTS:
-    ring = ringsim.ring_attention_backward(q, k, v, dout, hosts=8, layout=layout, causal=True)
+    ring = ringsim.ring_attention_backward(
+        q, k, v, dout, hosts=8, layout=layout, causal=True
+    )
     errors = [relative_error(g, e).max() for g, e in zip(ring, exact, strict=True)]
     print(f"{layout:>10}: dq {errors[0]:.1e}  dk {errors[1]:.1e}  dv {errors[2]:.1e}")
 
@@ -123,3 +150,48 @@ plt.show()
 # - Backward: 2.5× the FLOPs, 2× the bytes, so its threshold is 0.8× the forward's.
 #
 # Next: [ring, Ulysses and all-gather; prefill and decode](09_strategies_decode.py).
+
+# %% tags=["remove-input"]
+h100 = get_hardware("h200-ib")
+kw_h = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False)
+fwd_h, bwd_h = (
+    cost.overlap_threshold(h100, pass_=p_, **kw_h) for p_ in ("forward", "backward")
+)
+kv_mb = cost.kv_block_bytes(8192, 32, 128, "bf16") / 1e6
+grad_mb = cost.grad_block_bytes(8192, 32, 128, "fp32") / 1e6
+exercises(
+    Exercise(
+        "On the `h200-ib` preset (32 heads of 128, bf16 gradients), what are the forward and "
+        "backward thresholds? Which pass needs the bigger block to hide its transfers?",
+        f"Forward {fwd_h:,.0f} tokens, backward {bwd_h:,.0f} "
+        f"({bwd_h / fwd_h:.2f}x): the forward needs the bigger block, since the backward "
+        "does 2.5x the FLOPs for 2x the bytes.",
+    ),
+    Exercise(
+        "A backward message for $c = 8192$ tokens, 32 heads of 128: K and V in bf16, dK and "
+        "dV accumulated in fp32. How many megabytes, against the forward's message?",
+        f"K, V: {kv_mb:.1f} MB; dK, dV in fp32: {grad_mb:.1f} MB; together "
+        f"{kv_mb + grad_mb:.1f} MB, {(kv_mb + grad_mb) / kv_mb:.0f}x the forward's "
+        "(`cost.kv_block_bytes`, `cost.grad_block_bytes`).",
+    ),
+    Exercise(
+        "Find the bug: a ring backward computes $\\delta_i$ on each host from the block "
+        "it holds, $\\delta_i = \\sum_{j \\in \\text{block}} A_{ij} dA_{ij}$. Why is "
+        "that wrong, and what is the fix?",
+        "$\\delta_i$ is a sum over the *whole* row of $A$; a block's share of it is not "
+        "the same number, so $dS$ comes out wrong on every block (the errors do not cancel "
+        "when summed). The fix is the identity above: $\\delta_i = dO_i \\cdot O_i$, "
+        "computed once at home from the forward's full output.",
+    ),
+)
+
+# %% tags=["remove-input"]
+references(
+    "flash",
+    "flash2",
+    "ring",
+    notes={
+        "flash": "The backward from the saved statistics (its Appendix B).",
+        "flash2": "The backward with the log-sum-exp and $D = \\mathrm{rowsum}(dO \\circ O)$.",
+    },
+)

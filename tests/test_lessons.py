@@ -29,8 +29,10 @@ build = _load_build()
 LESSONS = build.lessons()
 
 
-def test_the_ten_lessons_are_there() -> None:
-    assert [p.name[:2] for p in LESSONS] == [f"{i:02d}" for i in range(1, 11)]
+def test_the_lessons_are_numbered_from_one_without_gaps() -> None:
+    numbers = [int(p.name[:2]) for p in LESSONS]
+    assert numbers[:10] == list(range(1, 11)), numbers
+    assert numbers == list(range(1, len(numbers) + 1)), f"a gap in the lesson numbers: {numbers}"
     assert (ROOT / "lessons" / "index.md").exists()
 
 
@@ -82,6 +84,25 @@ def test_lesson_has_goals_predictions_and_captions(executed: dict) -> None:
     assert "Predict first" in text
     assert text.count("<details>") >= 1 and text.count("<details>") == text.count("</details>")
     assert "What to notice" in text, "figures need a caption saying what to notice"
+
+
+def _markdown_outputs(nb: dict) -> str:
+    return "\n".join(
+        "".join(o["data"]["text/markdown"])
+        for o in _outputs(nb)
+        if o["output_type"] in ("display_data", "execute_result") and "text/markdown" in o["data"]
+    )
+
+
+def test_lesson_ends_with_exercises_and_linked_references(executed: dict) -> None:
+    printed = _markdown_outputs(executed)
+    assert "## Exercises" in printed, "each lesson ends with exercises"
+    questions = [line for line in printed.splitlines() if line.startswith("**") and ".**" in line]
+    assert len(questions) >= 2, f"at least two exercises, found {len(questions)}"
+    assert printed.count("<summary>Solution</summary>") == len(questions)
+    assert printed.count("<details>") == printed.count("</details>")
+    assert "## References" in printed
+    assert printed.count("](https://") >= 2, "references are links"
 
 
 def test_lesson_scale_knob_is_validated(monkeypatch) -> None:

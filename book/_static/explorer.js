@@ -57,13 +57,14 @@
 
     function drawRing(svg, e, p, s, col) {
       svg.replaceChildren();
-      const R = 120, cx = 170, cy = 160, r = p <= 8 ? 24 : p <= 12 ? 17 : 13;
+      const R = 115, cx = 175, cy = 178, r = p <= 8 ? 24 : p <= 12 ? 17 : 13;
+      const heads = col.map((c, i) => `<marker id="rx-head-${i}" viewBox="0 0 10 10" ` +
+        `refX="8" refY="5" markerWidth="6" markerHeight="6" orient="auto">` +
+        `<path d="M0,0 L10,5 L0,10 z" fill="${c}"/></marker>`).join("");
       el("defs", {}, svg).innerHTML =
         '<pattern id="rx-hatch" width="5" height="5" patternUnits="userSpaceOnUse" ' +
         'patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="5" stroke="black" ' +
-        'stroke-width="1.2"/></pattern><marker id="rx-head" viewBox="0 0 10 10" refX="9" ' +
-        'refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">' +
-        '<path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker>';
+        'stroke-width="1.2"/></pattern>' + heads;
       const pos = (h) => {
         const a = Math.PI / 2 - (2 * Math.PI * h) / p;
         return [cx + R * Math.cos(a), cy - R * Math.sin(a), a];
@@ -71,13 +72,15 @@
       const sends = e.sends[s];
       for (let h = 0; h < p && sends; h++) {
         const [x1, y1] = pos(h), [x2, y2] = pos((h + 1) % p);
-        const mx = (x1 + x2) / 2, my = (y1 + y2) / 2;
-        const bx = cx + (mx - cx) * 1.25, by = cy + (my - cy) * 1.25;
+        const len = Math.hypot(x2 - x1, y2 - y1), ux = (x2 - x1) / len, uy = (y2 - y1) / len;
+        const gap = r + 4;
+        const sx = x1 + ux * gap, sy = y1 + uy * gap, ex = x2 - ux * gap, ey = y2 - uy * gap;
+        const mx = (sx + ex) / 2, my = (sy + ey) / 2;
+        const bx = cx + (mx - cx) * 1.18, by = cy + (my - cy) * 1.18;
         const owner = parseInt(e.owners[s][h], 36);
         el("path", {
-          d: `M${x1},${y1} Q${bx},${by} ${x2},${y2}`, fill: "none", stroke: col[owner],
-          "stroke-width": 2, "marker-end": "url(#rx-head)", class: "rx-msg",
-          "stroke-dasharray": `0 ${r + 2} 1000`,
+          d: `M${sx},${sy} Q${bx},${by} ${ex},${ey}`, fill: "none", stroke: col[owner],
+          "stroke-width": 2.2, "marker-end": `url(#rx-head-${owner})`, class: "rx-msg",
         }, svg);
       }
       for (let h = 0; h < p; h++) {

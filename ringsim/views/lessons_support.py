@@ -187,8 +187,8 @@ def _draw_ring(ax, story: RingStory, step: int) -> None:
             arrow = FancyArrowPatch(
                 (x, y),
                 tuple(dst),
-                shrinkA=radius * 80,
-                shrinkB=radius * 80,
+                shrinkA=16,
+                shrinkB=16,
                 connectionstyle="arc3,rad=-0.25",
                 arrowstyle="-|>",
                 mutation_scale=12,
