@@ -134,7 +134,8 @@ def block_attention_backward(
     else:
         import kernels.torch_block as torch_block
 
-        dq, dk, dv = torch_block.backward(args, dout4, lse3, delta3)
+        out4 = None if out is None else out.reshape(args.q.shape)  # the fused CPU kernel's input
+        dq, dk, dv = torch_block.backward(args, dout4, lse3, delta3, out=out4)
     out_dtype = q.dtype if out_dtype is None else out_dtype
     return tuple(
         g.reshape(shape).to(out_dtype) for g, shape in ((dq, q.shape), (dk, k.shape), (dv, v.shape))

@@ -323,7 +323,7 @@ def ring_backward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             dq_b, dk_b, dv_b = block_attention_backward(
-                q, kv[0], kv[1], dout, None, lse, **ring.mask_args(pos, docs, owner, kind),
+                q, kv[0], kv[1], dout, out, lse, **ring.mask_args(pos, docs, owner, kind),
                 scale=scale, delta=delta, backend=ring.block_backend, out_dtype=torch.float32,
             )  # fmt: skip
             dq += dq_b

@@ -14,11 +14,24 @@ Two things live here:
   one key/value block and returns a ``Partial`` — the unnormalised output ``acc``, the
   ``row_max`` of the scores and the ``row_sum`` of their exponentials. ``merge`` folds two
   partials together with the online-softmax rescale. ``block_attention_backward`` is the
-  flash-style backward of one block from the saved log-sum-exp.
+  flash-style backward of one block from the saved softmax statistics.
+
+Both block functions work one *query tile* at a time: a tile of rows meets the block's keys
+(under a causal mask only the prefix of keys at or before its last position: positions are
+sorted), so a host holds its ``O(c d)`` blocks plus one tile of scores of at most
+``TILE_BYTES``, never the ``c x c`` matrix. Each row's arithmetic is the untiled one.
+
+The backward rebuilds the probabilities ``p = exp(s - lse)``. From
+``lse = row_max + log(row_sum)`` alone that loses ``log(row_sum)`` when ``|row_max|`` dwarfs it
+(tied scores of ~1e7 in float32, ~1e16 in float64: ``dv`` 16x too large in a 16-token case),
+the limit every kernel with a float32 ``lse`` shares, FlashAttention's and ``kernels/``
+included. Given the forward's ``row_max`` and ``row_sum`` too (the ring keeps them), rows
+whose ``lse`` lost more than ``LSE_LOSS`` use ``p = exp(s - row_max) / row_sum`` instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -96,6 +109,42 @@ def group_heads(q: np.ndarray, kv_heads: int) -> np.ndarray:
     return q.reshape(*q.shape[:-3], kv_heads, q.shape[-3] // kv_heads, *q.shape[-2:])
 
 
+TILE_BYTES = 4 * 2**20
+"""The most bytes of scores a block function holds at once (one query tile, all heads)."""
+
+
+def _query_tiles(
+    lead: int,
+    cq: int,
+    ck: int,
+    itemsize: int,
+    q_pos: np.ndarray | None,
+    k_pos: np.ndarray | None,
+    causal: bool,
+    q_seg: np.ndarray | None,
+    k_seg: np.ndarray | None,
+) -> Iterator[tuple[slice, int, np.ndarray | None]]:
+    """``(rows, keys, mask)`` per query tile: the tile's rows, how many leading keys it may see
+    (0: none, the tile is skipped) and its ``(rows, keys)`` mask (``None``: all visible).
+    ``lead`` heads (and batch) share each tile, so a tile of scores holds ``TILE_BYTES``."""
+    size = max(1, TILE_BYTES // max(1, lead * ck * itemsize))
+    prefix = causal and bool(np.all(k_pos[1:] >= k_pos[:-1]))  # sorted: visible keys a prefix
+    for a in range(0, cq, size):
+        rows = slice(a, min(a + size, cq))
+        keys = int(np.searchsorted(k_pos, q_pos[rows].max(), side="right")) if prefix else ck
+        if keys == 0:
+            yield rows, 0, None
+            continue
+        cols = slice(0, keys)
+        segs = (None, None) if q_seg is None else (q_seg[rows], k_seg[cols])
+        whole = prefix and q_seg is None and k_pos[keys - 1] <= q_pos[rows].min()
+        mask = None if whole else visible_mask(
+            None if q_pos is None else q_pos[rows], None if k_pos is None else k_pos[cols],
+            causal=causal, q_seg=segs[0], k_seg=segs[1],
+        )  # fmt: skip
+        yield rows, keys, mask
+
+
 def kv_heads_of(k: np.ndarray) -> int:
     return 1 if k.ndim == 2 else k.shape[-3]
 
@@ -135,20 +184,28 @@ def block_attention(
     dtype = work_dtype(q_block.dtype)
     if causal and (q_pos is None or k_pos is None):
         raise ValueError("causal block attention needs q_pos and k_pos (global positions)")
-    mask = visible_mask(q_pos, k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
     q_g = group_heads(q_block.astype(dtype, copy=False) * dtype(scale), kv_heads_of(k_block))
     k_g = _as_kv(k_block.astype(dtype, copy=False))
     v_g = _as_kv(v_block.astype(dtype, copy=False))
-
-    scores = q_g @ k_g.swapaxes(-1, -2)  # (..., Hkv, g, cq, ck)
-    if mask is not None:
-        scores = np.where(mask, scores, -np.inf)
-    row_max = scores.max(axis=-1)
-    shift = row_max if mask is None else np.where(np.isneginf(row_max), 0, row_max)
-    scores -= shift[..., None]
-    np.exp(scores, out=scores)  # scores now hold p = exp(s - row_max); masked entries are 0
-    row_sum = scores.sum(axis=-1)
-    acc = scores @ v_g
+    acc = np.zeros((*q_g.shape[:-1], v_g.shape[-1]), dtype)
+    row_max = np.full(q_g.shape[:-1], -np.inf, dtype)
+    row_sum = np.zeros(q_g.shape[:-1], dtype)
+    lead = int(np.prod(q_g.shape[:-2]))
+    cq, ck = q_g.shape[-2], k_g.shape[-2]
+    tiles = _query_tiles(lead, cq, ck, dtype().itemsize, q_pos, k_pos, causal, q_seg, k_seg)
+    for rows, keys, mask in tiles:
+        if keys == 0:
+            continue  # no visible key: acc = 0, row_max = -inf, row_sum = 0
+        scores = q_g[..., rows, :] @ k_g[..., :keys, :].swapaxes(-1, -2)  # (..., g, rows, keys)
+        if mask is not None:
+            np.copyto(scores, -np.inf, where=~mask)
+        tile_max = scores.max(axis=-1)
+        shift = tile_max if mask is None else np.where(np.isneginf(tile_max), 0, tile_max)
+        scores -= shift[..., None]
+        np.exp(scores, out=scores)  # scores now hold p = exp(s - row_max); masked entries are 0
+        row_max[..., rows] = tile_max
+        row_sum[..., rows] = scores.sum(axis=-1)
+        acc[..., rows, :] = scores @ v_g[..., :keys, :]
 
     head_shape = q_block.shape[:-2]
     return Partial(
@@ -156,6 +213,30 @@ def block_attention(
         _ungroup(row_max, q_block.ndim, head_shape),
         _ungroup(row_sum, q_block.ndim, head_shape),
     )
+
+
+LSE_LOSS = 2.0**-10
+"""A saved ``lse`` that lost more than this of ``log(row_sum)`` to rounding is not used."""
+
+
+def _softmax_shift(lse, row_max, row_sum, grouped):
+    """``(shift, norm)`` with ``p = exp(s - shift) / norm`` (``norm`` ``None``: 1). From ``lse``
+    alone, ``shift = lse``. With ``row_max`` and ``row_sum``: rows whose ``lse`` kept
+    ``log(row_sum)`` to within ``LSE_LOSS`` still use it (bit for bit what a backward from a
+    saved ``lse`` computes); rows where rounding lost more (``|row_max|`` dwarfing
+    ``log(row_sum)``, e.g. tied scores of 1e7 in float32) use ``row_max`` and ``row_sum``."""
+    if row_max is None or row_sum is None:
+        shift = grouped(lse)
+        return np.where(np.isneginf(shift), 0, shift), None
+    m, total = grouped(row_max), grouped(row_sum)
+    m = np.where(np.isneginf(m), 0, m)
+    total = np.where(total > 0, total, 1)
+    if lse is None:
+        return m, total
+    with np.errstate(invalid="ignore"):
+        saved = grouped(lse)
+        lost = ~(np.abs((saved - m) - np.log(total)) <= LSE_LOSS) & np.isfinite(saved)
+    return np.where(lost, m, np.where(np.isneginf(saved), 0, saved)), np.where(lost, total, 1)
 
 
 def block_attention_backward(
@@ -172,35 +253,57 @@ def block_attention_backward(
     causal: bool = False,
     q_seg: np.ndarray | None = None,
     k_seg: np.ndarray | None = None,
+    row_max: np.ndarray | None = None,
+    row_sum: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradient contributions of one (query block, key/value block) pair.
 
     ``lse``: ``(..., Hq, cq)`` the *final* log-sum-exp of each query row (saved by the forward),
-    so the probabilities ``p = exp(s - lse)`` are rebuilt exactly without the full matrix.
+    so the probabilities ``p = exp(s - lse)`` are rebuilt without the full matrix; or, exact
+    even for huge tied scores, the final ``row_max`` and ``row_sum`` (then ``lse`` may be
+    ``None``) and ``p = exp(s - row_max) / row_sum``.
     ``delta``: ``(..., Hq, cq)`` = ``rowsum(dout * out)``, which equals ``rowsum(p * dp)``.
     Returns ``(dq_block, dk_block, dv_block)`` shaped like their inputs; ``dk``/``dv`` are
     summed over the query heads that share each kv head.
     """
     dtype = work_dtype(q_block.dtype)
-    mask = visible_mask(q_pos, k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
     hkv = kv_heads_of(k_block)
+    grouped = lambda x: group_heads(x[..., None].astype(dtype, copy=False), hkv)[..., 0]
     q_g = group_heads(q_block.astype(dtype, copy=False), hkv)
     do_g = group_heads(dout_block.astype(dtype, copy=False), hkv)
-    lse_g = group_heads(lse[..., None].astype(dtype, copy=False), hkv)[..., 0]
-    delta_g = group_heads(delta[..., None].astype(dtype, copy=False), hkv)[..., 0]
+    delta_g = grouped(delta)
+    shift, norm = _softmax_shift(lse, row_max, row_sum, grouped)
     k_g = _as_kv(k_block.astype(dtype, copy=False))
     v_g = _as_kv(v_block.astype(dtype, copy=False))
-
-    scores = (q_g * dtype(scale)) @ k_g.swapaxes(-1, -2)
-    if mask is not None:  # mask before exp: a hidden key's score may exceed lse and overflow
-        scores = np.where(mask, scores, -np.inf)
-    safe_lse = np.where(np.isneginf(lse_g), 0, lse_g)
-    p = np.exp(scores - safe_lse[..., None])
-    dv = (p.swapaxes(-1, -2) @ do_g).sum(axis=-3)
-    dp = do_g @ v_g.swapaxes(-1, -2)
-    ds = p * (dp - delta_g[..., None])
-    dq = (ds @ k_g) * dtype(scale)
-    dk = (ds.swapaxes(-1, -2) @ q_g).sum(axis=-3) * dtype(scale)
+    dq = np.zeros(q_g.shape, dtype)
+    dk = np.zeros((*k_g.shape[:-3], k_g.shape[-2], k_g.shape[-1]), dtype)
+    dv = np.zeros((*v_g.shape[:-3], v_g.shape[-2], v_g.shape[-1]), dtype)
+    lead = int(np.prod(q_g.shape[:-2]))
+    cq, ck = q_g.shape[-2], k_g.shape[-2]
+    tiles = _query_tiles(lead, cq, ck, dtype().itemsize, q_pos, k_pos, causal, q_seg, k_seg)
+    for rows, keys, mask in tiles:
+        if keys == 0:
+            continue
+        k_t, v_t, q_t, do_t = (
+            k_g[..., :keys, :],
+            v_g[..., :keys, :],
+            q_g[..., rows, :],
+            do_g[..., rows, :],
+        )
+        p = (q_t * dtype(scale)) @ k_t.swapaxes(-1, -2)
+        if mask is not None:  # mask before exp: a hidden key's score may exceed lse and overflow
+            np.copyto(p, -np.inf, where=~mask)
+        p -= shift[..., rows, None]
+        np.exp(p, out=p)
+        if norm is not None:  # 1 where the saved lse is used: p unchanged, bit for bit
+            p /= norm[..., rows, None]
+        dv[..., :keys, :] += (p.swapaxes(-1, -2) @ do_t).sum(axis=-3)
+        ds = do_t @ v_t.swapaxes(-1, -2)  # dp
+        ds -= delta_g[..., rows, None]
+        ds *= p
+        dq[..., rows, :] = (ds @ k_t) * dtype(scale)
+        dk[..., :keys, :] += (ds.swapaxes(-1, -2) @ q_t).sum(axis=-3)
+    dk *= dtype(scale)
 
     if q_block.ndim == 2:
         return dq[0, 0], dk[0], dv[0]

@@ -14,7 +14,12 @@ and at the end ``out = acc / row_sum``, ``lse = row_max + log(row_sum)``.
 
 Backward: the same ring again. ``dq`` stays home; each kv block travels with its ``dk``/``dv``
 accumulators, every host adds its contribution, and one extra hop after the last step brings
-them home to the owner.
+them home to the owner. It rebuilds the probabilities from the forward's ``row_max`` and
+``row_sum`` (exact wherever the forward is); from a given ``lse`` alone it shares the float32
+``lse`` limit of flash kernels (``ringsim.numerics.attention``).
+
+Every block call works a query tile at a time (``attention.TILE_BYTES`` of scores), so a
+virtual host holds its ``O(c d)`` blocks and accumulators plus one tile of scores.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ringsim._checks import check_finite_array, check_positive_int, check_qkv, c
 from ringsim.layouts import check_layout, check_seq_len
 from ringsim.numerics.attention import (
     Partial,
+    _softmax_shift,
     block_attention,
     block_attention_backward,
     empty_partial,
@@ -184,8 +190,11 @@ def ring_forward(
     partial_dtype: str | None = None,
     accum_dtype: str | None = None,
     record: RingRecord | None = None,
+    stats: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run the forward schedule; returns ``(out, lse)`` in the original token order.
+    ``stats``: a dict to receive the final ``row_max`` and ``row_sum`` ``(..., Hq, N)`` (what an
+    exact backward needs).
 
     ``q``: ``(..., Hq, N, d)``, ``k``/``v``: ``(..., Hkv, N, d)`` already validated.
     ``partial_dtype`` rounds each block's output before it is merged and keeps its ``lse`` in
@@ -233,8 +242,10 @@ def ring_forward(
             record.outputs.append([h.state.out for h in hosts])
         _complete_receives(hosts)
     out = _assemble([h.state.out for h in hosts], pos, q)
-    lse = _assemble([h.state.lse[..., None] for h in hosts], pos, q[..., :1])[..., 0]
-    return out, lse
+    row = lambda x: _assemble([x(h.state)[..., None] for h in hosts], pos, q[..., :1])[..., 0]
+    if stats is not None:
+        stats["row_max"], stats["row_sum"] = row(lambda st: st.row_max), row(lambda st: st.row_sum)
+    return out, row(lambda st: st.lse)
 
 
 def ring_attention(
@@ -282,6 +293,18 @@ def ring_attention(
     return (out, lse) if return_lse else out
 
 
+def _softmax_rows(lse, row_max, row_sum, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """A host's softmax statistics for the backward: its ``lse``, or (only where rounding lost
+    ``log(row_sum)`` from it) ``row_max`` and ``row_sum``, one number per query row each."""
+    take = lambda x: np.take(x, rows, axis=-1)
+    if row_max is None or row_sum is None:
+        return {"lse": take(lse)}
+    shift, norm = _softmax_shift(take(lse), take(row_max), take(row_sum), lambda x: x)
+    if norm is None or np.all(norm == 1):
+        return {"lse": take(lse)}
+    return {"row_max": shift, "row_sum": norm}
+
+
 def ring_backward(
     q: np.ndarray,
     k: np.ndarray,
@@ -293,9 +316,12 @@ def ring_backward(
     scale: float,
     *,
     record: RingRecord | None = None,
+    row_max: np.ndarray | None = None,
+    row_sum: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run the backward schedule from the forward's ``out`` and ``lse``; returns
-    ``(dq, dk, dv)`` in the original token order."""
+    ``(dq, dk, dv)`` in the original token order. With the forward's ``row_max`` and
+    ``row_sum`` (``(..., Hq, N)``) the probabilities come from them instead of ``lse``."""
     pos, seg = sched.positions, sched.segment_ids
     dtype = work_dtype(q.dtype)
     hosts = []
@@ -306,7 +332,7 @@ def ring_backward(
         do = _shard(dout, pos, h).astype(dtype)
         host.extra = {
             "dout": do,
-            "lse": np.take(lse, pos[h], axis=-1),
+            **_softmax_rows(lse, row_max, row_sum, pos[h]),
             # delta = rowsum(dout * out) = rowsum(p * dp): one number per query row
             "delta": (do * _shard(out, pos, h).astype(dtype)).sum(axis=-1),
             "dq": np.zeros(host.q_block.shape, dtype),
@@ -325,7 +351,7 @@ def ring_backward(
                 blk.k,
                 blk.v,
                 h.extra["dout"],
-                h.extra["lse"],
+                h.extra.get("lse"),
                 h.extra["delta"],
                 scale=scale,
                 q_pos=h.positions,
@@ -333,6 +359,8 @@ def ring_backward(
                 causal=sched.causal and kinds[h.rank] == BlockKind.PARTIAL,
                 q_seg=_segments(seg, h.positions),
                 k_seg=_segments(seg, pos[blk.owner]),
+                row_max=h.extra.get("row_max"),
+                row_sum=h.extra.get("row_sum"),
             )
             h.extra["dq"] += dq
             blk.dk += dk
@@ -367,8 +395,11 @@ def ring_attention_backward(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * ring_attention(q, k, v))`` on the ring.
 
-    Uses the forward's ``out`` and log-sum-exp ``lse`` (recomputed on the ring if not given),
-    never the full attention matrix. Shapes as ``ring_attention``; ``dout`` like ``q``.
+    Uses the forward's ``out`` and log-sum-exp ``lse``, never the full attention matrix. If
+    they are not given the forward runs on the ring and the backward uses its ``row_max`` and
+    ``row_sum``: exact wherever the forward is, even for huge tied scores where a float32
+    ``lse = row_max + log(row_sum)`` rounds ``log(row_sum)`` away (a given ``lse`` has that
+    limit, as flash kernels do). Shapes as ``ring_attention``; ``dout`` like ``q``.
     Gradients come back in the input dtype, in the original token order.
     """
     q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale)
@@ -380,13 +411,14 @@ def ring_attention_backward(
     check_finite_array("dout", dout)
     seq_len = q.shape[-2]
     fwd = build_schedule(hosts, layout, causal, "forward", seq_len=seq_len, segment_ids=segment_ids)
+    stats: dict = {}
     if out is None or lse is None:
-        out, lse = ring_forward(q, k, v, fwd, scale)
+        out, lse = ring_forward(q, k, v, fwd, scale, stats=stats)
     _raise_if_overflow(out, work_dtype(q.dtype), lse)
     bwd = build_schedule(
         hosts, layout, causal, "backward", seq_len=seq_len, segment_ids=segment_ids
     )
-    grads = ring_backward(q, k, v, dout, out, lse, bwd, scale, record=record)
+    grads = ring_backward(q, k, v, dout, out, lse, bwd, scale, record=record, **stats)
     for g in grads:
         _raise_if_overflow(g, work_dtype(q.dtype))
     return tuple(g.astype(q.dtype) for g in grads)
