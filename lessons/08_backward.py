@@ -125,7 +125,7 @@ fwd = cost.overlap_threshold(a100_ib, **kw)
 bwd = cost.overlap_threshold(a100_ib, pass_="backward", **kw)
 bwd32 = cost.overlap_threshold(a100_ib, pass_="backward", grad_dtype="fp32", **kw)
 print(
-    f"A100 InfiniBand: forward {fwd:,.0f}, backward {bwd:,.0f} ({bwd / fwd:.2f}x), "
+    f"A100 InfiniBand: forward {fwd:,.0f}, backward {bwd:,.0f} ({bwd / fwd:.2f}x),\n"
     f"backward with fp32 gradients {bwd32:,.0f} ({bwd32 / fwd:.2f}x)"
 )
 

@@ -161,8 +161,8 @@ for ax, (title, owner) in zip(
                 plt.Rectangle((head, blk), 1, 1, fc=colours(home), ec="white", lw=2)
             )
             if title.startswith("after"):
-                ax.text(head + 0.5, blk + 0.5, f"from {sender}", ha="center",
-                        va="center", fontsize=7, color="white")  # fmt: skip
+                ax.text(head + 0.5, blk + 0.5, str(sender), ha="center",
+                        va="center", fontsize=8, color="white")  # fmt: skip
     ax.set_xlim(0, heads_a2a)
     ax.set_ylim(P_a2a, 0)
     ax.set_xticks([h + 0.5 for h in range(heads_a2a)], range(heads_a2a))
@@ -179,7 +179,8 @@ plt.show()
 # %% [markdown]
 # *Figure 9.0. What to notice:* each cell is one token block of one head, coloured by the
 # host that holds it. Before: rows (token blocks) belong to hosts. After: columns (head
-# groups) do, and every host received one cell from each other host ("from $h$"). That is
+# groups) do, and every host received one cell from each other host (the number in a cell
+# is the host that sent it). That is
 # also why Ulysses stops at $P = H_{kv}$: a key/value head cannot be split across hosts.
 
 # %% [markdown]
