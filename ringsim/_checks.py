@@ -21,6 +21,23 @@ def check_positive_int(name: str, value: object) -> int:
     return int(value)
 
 
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool (or a NumPy bool); ``"false"``, ``0`` or ``None`` are
+    refused: ``bool("false")`` is ``True``, so a string flag would silently mean its opposite."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_overflow(name: str, x: np.ndarray, dtype: object = np.float64) -> None:
+    """Refuse a non-finite result computed from finite inputs: the arithmetic overflowed."""
+    if not np.all(np.isfinite(x)):
+        raise ValueError(
+            f"{name} overflowed in {np.dtype(dtype).name}: the scores q.k*scale (or the values) "
+            "are too large to represent; rescale them"
+        )
+
+
 def check_finite_array(name: str, x: np.ndarray) -> None:
     """Refuse NaN or inf up front: attention would silently turn them into NaN outputs."""
     if not np.all(np.isfinite(x)):
@@ -40,8 +57,10 @@ def as_float_array(name: str, x: object) -> np.ndarray:
         )
     if arr.ndim < 2:
         raise ValueError(f"{name} must have shape (..., seq, dim), got shape {arr.shape}")
-    if arr.shape[-1] == 0 or arr.shape[-2] == 0:
-        raise ValueError(f"{name} must have a non-empty seq and dim, got shape {arr.shape}")
+    if 0 in arr.shape:  # zero heads (or batch) would divide by zero in the GQA grouping
+        raise ValueError(
+            f"{name} must have no empty axis (batch, heads, seq, dim), got shape {arr.shape}"
+        )
     return arr
 
 

@@ -28,7 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ringsim._checks import check_positive_int, check_segment_ids
+from ringsim._checks import check_bool, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len, host_positions
 from ringsim.masks import count_visible
 
@@ -302,4 +302,4 @@ def build_schedule(
     if tile is not None:
         tile = check_positive_int("tile", tile)
     segment_ids = check_segment_ids(segment_ids, seq_len)
-    return Schedule(hosts, layout, bool(causal), pass_, seq_len, tile, segment_ids)
+    return Schedule(hosts, layout, check_bool("causal", causal), pass_, seq_len, tile, segment_ids)

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ringsim._checks import check_qkv, check_scale, check_segment_ids
+from ringsim._checks import check_bool, check_overflow, check_qkv, check_scale, check_segment_ids
 from ringsim.masks import visible_mask
 
 
@@ -373,10 +373,13 @@ def reference_attention(
     Returns float64 ``(..., Hq, N, d)``.
     """
     q, k, v = check_qkv(q, k, v)
+    causal = check_bool("causal", causal)
     scale = check_scale(scale, q.shape[-1])
     segment_ids = _check_self_attention(q, k, segment_ids)
-    probs = _reference_probs(q, k, causal, scale, segment_ids)
-    return probs @ _repeat_kv(v, q)
+    with np.errstate(over="ignore", invalid="ignore"):  # refused below, as ring_attention does
+        out = _reference_probs(q, k, causal, scale, segment_ids) @ _repeat_kv(v, q)
+    check_overflow("attention", out)
+    return out
 
 
 def reference_attention_grad(
@@ -399,9 +402,12 @@ def reference_attention_grad(
     dout = np.asarray(dout)
     if dout.shape != q.shape:
         raise ValueError(f"dout must have the shape of q {q.shape}, got {dout.shape}")
+    causal = check_bool("causal", causal)
     scale = check_scale(scale, q.shape[-1])
     segment_ids = _check_self_attention(q, k, segment_ids)
-    probs = _reference_probs(q, k, causal, scale, segment_ids)
+    with np.errstate(over="ignore", invalid="ignore"):
+        probs = _reference_probs(q, k, causal, scale, segment_ids)
+    check_overflow("attention", probs)
     k64, v64, do64 = _repeat_kv(k, q), _repeat_kv(v, q), dout.astype(np.float64)
     dv = probs.swapaxes(-1, -2) @ do64
     dp = do64 @ v64.swapaxes(-1, -2)
