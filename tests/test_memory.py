@@ -249,3 +249,85 @@ def test_working_set_grows_with_the_pass_and_shrinks_with_gqa():
 def test_bad_input_names_the_value(call, word):
     with pytest.raises(ValueError, match=word):
         call()
+
+
+# -- Llama 3 (GQA) and the models module ------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, params", [("llama3-8b", 8.03e9), ("llama3-70b", 70.6e9), ("llama3-405b", 405.9e9)]
+)
+def test_llama3_parameter_counts_match_the_release(name, params):
+    assert MODELS[name].params == pytest.approx(params, rel=0.01)
+
+
+def test_llama3_models_set_the_ring_config_fields():
+    from ringsim.timer.models import model_fields
+
+    assert model_fields("llama3-70b") == {
+        "heads": 64,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "d_model": 8192,
+        "ffn": 28672,
+    }
+
+
+def test_gqa_ring_fits_more_than_the_same_width_with_full_heads():
+    mha = replace(MODELS["llama3-8b"], name="mha", kv_heads=None)
+    gqa = max_context("ring", "llama3-8b", "h100-nvlink", 8)
+    assert gqa > max_context("ring", mha, "h100-nvlink", 8)
+
+
+# -- the framework overhead -------------------------------------------------------------------
+def test_framework_none_is_the_pure_tensor_bound():
+    for method in METHODS:
+        assert max_context(method, "7b", A100, 8) == max_context(
+            method, "7b", A100, 8, framework="none"
+        )
+
+
+def test_framework_leaves_less_memory_and_shorter_contexts():
+    from ringsim.timer.frameworks import FRAMEWORKS
+
+    for name in ("pytorch", "jax"):
+        usable = FRAMEWORKS[name].usable_bytes(80e9)
+        assert 0.7 * 80e9 < usable < 0.9 * 80e9  # 15% fragmentation and some GB fixed
+        for method in METHODS:
+            ours = max_context(method, "7b", A100, 8, framework=name)
+            assert ours < max_context(method, "7b", A100, 8)
+
+
+def test_framework_usable_bytes_formula():
+    from ringsim.timer.frameworks import Framework
+
+    fw = Framework("t", pool_fraction=0.5, fixed_bytes=10.0, fragmentation=0.2)
+    assert fw.usable_bytes(100.0) == pytest.approx(0.5 * 100 * 0.8)  # the pool cap binds
+    assert fw.usable_bytes(15.0) == pytest.approx(5 * 0.8)  # the fixed bytes bind
+    assert fw.usable_bytes(5.0) == 0.0
+
+
+def test_report_has_both_bounds_and_the_framework():
+    r = memory_report("llama3-8b", "h800-nvlink", 8)
+    assert r["framework"] == "pytorch"
+    assert r["usable_bytes"] < r["memory_bytes"]
+    for method in METHODS:
+        assert r["max_context"][method] <= r["max_context_tensors"][method]
+    assert r["total_bytes_per_host"] <= r["usable_bytes"]
+    assert memory_report("7b", "tpu-v4", 8)["framework"] == "none"
+
+
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"pool_fraction": 0.0}, "pool_fraction"),
+        ({"pool_fraction": 1.5}, "pool_fraction"),
+        ({"fragmentation": 1.0}, "fragmentation"),
+        ({"fixed_bytes": -1.0}, "fixed_bytes"),
+    ],
+)
+def test_bad_framework_names_the_field(kwargs, word):
+    from ringsim.timer.frameworks import Framework
+
+    with pytest.raises(ValueError, match=word):
+        Framework("bad", **kwargs)
+    with pytest.raises(ValueError, match="framework"):
+        max_context("ring", "7b", A100, 8, framework="tensorflow")

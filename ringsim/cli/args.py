@@ -127,8 +127,32 @@ def add_hardware_flags(p: argparse.ArgumentParser, *, rates: bool = True) -> Non
     )
 
 
+def parse_model(name: str, text: str) -> str:
+    """A model of ``ringsim.timer.models.MODELS`` (llama3-8b, 7b, ...)."""
+    from ringsim.timer.models import get_model
+
+    return get_model(text).name
+
+
+def apply_model(args: argparse.Namespace) -> None:
+    """With ``--model``, set heads, kv heads, head dim, d_model and ffn from the model."""
+    if getattr(args, "model", None) is None:
+        return
+    from ringsim.timer.models import model_fields
+
+    for key, value in model_fields(args.model).items():
+        setattr(args, key, value)
+
+
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     positive = lambda name: arg_type(parse_positive_int, name)
+    p.add_argument(
+        "--model",
+        type=arg_type(parse_model, "model"),
+        metavar="NAME",
+        help="set heads, kv heads, head dim, d_model, ffn from a model (llama3-8b, llama3-70b, "
+        "llama3-405b, 3b, 7b, ...; overrides --heads/--kv-heads/--head-dim)",
+    )
     p.add_argument("--heads", type=positive("heads"), default=32, help="query heads (32)")
     p.add_argument(
         "--kv-heads", type=positive("kv_heads"), help="key/value heads, GQA (default: --heads)"
@@ -201,6 +225,7 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
     """A ``RingConfig`` from the parsed flags (``overrides`` win)."""
     from ringsim.timer import RingConfig
 
+    apply_model(args)
     speed = None
     stragglers = getattr(args, "straggler", None) or []
     if stragglers:
@@ -217,6 +242,8 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
         heads=args.heads,
         kv_heads=args.kv_heads,
         head_dim=args.head_dim,
+        d_model=getattr(args, "d_model", None),
+        ffn=getattr(args, "ffn", None),
         dtype=args.dtype,
         batch=args.batch,
         layout=getattr(args, "layout", "contiguous"),

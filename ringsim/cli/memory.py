@@ -17,12 +17,23 @@ HELP = "bytes per host and the longest context that fits, per method"
 EXAMPLES = """examples:
   ringsim memory --model 7b --hardware a100-nvlink --hosts 8
   ringsim memory --model 13b --hardware tpu-v4 --hosts 1024 --json
+  ringsim memory --model llama3-70b --hardware h100-nvlink --hosts 64 --framework none
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     positive = lambda name: arg_type(parse_positive_int, name)
-    p.add_argument("--model", required=True, help="3b, 7b, 13b, 30b or 65b (LLaMA shapes)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="3b, 7b, 13b, 30b, 65b (LLaMA), llama3-8b, llama3-70b, llama3-405b (GQA)",
+    )
+    p.add_argument(
+        "--framework",
+        choices=("none", "pytorch", "jax"),
+        help="what the framework takes first (default: pytorch on a GPU, none on TPU/CPU; "
+        "none = the pure tensor bound)",
+    )
     p.add_argument("--hosts", type=positive("hosts"), required=True, help="hosts")
     p.add_argument("--dtype", choices=DTYPES, default="bf16", help="element type (bf16)")
     p.add_argument("--batch", type=positive("batch"), default=1, help="sequences (1)")
@@ -35,7 +46,14 @@ def run(args: argparse.Namespace) -> int:
     from ringsim.timer.memory import memory_report
 
     hardware = resolve_hardware(args)
-    report = memory_report(args.model, hardware, args.hosts, dtype=args.dtype, batch=args.batch)
+    report = memory_report(
+        args.model,
+        hardware,
+        args.hosts,
+        dtype=args.dtype,
+        batch=args.batch,
+        framework=args.framework,
+    )
     if args.json:
         print_json(report)
         return 0
@@ -43,11 +61,15 @@ def run(args: argparse.Namespace) -> int:
         f"longest context per method: {report['model']} on {args.hosts} x {report['hardware']} "
         f"({format_bytes(report['memory_bytes'])} each), {args.dtype}"
     )
-    contexts = report["max_context"]
+    contexts, tensors = report["max_context"], report["max_context_tensors"]
     print_table(
         title,
-        ("method", "max context (tokens)", "exact"),
-        [(m, format_length(n), f"{n:,}") for m, n in contexts.items()],
+        ("method", f"max context ({report['framework']})", "exact", "pure tensor bound"),
+        [(m, format_length(n), f"{n:,}", format_length(tensors[m])) for m, n in contexts.items()],
+    )
+    print(
+        f"framework {report['framework']}: {format_bytes(report['usable_bytes'])} of "
+        f"{format_bytes(report['memory_bytes'])} usable ({report['framework_source']})"
     )
     print()
     parts = report["bytes_per_host"]

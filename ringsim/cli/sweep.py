@@ -10,6 +10,7 @@ from ringsim.cli.args import (
     add_cluster_flags,
     add_hardware_flags,
     add_model_flags,
+    apply_model,
     arg_type,
     parse_positive_int,
     parse_seq_len,
@@ -73,6 +74,7 @@ DEFAULT_HOSTS = [2**k for k in range(1, 11)]  # 2 .. 1024 hosts
 
 
 def run(args: argparse.Namespace) -> int:
+    apply_model(args)  # --model sets the heads the sweep reads before any RingConfig
     if args.vary == "block":
         data = sweep_block(args)
     else:

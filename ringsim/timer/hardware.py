@@ -183,6 +183,30 @@ _BUILTIN = [
         "50 GB/s per GPU per direction; ~5 us latency",
     ),
     _preset(
+        "h800-nvlink",
+        989e12,
+        67e12,
+        200e9,
+        5e-6,
+        80e9,
+        3.35e12,
+        "H800 SXM 80GB: the H100 SXM die, 989 TFLOP/s dense bf16, HBM3 3.35 TB/s; NVLink cut to "
+        "400 GB/s total = 200 GB/s per direction (DeepEP issue #16 and DeepSeek-V3 issue #28, "
+        "maintainers; DeepSeek measures ~160 GB/s one-way); ~5 us p2p latency",
+    ),
+    _preset(
+        "tpu-v3",
+        123e12,
+        123e12 / 6,
+        112e9,
+        2e-6,
+        32e9,
+        900e9,
+        "TPU v3: 123 TFLOP/s bf16 per chip, 32 GiB HBM2 at 900 GB/s (Google Cloud docs; the Ring "
+        "Attention paper's Table 2 lists 16 GB, one TensorCore's half); ICI 112 GB/s one-way as "
+        "in that Table 2; fp32 ~ bf16/6 (estimate, as tpu-v4)",
+    ),
+    _preset(
         "tpu-v4",
         275e12,
         275e12 / 6,

@@ -51,17 +51,28 @@ Per method, on ``P`` hosts (``t`` = tokens a host owns):
   At the all-to-all a host holds its own q/k/v shard and the head-sharded full-length copy:
   ``b (s/d) (2h + 4h_kv)`` elements, the same six blocks as the ring while ``P <= kv_heads``;
   past that the context stops growing.
+
+All of that is the **pure tensor bound**. A framework takes its share of the device first
+(``ringsim.timer.frameworks``: CUDA context, NCCL buffers, BLAS workspaces, an allocator's pool
+cap and fragmentation, each from a published measurement or documented default);
+``max_context(..., framework=...)`` searches within what it leaves, and ``memory_report``
+reports both. The models live in ``ringsim.timer.models``, the paper's Table 3 in
+``ringsim.timer.published``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ringsim._checks import check_positive_int
 from ringsim.timer.cost import DTYPE_BYTES, kv_block_bytes, partial_bytes
+from ringsim.timer.frameworks import Framework, default_framework, get_framework
 from ringsim.timer.hardware import Hardware, check_dtype, get_hardware
+
+# MODELS and the paper's table are re-exported: they lived here before the split
+from ringsim.timer.models import MODELS, ModelSpec, get_model  # noqa: F401
+from ringsim.timer.published import PAPER_PRESETS, PAPER_TABLE, PAPER_TABLE_SOURCE  # noqa: F401
 
 METHODS = ("vanilla", "memory_efficient", "blockwise", "ring", "ulysses")
 
@@ -78,57 +89,6 @@ TOKEN_UNIT = 256
 """Contexts are reported as multiples of 256 tokens per host sharing the sequence."""
 
 WORKING_SET_PASSES = ("forward", "backward", "train-step", "decode")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A LLaMA-shaped decoder: RMSNorm, rotary attention, gated (SwiGLU) FFN, untied embeddings."""
-
-    name: str
-    layers: int
-    d_model: int
-    heads: int
-    ffn_hidden: int
-    vocab: int = 32000
-    kv_heads: int | None = None  # None: multi-head attention (kv_heads = heads)
-
-    @property
-    def n_kv_heads(self) -> int:
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.heads
-
-    @property
-    def layer_params(self) -> int:
-        """q, o (``h x h``), k, v (``h x h_kv``), gate, up, down (``h x f``), two norms."""
-        h, f = self.d_model, self.ffn_hidden
-        kv = self.n_kv_heads * self.head_dim
-        return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
-
-    @property
-    def params(self) -> int:
-        """Total parameters: layers, input and output embeddings, final norm."""
-        return self.layers * self.layer_params + 2 * self.vocab * self.d_model + self.d_model
-
-
-MODELS: dict[str, ModelSpec] = {
-    # OpenLLaMA 3B (the paper's 3B), LLaMA 7B/13B/33B ("30B")/65B (Touvron et al., 2023, Table 2)
-    "3b": ModelSpec("3b", layers=26, d_model=3200, heads=32, ffn_hidden=8640),
-    "7b": ModelSpec("7b", layers=32, d_model=4096, heads=32, ffn_hidden=11008),
-    "13b": ModelSpec("13b", layers=40, d_model=5120, heads=40, ffn_hidden=13824),
-    "30b": ModelSpec("30b", layers=60, d_model=6656, heads=52, ffn_hidden=17920),
-    "65b": ModelSpec("65b", layers=80, d_model=8192, heads=64, ffn_hidden=22016),
-}
-
-
-def get_model(model: str | ModelSpec) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    return MODELS[model]
 
 
 def _check_dtype(dtype: object) -> int:
@@ -239,20 +199,24 @@ def max_context(
     *,
     dtype: str = "bf16",
     batch: int = 1,
+    framework: str | Framework = "none",
 ) -> int:
-    """Longest context (tokens) whose bytes per host fit in ``hardware.memory_bytes``.
+    """Longest context (tokens) whose bytes per host fit in what ``framework`` leaves of
+    ``hardware.memory_bytes`` (``ringsim.timer.frameworks``; ``none``: the whole device, the
+    pure tensor bound).
 
     A multiple of ``TOKEN_UNIT`` times the hosts that share the sequence, so each host's block
     is a whole number of 256-token tiles; 0 if not even one unit fits.
     """
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     unit = TOKEN_UNIT * sequence_hosts(method, model, hosts)
+    budget = get_framework(framework).usable_bytes(hw.memory_bytes)
 
     def total(seq_len: int) -> float:
         parts = bytes_per_host(method, model, seq_len, hosts, dtype=dtype, batch=batch)
         return sum(parts.values())
 
-    return _largest_fitting(total, hw.memory_bytes, unit)
+    return _largest_fitting(total, budget, unit)
 
 
 def memory_report(
@@ -262,21 +226,28 @@ def memory_report(
     *,
     dtype: str = "bf16",
     batch: int = 1,
+    framework: str | Framework | None = None,
 ) -> dict:
     """Longest context per method, and the ring's bytes per host at its longest context.
 
-    Keys: ``max_context`` {method: tokens}, ``bytes_per_host`` {component: bytes} (ring),
-    ``total_bytes_per_host``, ``memory_bytes`` (the budget), ``block_tokens`` (ring),
-    ``ulysses_degree``, ``bytes_per_param``, ``hosts``, ``model``, ``hardware``, ``dtype``,
-    ``batch``.
+    ``framework`` (default: ``pytorch`` on a GPU, ``none`` on a TPU or CPU) takes its fixed
+    bytes, pool cap and fragmentation off the device first; the pure tensor bound (the whole
+    device for tensors) is reported beside it.
+
+    Keys: ``max_context`` {method: tokens}, ``max_context_tensors`` {method: tokens, the pure
+    tensor bound}, ``framework``, ``framework_source``, ``usable_bytes`` (what the framework
+    leaves), ``bytes_per_host`` {component: bytes} (ring), ``total_bytes_per_host``,
+    ``memory_bytes`` (the device), ``block_tokens`` (ring), ``ulysses_degree``,
+    ``bytes_per_param``, ``hosts``, ``model``, ``hardware``, ``dtype``, ``batch``.
     """
     m = get_model(model)
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     hosts = check_positive_int("hosts", hosts)
     _check_dtype(dtype)
-    contexts = {
-        method: max_context(method, m, hw, hosts, dtype=dtype, batch=batch) for method in METHODS
-    }
+    fw = get_framework(default_framework(hw.name) if framework is None else framework)
+    kw = dict(dtype=dtype, batch=batch)
+    contexts = {method: max_context(method, m, hw, hosts, **kw, framework=fw) for method in METHODS}
+    tensors = {method: max_context(method, m, hw, hosts, **kw) for method in METHODS}
     ring_len = contexts["ring"]
     parts = bytes_per_host("ring", m, ring_len, hosts, dtype=dtype, batch=batch) if ring_len else {}
     return {
@@ -288,7 +259,11 @@ def memory_report(
         "params": m.params,
         "bytes_per_param": STATE_BYTES_PER_PARAM,
         "memory_bytes": hw.memory_bytes,
+        "framework": fw.name,
+        "framework_source": fw.source,
+        "usable_bytes": fw.usable_bytes(hw.memory_bytes),
         "max_context": contexts,
+        "max_context_tensors": tensors,
         "block_tokens": ring_len // hosts,
         "ulysses_degree": ulysses_degree(m, hosts),
         "bytes_per_host": parts,
@@ -439,58 +414,13 @@ def allgather_working_set_bytes(
     return float(batch * per_seq)
 
 
-# -- the paper's measured maximum contexts, for comparison ----------------------------------
-PAPER_TABLE_SOURCE = (
-    "Liu, Zaharia, Abbeel, 'Ring Attention with Blockwise Transformers for Near-Infinite "
-    "Context' (ICLR 2024, arXiv:2310.01889), Table 3: maximum context (x1e3 tokens) in "
-    "end-to-end FSDP training; GPUs ran everything in fp32, TPUs bf16 matmuls with fp32 weights."
-)
-
-PAPER_TABLE: tuple[dict, ...] = tuple(
-    {
-        "hardware": hw,
-        "hosts": hosts,
-        "model": model,
-        "max_context_k": dict(zip(METHODS[:4], values, strict=True)),
-    }
-    for hw, hosts, model, values in [
-        ("8x A100 NVLink", 8, "3b", (4, 32, 64, 512)),
-        ("8x A100 NVLink", 8, "7b", (2, 16, 32, 256)),
-        ("8x A100 NVLink", 8, "13b", (2, 4, 16, 128)),
-        ("32x A100 InfiniBand", 32, "7b", (4, 64, 128, 4096)),
-        ("32x A100 InfiniBand", 32, "13b", (4, 32, 64, 2048)),
-        ("TPUv3-512", 512, "7b", (1, 4, 8, 2048)),
-        ("TPUv3-512", 512, "13b", (1, 2, 8, 1024)),
-        ("TPUv4-1024", 1024, "3b", (8, 16, 32, 16384)),
-        ("TPUv4-1024", 1024, "7b", (4, 8, 16, 8192)),
-        ("TPUv4-1024", 1024, "13b", (4, 8, 16, 4096)),
-        ("TPUv4-1024", 1024, "30b", (2, 4, 8, 2048)),
-        ("TPUv5e-256", 256, "3b", (4, 8, 32, 4096)),
-        ("TPUv5e-256", 256, "7b", (2, 8, 16, 2048)),
-    ]
-)
-"""Table 3 of the paper, as printed. ``hosts`` is the number in the hardware name (TPU slice
-names count TensorCores, not chips); ``max_context_k`` keys are our method names.
-
-Reading it beside ``paper_comparison()``: every entry is a power of two (found by doubling),
-so the true limit lies in ``[x, 2x)``. The paper's ring is exactly ``hosts x`` its blockwise
-baseline; ours is 0.88-0.92 of that (six ring blocks against BPT's one output tensor). Our
-absolute numbers are upper bounds: they count the tensors above and nothing of a framework's
-temporaries, workspaces or fragmentation, and over-predict the 8-GPU rows (fp32: blockwise
-53-152K against 16-64K; vanilla 15-22K against 2-4K), while the 32-GPU ring rows land near
-the paper (3.2M against 4.1M, 2.1M against 2.0M). The paper's own per-GPU context grows 4x
-from 8 to 32 A100s at 7B (BPT 32K to 128K), which sharding the model states 4x thinner cannot
-explain in this accounting (+16%)."""
-
-PAPER_PRESETS = {"8x A100 NVLink": "a100-nvlink", "32x A100 InfiniBand": "a100-ib"}
-"""Rows whose hardware has a preset here; TPU rows are left out (slice naming, TPUv3)."""
-
-
-def paper_comparison(*, dtype: str = "fp32") -> list[dict]:
+# -- the paper's measured maximum contexts (ringsim.timer.published), for comparison ----
+def paper_comparison(*, dtype: str = "fp32", framework: str | Framework = "none") -> list[dict]:
     """The paper's Table 3 rows that have a preset, with our predicted contexts beside them.
 
     Each row: ``hardware``, ``hosts``, ``model``, ``paper_k`` and ``ours_k`` ({method: x1e3
     tokens}) and ``ratio`` (ours / paper). ``fp32`` by default: the paper's GPU runs were fp32.
+    ``framework="none"`` is the pure tensor bound; ``"jax"`` is how the paper's code ran.
     """
     rows = []
     for row in PAPER_TABLE:
@@ -499,7 +429,10 @@ def paper_comparison(*, dtype: str = "fp32") -> list[dict]:
             continue
         hw = get_hardware(preset)
         ours = {
-            method: max_context(method, row["model"], hw, row["hosts"], dtype=dtype) / 1000
+            method: max_context(
+                method, row["model"], hw, row["hosts"], dtype=dtype, framework=framework
+            )
+            / 1000
             for method in row["max_context_k"]
         }
         rows.append(
