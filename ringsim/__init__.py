@@ -29,6 +29,16 @@ from ringsim.numerics.blockwise import (
     ring_block,
 )
 from ringsim.numerics.decode import ring_decode
+from ringsim.numerics.hybrid import (
+    allgather_attention,
+    allgather_attention_backward,
+    double_ring_attention,
+    double_ring_attention_backward,
+    hybrid_attention,
+    hybrid_attention_backward,
+    ulysses_attention,
+    ulysses_attention_backward,
+)
 from ringsim.numerics.precision import error_growth
 from ringsim.numerics.ring import RingRecord, ring_attention, ring_attention_backward
 from ringsim.numerics.rounding import round_to
@@ -62,6 +72,8 @@ __all__ = [
     "SimResult",
     "Timeline",
     "TransformerParams",
+    "allgather_attention",
+    "allgather_attention_backward",
     "attention_flops",
     "attention_working_set_bytes",
     "block_attention",
@@ -70,12 +82,16 @@ __all__ = [
     "chrome_trace",
     "custom_hardware",
     "dense_block",
+    "double_ring_attention",
+    "double_ring_attention_backward",
     "error_growth",
     "ffn_peak_bytes",
     "from_layout",
     "get_cluster",
     "get_hardware",
     "host_positions",
+    "hybrid_attention",
+    "hybrid_attention_backward",
     "init_params",
     "kv_block_bytes",
     "memory_report",
@@ -94,5 +110,7 @@ __all__ = [
     "simulate",
     "simulate_strategy",
     "to_layout",
+    "ulysses_attention",
+    "ulysses_attention_backward",
     "write_chrome_trace",
 ]

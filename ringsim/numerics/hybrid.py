@@ -1,0 +1,427 @@
+"""Hybrid sequence parallelism on ``P`` virtual hosts: Ulysses x ring (USP), the double ring
+(LoongTrain), Ulysses alone and the all-gather of Llama 3, forward and backward, exact.
+
+The hosts form a ``U x R`` grid (``ulysses_degree`` ``U``, ring degree ``R = P / U``; Fang &
+Zhao, USP, arXiv 2405.07719). The ring's layout deals the sequence to ``R`` ring slots; host
+``(u, j)`` starts with the ``u``-th of ``U`` equal pieces of slot ``j``'s tokens, all heads.
+``placement`` numbers the hosts as the timer does (``ringsim.timer.hybrid.Grid``):
+``"ulysses-inner"`` makes rank ``j U + u``, ``"ring-inner"`` rank ``u R + j``. Forward::
+
+    all-to-all in each Ulysses group j:  heads scattered, slot j's tokens gathered
+        host (u, j): (..., H/U, N/R, d), the heads of head group u
+    each ring group u (the R hosts holding head group u) runs the sequence-parallel method:
+        "ring"         the ring of ringsim.numerics.ring (its Schedule, unchanged)
+        "double-ring"  inner rings of `window` slots, an outer ring between them
+        "allgather"    every slot gathers all k, v of its group and attends once (Llama 3)
+    all-to-all back: the tokens scattered home, the heads gathered: (..., H, N/P, d)
+
+Backward runs the same three stages on ``dout``: the all-to-all, the method's backward from
+the forward's head-sharded ``out`` and softmax statistics (``dq`` home; each kv block's ``dk``,
+``dv`` accumulated where it is used and sent home to its ring slot; all-gather: reduce-scatter),
+and the inverse all-to-all, which returns ``dq``, ``dk``, ``dv`` to the hosts that own the
+tokens. ``U = 1`` is the ring bit for bit, ``R = 1`` is Ulysses (``ulysses_attention``).
+
+The double ring and the all-gather live in ``ringsim.numerics.context_parallel``. An
+all-to-all hands each host's pieces to the others (``all_to_all``); a ring group's executor
+takes its hosts' blocks placed at their token positions and shards them back the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ringsim._checks import check_finite_array, check_positive_int, check_qkv, check_scale
+from ringsim.layouts import check_layout, check_seq_len, host_positions
+from ringsim.numerics.attention import work_dtype
+from ringsim.numerics.context_parallel import BACKWARD, FORWARD, _place, _shard
+from ringsim.numerics.ring import _raise_if_overflow
+from ringsim.schedule import Schedule, build_schedule
+
+METHODS = ("ring", "double-ring", "allgather")
+PLACEMENTS = ("ulysses-inner", "ring-inner")
+
+
+# --------------------------------------------------------------------------------------------
+# The grid and its two all-to-alls
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grid:
+    """``U x R`` hosts: Ulysses group ``j`` holds ring slot ``j``'s tokens, ring group ``u``
+    head group ``u``. The same numbering as ``ringsim.timer.hybrid.Grid``."""
+
+    ulysses: int
+    ring: int
+    placement: str = "ulysses-inner"
+
+    def rank(self, u: int, j: int) -> int:
+        return j * self.ulysses + u if self.placement == "ulysses-inner" else u * self.ring + j
+
+    def ulysses_group(self, j: int) -> list[int]:
+        return [self.rank(u, j) for u in range(self.ulysses)]
+
+    def ring_group(self, u: int) -> list[int]:
+        return [self.rank(u, j) for j in range(self.ring)]
+
+    def positions(self, layout: str, seq_len: int) -> np.ndarray:
+        """``(P, N / P)`` token positions each rank starts with (sorted): piece ``u`` of slot
+        ``j``'s tokens for rank ``(u, j)``."""
+        slots = host_positions(layout, self.ring, seq_len)
+        pieces = slots.reshape(self.ring, self.ulysses, -1)
+        out = np.empty((self.ring * self.ulysses, pieces.shape[-1]), np.int64)
+        for j in range(self.ring):
+            for u in range(self.ulysses):
+                out[self.rank(u, j)] = pieces[j, u]
+        return out
+
+
+def head_groups(heads: int, kv_heads: int, ulysses: int) -> list[tuple[slice, slice]]:
+    """``(query heads, kv heads)`` of each head group: the kv heads dealt in ``U`` runs (the
+    first ``kv_heads % U`` one longer), each with the query heads that share them (GQA)."""
+    sizes = kv_heads // ulysses + (np.arange(ulysses) < kv_heads % ulysses)
+    group = heads // kv_heads
+    ends = np.cumsum(sizes)
+    return [
+        (slice(int(a) * group, int(b) * group), slice(int(a), int(b)))
+        for a, b in zip(ends - sizes, ends, strict=True)
+    ]
+
+
+def all_to_all(sends: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """``sends[a][b]``: what member ``a`` sends to member ``b``; returns ``recv[b][a]``."""
+    return [[row[b] for row in sends] for b in range(len(sends))]
+
+
+def scatter_heads(blocks: dict[int, np.ndarray], grid: Grid, heads: list[slice]):
+    """The first all-to-all: rank ``(u, j)`` ``(..., H, c, x)`` -> ``(..., |heads[u]|, U c, x)``,
+    head group ``u`` of slot ``j``'s tokens (pieces in member order, so sorted)."""
+    out = {}
+    for j in range(grid.ring):
+        members = grid.ulysses_group(j)
+        sends = [[blocks[a][..., h, :, :] for h in heads] for a in members]
+        for b, got in zip(members, all_to_all(sends), strict=True):
+            out[b] = np.concatenate(got, axis=-2)
+    return out
+
+
+def gather_heads(blocks: dict[int, np.ndarray], grid: Grid):
+    """The inverse all-to-all: rank ``(u, j)`` ``(..., H_u, U c, x)`` -> ``(..., H, c, x)``, its
+    own piece of slot ``j``'s tokens with every head group."""
+    out = {}
+    for j in range(grid.ring):
+        members = grid.ulysses_group(j)
+        c = blocks[members[0]].shape[-2] // grid.ulysses
+        sends = [[blocks[a][..., b * c : (b + 1) * c, :] for b in range(grid.ulysses)]
+                 for a in members]  # fmt: skip
+        for b, got in zip(members, all_to_all(sends), strict=True):
+            out[b] = np.concatenate(got, axis=-3)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The hybrid: all-to-all, ring groups, all-to-all back
+# --------------------------------------------------------------------------------------------
+
+
+def check_ulysses_degree(hosts: int, kv_heads: int, ulysses_degree: object) -> int:
+    """``U`` must divide ``hosts`` and give each host whole kv heads (``U <= kv_heads``); beside
+    a ring (``1 < U < hosts``) it must divide ``kv_heads`` so every ring group has equal heads
+    (the timer's rule, ``ringsim.timer.hybrid.check_degree``)."""
+    if isinstance(ulysses_degree, bool) or not isinstance(ulysses_degree, int | np.integer):
+        raise ValueError(f"ulysses_degree must be a positive integer, got {ulysses_degree!r}")
+    u = int(ulysses_degree)
+    if u <= 0 or hosts % u:
+        raise ValueError(f"ulysses_degree must divide hosts={hosts}, got ulysses_degree={u}")
+    if u > kv_heads:
+        raise ValueError(
+            f"ulysses_degree={u} exceeds kv_heads={kv_heads}: Ulysses gives each host whole "
+            f"key/value heads; use ulysses_degree <= {kv_heads}"
+        )
+    if 1 < u < hosts and kv_heads % u:
+        raise ValueError(
+            f"ulysses_degree={u} must divide kv_heads={kv_heads} when a ring runs beside it"
+        )
+    return u
+
+
+@dataclass
+class _Problem:
+    """A validated hybrid call; ``q``, ``k``, ``v`` have a head axis (a bare ``(N, d)`` gets
+    one, ``flat`` remembers to drop it)."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    flat: bool
+    grid: Grid
+    layout: str
+    causal: bool
+    scale: float
+    segment_ids: np.ndarray | None
+    method: str
+    window: int | None
+
+    def schedule(self, pass_: str) -> Schedule:
+        return build_schedule(
+            self.grid.ring, self.layout, self.causal, pass_, seq_len=self.q.shape[-2],
+            segment_ids=self.segment_ids,
+        )  # fmt: skip
+
+    def method_kw(self) -> dict:
+        return {"window": self.window} if self.method == "double-ring" else {}
+
+
+def _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids, method,
+             window, placement) -> _Problem:  # fmt: skip
+    q, k, v = check_qkv(q, k, v)
+    flat = q.ndim == 2
+    if flat:
+        q, k, v = q[None], k[None], v[None]
+    hosts = check_positive_int("hosts", hosts)
+    layout = check_layout(layout)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    U = check_ulysses_degree(hosts, k.shape[-3], ulysses_degree)
+    R = hosts // U
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"hybrid attention is self-attention: q and k need the same length, got "
+            f"{q.shape[-2]} and {k.shape[-2]}"
+        )
+    seq_len = check_seq_len(q.shape[-2], R, layout)
+    if seq_len % hosts:
+        raise ValueError(f"seq_len must be divisible by hosts = {hosts}, got seq_len={seq_len}")
+    if method == "double-ring":
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or R % window:
+            raise ValueError(f"window must divide the ring degree {R}, got window={window!r}")
+    elif window is not None:
+        raise ValueError(f"window is for method double-ring only, got window={window!r}")
+    return _Problem(
+        q, k, v, flat, Grid(U, R, placement), layout, bool(causal),
+        check_scale(scale, q.shape[-1]), segment_ids, method, window,
+    )  # fmt: skip
+
+
+def _by_rank(x: np.ndarray, pos: np.ndarray) -> dict[int, np.ndarray]:
+    return {r: _shard(x, p) for r, p in enumerate(pos)}
+
+
+def _to_ring_group(blocks: dict, members: list[int], slots: np.ndarray) -> np.ndarray:
+    return _place([blocks[r] for r in members], slots)
+
+
+def _from_ring_groups(groups: list[np.ndarray], grid: Grid, slots: np.ndarray) -> dict:
+    """Per-group token-order arrays -> each host's head-sharded block."""
+    out = {}
+    for u, x in enumerate(groups):
+        for j, r in enumerate(grid.ring_group(u)):
+            out[r] = _shard(x, slots[j])
+    return out
+
+
+def _home(blocks: dict, prob: _Problem, pos: np.ndarray) -> np.ndarray:
+    """The inverse all-to-all, then every host's block at its token positions."""
+    seq = gather_heads(blocks, prob.grid)
+    return _place([seq[r] for r in range(len(pos))], pos)
+
+
+def _forward(prob: _Problem):
+    """Stages 1-2 of the forward: ``(head groups, saved)`` with ``saved[u]`` ring group ``u``'s
+    token-order ``(q, k, v, out, lse, stats)`` (its hosts' head-sharded blocks)."""
+    grid, N = prob.grid, prob.q.shape[-2]
+    pos = grid.positions(prob.layout, N)
+    heads = head_groups(prob.q.shape[-3], prob.k.shape[-3], grid.ulysses)
+    qh = scatter_heads(_by_rank(prob.q, pos), grid, [h for h, _ in heads])
+    kh = scatter_heads(_by_rank(prob.k, pos), grid, [h for _, h in heads])
+    vh = scatter_heads(_by_rank(prob.v, pos), grid, [h for _, h in heads])
+    sched = prob.schedule("forward")
+    saved = []
+    for u in range(grid.ulysses):
+        members = grid.ring_group(u)
+        qg, kg, vg = (_to_ring_group(x, members, sched.positions) for x in (qh, kh, vh))
+        stats: dict = {}
+        out, lse = FORWARD[prob.method](qg, kg, vg, sched, prob.scale, stats=stats,
+                                         **prob.method_kw())  # fmt: skip
+        saved.append((qg, kg, vg, out, lse, stats))
+    return pos, heads, saved
+
+
+def _attention(prob: _Problem, return_lse: bool):
+    pos, _, saved = _forward(prob)
+    slots = prob.schedule("forward").positions
+    out = _home(_from_ring_groups([s[3] for s in saved], prob.grid, slots), prob, pos)
+    lse_h = _from_ring_groups([s[4][..., None] for s in saved], prob.grid, slots)
+    lse = _home(lse_h, prob, pos)[..., 0]
+    _raise_if_overflow(out, work_dtype(prob.q.dtype), lse)
+    out = out.astype(prob.q.dtype)
+    if prob.flat:
+        out, lse = out[0], lse[0]
+    return (out, lse) if return_lse else out
+
+
+def _gradients(prob: _Problem, dout: object):
+    dout = np.asarray(dout)
+    if prob.flat:
+        dout = dout[None]
+    if dout.shape != prob.q.shape:
+        raise ValueError(f"dout must have the shape of q {prob.q.shape}, got {dout.shape}")
+    if dout.dtype != prob.q.dtype:
+        raise ValueError(f"dout must have the dtype of q ({prob.q.dtype}), got {dout.dtype}")
+    check_finite_array("dout", dout)
+    pos, heads, saved = _forward(prob)
+    for s in saved:
+        _raise_if_overflow(s[3], work_dtype(prob.q.dtype), s[4])
+    grid = prob.grid
+    doh = scatter_heads(_by_rank(dout, pos), grid, [h for h, _ in heads])
+    sched = prob.schedule("backward")
+    grads: list[list[np.ndarray]] = [[], [], []]
+    for u, (qg, kg, vg, out, lse, stats) in enumerate(saved):
+        dog = _to_ring_group(doh, grid.ring_group(u), sched.positions)
+        group = BACKWARD[prob.method](qg, kg, vg, dog, out, lse, sched, prob.scale, **stats,
+                                       **prob.method_kw())  # fmt: skip
+        for g, x in zip(grads, group, strict=True):
+            g.append(x)
+    result = []
+    for g in grads:
+        x = _home(_from_ring_groups(g, grid, sched.positions), prob, pos)
+        _raise_if_overflow(x, work_dtype(prob.q.dtype))
+        result.append((x[0] if prob.flat else x).astype(prob.q.dtype))
+    return tuple(result)
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+_SHAPES = """``q``: ``(..., Hq, N, d)``; ``k``, ``v``: ``(..., Hkv, N, d)`` (GQA when ``Hkv < Hq``),
+    or bare ``(N, d)`` arrays (one head). ``hosts`` ``P``; ``layout`` deals the ``N`` tokens to
+    the ``R`` ring slots (``N`` divisible by ``P`` and by ``R``, ``2 R`` for zigzag);
+    ``segment_ids`` ``(N,)``: packed documents."""
+
+
+def hybrid_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    hosts: int,
+    ulysses_degree: int,
+    layout: str = "contiguous",
+    causal: bool = False,
+    scale: float | None = None,
+    segment_ids: np.ndarray | None = None,
+    method: str = "ring",
+    window: int | None = None,
+    placement: str = "ulysses-inner",
+    return_lse: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Exact attention on ``hosts`` virtual hosts as ``U``-way Ulysses x ``R``-way ``method``
+    (USP; see the module docstring). {shapes}
+    ``ulysses_degree`` ``U`` divides ``hosts``, is at most ``Hkv`` and, beside a ring, divides
+    ``Hkv``. ``method``: ``ring``, ``double-ring`` (needs ``window``, the inner ring size,
+    dividing ``R``) or ``allgather``. ``placement``: ``ulysses-inner`` or ``ring-inner``.
+    Returns ``out`` like ``q`` in its dtype, in token order, plus the float ``lse``
+    ``(..., Hq, N)`` when ``return_lse``.
+    """
+    prob = _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids, method,
+                    window, placement)  # fmt: skip
+    return _attention(prob, return_lse)
+
+
+def hybrid_attention_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    dout: np.ndarray,
+    *,
+    hosts: int,
+    ulysses_degree: int,
+    layout: str = "contiguous",
+    causal: bool = False,
+    scale: float | None = None,
+    segment_ids: np.ndarray | None = None,
+    method: str = "ring",
+    window: int | None = None,
+    placement: str = "ulysses-inner",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients ``(dq, dk, dv)`` of ``sum(dout * hybrid_attention(q, k, v, ...))``: the forward
+    on the hosts, then the backward stages (all-to-all of ``dout``, the method's backward from
+    the saved ``out``, ``row_max``, ``row_sum``, all-to-all of the gradients home). Arguments as
+    ``hybrid_attention``; ``dout`` like ``q``. Gradients in the input dtype, token order."""
+    prob = _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids, method,
+                    window, placement)  # fmt: skip
+    return _gradients(prob, dout)
+
+
+def double_ring_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, hosts: int, window: int, **options
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """LoongTrain's double ring: inner rings of ``window`` slots (one node each), an outer ring
+    across them; with ``ulysses_degree`` ``U > 1`` beside it, LoongTrain's 2D-attention.
+    ``options``: the keywords of ``hybrid_attention`` but ``method``; returns as it does."""
+    return hybrid_attention(q, k, v, hosts=hosts, window=window, **_defaults(options, 1))
+
+
+def double_ring_attention_backward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, *, hosts: int, window: int,
+    **options,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """``(dq, dk, dv)`` of ``double_ring_attention``: each kv block's ``dk``, ``dv`` ride the
+    inner ring back to the host that started the round with it, the outer ring on, then home."""
+    options = _defaults(options, 1)
+    return hybrid_attention_backward(q, k, v, dout, hosts=hosts, window=window, **options)
+
+
+def ulysses_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, hosts: int, **options
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """DeepSpeed-Ulysses (Jacobs et al. 2023), ``U = hosts``: host ``h`` holds tokens
+    ``[h N/P, (h+1) N/P)``; an all-to-all gives it ``Hkv / P`` kv heads (the first ``Hkv % P``
+    hosts one more) with their query heads for all ``N`` tokens, it attends to them at once, and
+    the inverse all-to-all brings the output home. ``hosts <= Hkv``; ``N`` divisible by
+    ``hosts``. ``options``: ``causal``, ``scale``, ``segment_ids``, ``return_lse``."""
+    options = _defaults(options, hosts, method="allgather")
+    return hybrid_attention(q, k, v, hosts=hosts, **options)
+
+
+def ulysses_attention_backward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, *, hosts: int, **options
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dq, dk, dv)`` of ``ulysses_attention``: ``dout`` all-to-all'd as the inputs were, one
+    local backward per host, the gradients all-to-all'd home."""
+    options = _defaults(options, hosts, method="allgather")
+    return hybrid_attention_backward(q, k, v, dout, hosts=hosts, **options)
+
+
+def allgather_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, hosts: int, **options
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """All-gather context parallelism (Llama 3): every host gathers all ``k``, ``v`` of its
+    ring group and attends with its own queries; ``layout`` defaults to zigzag, as Llama 3
+    trained. ``options``: the keywords of ``hybrid_attention`` but ``method``, ``window``."""
+    options = _defaults({"layout": "zigzag", **options}, 1, method="allgather")
+    return hybrid_attention(q, k, v, hosts=hosts, **options)
+
+
+def allgather_attention_backward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, *, hosts: int, **options
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dq, dk, dv)`` of ``allgather_attention``: each host's gradients for all of ``k``,
+    ``v``, reduce-scattered onto their owners."""
+    options = _defaults({"layout": "zigzag", **options}, 1, method="allgather")
+    return hybrid_attention_backward(q, k, v, dout, hosts=hosts, **options)
+
+
+def _defaults(options: dict, ulysses_degree: int, method: str = "double-ring") -> dict:
+    """A named strategy's keywords: its ``method`` fixed (a ``method`` keyword is refused)."""
+    if "method" in options:
+        raise ValueError(f"method is fixed to {method!r} here, got method={options['method']!r}")
+    return {"ulysses_degree": ulysses_degree, **options, "method": method}
+
+
+hybrid_attention.__doc__ = hybrid_attention.__doc__.replace("{shapes}", _SHAPES)
