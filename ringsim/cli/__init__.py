@@ -16,7 +16,7 @@ import argparse
 import importlib
 import sys
 
-from ringsim.cli import memory, plan, presets, simulate, sweep
+from ringsim.cli import memory, plan, presets, simulate, sweep, validate
 from ringsim.cli.args import Parser
 from ringsim.cli.output import guarded, to_jsonable
 
@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "sweep": sweep,
     "memory": memory,
     "plan": plan,
+    "validate": validate,
 }
 
 FORWARDED = {

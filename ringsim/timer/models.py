@@ -87,12 +87,16 @@ def get_model(model: str | ModelSpec) -> ModelSpec:
 
 
 def model_fields(model: str | ModelSpec) -> dict[str, int]:
-    """The ``RingConfig`` fields a model sets: heads, kv_heads, head_dim, d_model, ffn."""
+    """The ``RingConfig`` fields a model sets: heads, kv_heads, head_dim, d_model, ffn.
+
+    ``RingConfig.ffn`` is the width of a two-matrix MLP (``ringsim.timer.cost.ffn_flops``); a
+    SwiGLU MLP has three matrices of ``ffn_hidden``, so ``ffn = 3 ffn_hidden / 2`` keeps its
+    FLOPs."""
     m = get_model(model)
     return {
         "heads": m.heads,
         "kv_heads": m.n_kv_heads,
         "head_dim": m.head_dim,
         "d_model": m.d_model,
-        "ffn": m.ffn_hidden,
+        "ffn": 3 * m.ffn_hidden // 2,
     }

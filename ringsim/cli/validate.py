@@ -1,0 +1,76 @@
+"""``ringsim validate``: every published measurement in the package's dataset, predicted, side
+by side with its source, ratio, error and target band (``ringsim.timer.validate``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ringsim.cli.output import note, print_json, print_table
+
+HELP = "predict every published measurement in the dataset; ratios and target bands"
+EXAMPLES = """examples:
+  ringsim validate
+  ringsim validate --experiment zhuzilin --json
+  ringsim validate --plot validation.png
+  ringsim validate --experiment zhuzilin --implementation ideal
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="only these experiments (repeatable): zhuzilin, striped-t3, striped-t4, "
+        "striped-t5, ring-t2, ring-t3",
+    )
+    p.add_argument(
+        "--implementation",
+        metavar="NAME",
+        help="kernel family for the ring rows instead of each row's own (e.g. ideal)",
+    )
+    p.add_argument("--json", action="store_true", help="print every row as JSON")
+    p.add_argument("--plot", metavar="FILE", help="write predicted against published, y = x")
+    p.set_defaults(run=run)
+
+
+def _error(r: dict) -> str:
+    return f"{r['error']:+.1f} pt" if r["experiment"] == "zhuzilin" else f"{r['error']:+.1%}"
+
+
+def _value(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1e3 else f"{v:,.0f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ringsim.timer.validate import summarize, validate
+
+    results = validate(experiments=args.experiment, implementation=args.implementation)
+    if args.plot:
+        from ringsim.views.validation import plot_validation
+
+        plot_validation(results, args.plot)
+        note(f"wrote validation figure {args.plot}")
+    if args.json:
+        print_json({"rows": results, "summary": summarize(results)})
+        return 0
+    rows = [
+        (
+            r["key"],
+            _value(r["published"]),
+            _value(r["predicted"]),
+            f"{r['ratio']:.3f}",
+            _error(r),
+            "yes" if r["in_band"] else "NO",
+            r["implementation"],
+        )
+        for r in results
+    ]
+    header = ("row", "published", "predicted", "ratio", "error", "in band", "model")
+    print_table("published measurements, predicted (nothing fitted)", header, rows)
+    print()
+    for name, s in summarize(results).items():
+        print(
+            f"{name}: {s['in_band']}/{s['rows']} in band, largest |error| {s['max_abs_error']:.3g}"
+        )
+    return 0

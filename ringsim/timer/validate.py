@@ -1,0 +1,280 @@
+"""Every published measurement of ``ringsim.timer.published``, predicted in one run.
+
+``validate()`` returns one result per row: the published value, our prediction, their ratio,
+the error (points for a share, relative otherwise), whether the prediction is inside the row's
+target band, and the model that predicted it. Nothing here is fitted: each experiment is
+configured as its source ran it and handed to the library (``simulate`` for the rings,
+``overlap_threshold`` for Table 2, ``max_context`` for Table 3).
+
+The real-implementation timer (kernel families, per-step merges, collectives; issue 10 items
+1-4) is used where ``RingConfig`` offers it (``implementation``); where it does not, the row is
+predicted with the ideal model and says so in ``implementation``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+
+from ringsim.timer.config import RingConfig
+from ringsim.timer.cost import overlap_threshold
+from ringsim.timer.hardware import get_hardware
+from ringsim.timer.memory import max_context
+from ringsim.timer.published import DATASET, EXPERIMENTS, Published
+from ringsim.timer.run import simulate
+
+RING_BLOCKS = 6
+"""The Ring Attention paper's minimal sequence per device is ``6c``: six blocks resident (q,
+current k and v, incoming k and v, output; Sec. 3 and ``ringsim.timer.memory``)."""
+
+
+def _config_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(RingConfig)}
+
+
+def supports(field: str) -> bool:
+    """Whether ``RingConfig`` has ``field`` (the real-implementation timer adds some)."""
+    return field in _config_fields()
+
+
+def known_implementations() -> tuple[str, ...]:
+    """``ideal`` and the kernel families of the real-implementation timer, where it exists."""
+    if not supports("implementation"):
+        return ("ideal",)
+    from ringsim.timer import kernel_model  # the real-implementation timer (issue 10)
+
+    return ("ideal", *(k for k in kernel_model.KERNELS if k != "ideal"))
+
+
+def _implementation(wanted: str, override: str | None) -> str:
+    """The kernel family a row runs with: ``override`` if given (it must exist), else the
+    row's own, else ``ideal`` when this timer has no real implementations."""
+    known = known_implementations()
+    if override is not None:
+        if override not in known:
+            raise ValueError(f"implementation must be one of {', '.join(known)}, got {override!r}")
+        return override
+    return wanted if wanted in known else "ideal"
+
+
+def _ring(**fields) -> RingConfig:
+    """A ``RingConfig`` with the fields this timer supports: a rectangular ``tile`` becomes
+    ``tile`` x ``tile_n`` where the timer has ``tile_n``, else its query side."""
+    known = _config_fields()
+    if fields.get("implementation") == "ideal" or "implementation" not in known:
+        fields.pop("implementation", None)
+    tile = fields.get("tile")
+    if isinstance(tile, tuple):
+        fields["tile"] = tile[0]
+        if "tile_n" in known:
+            fields["tile_n"] = tile[1]
+    return RingConfig(**{k: v for k, v in fields.items() if k in known})
+
+
+def single_call_seconds(pass_: str, hosts_local: int, impl: str, hw, c: dict) -> float:
+    """One flash-attention call on one GPU's ``hosts_local`` causal tokens: the kernel model's
+    ``attention_call_seconds`` where it exists, else a one-host ring (the same single call)."""
+    if supports("implementation"):
+        from ringsim.timer.kernel_model import attention_call_seconds
+
+        return attention_call_seconds(
+            impl,
+            hw,
+            q_tokens=hosts_local,
+            k_tokens=hosts_local,
+            heads=c["heads"],
+            kv_heads=c["kv_heads"],
+            head_dim=c["head_dim"],
+            dtype=c["dtype"],
+            pass_=pass_,
+            mask="causal-diagonal",
+            batch=c["batch"],
+        )
+    config = RingConfig(
+        hosts=1,
+        seq_len=hosts_local,
+        hardware=hw,
+        heads=c["heads"],
+        kv_heads=c["kv_heads"],
+        head_dim=c["head_dim"],
+        dtype=c["dtype"],
+        batch=c["batch"],
+        causal=True,
+        pass_=pass_,
+    )
+    return _seconds(config)
+
+
+def _seconds(config: RingConfig) -> float:
+    return float(simulate(config).summary()["total_time_s"])
+
+
+def _passes(pass_: str) -> tuple[str, ...]:
+    return ("forward", "backward") if pass_ == "forward+backward" else (pass_,)
+
+
+# -- the experiments ------------------------------------------------------------------------
+def predict_zhuzilin(row: Published, implementation: str | None = None) -> tuple[float, str]:
+    """Share of ideal = ``8 T_single / T_ring``: ``T_single`` is one flash-attention call on
+    one GPU's 8K causal shard (the README's baseline), timed by the same kernel model as the
+    ring (``single_call_seconds``); ``T_ring`` the 8-GPU ring's makespan. Forward+backward sums
+    the forward and the backward pass."""
+    c = row.config
+    impl = _implementation(c["kernel"], implementation)
+    hw = get_hardware(c["hardware"])
+    common = dict(
+        hardware=hw,
+        heads=c["heads"],
+        kv_heads=c["kv_heads"],
+        head_dim=c["head_dim"],
+        dtype=c["dtype"],
+        batch=c["batch"],
+        causal=c["causal"],
+        implementation=impl,
+    )
+    local = c["seq_len"] // c["hosts"]
+    ring = single = 0.0
+    for pass_ in _passes(c["pass"]):
+        ring += _seconds(
+            _ring(hosts=c["hosts"], seq_len=c["seq_len"], layout=c["layout"], pass_=pass_, **common)
+        )
+        single += single_call_seconds(pass_, local, impl, hw, c)
+    return c["hosts"] * single / ring, impl
+
+
+def predict_striped(row: Published, implementation: str | None = None) -> tuple[float, str]:
+    """Speedup = ``T(contiguous) / T(striped)`` of one transformer block's training step on
+    one device of the SP ring, tensor parallelism dividing its heads and MLP (``tp``), at the
+    source's tile shape; the paper's TF32 attention and full recomputation where this timer has
+    them."""
+    c = row.config
+    impl = _implementation("ideal", implementation)
+    tp = c["tp"]
+    fields = dict(
+        hosts=c["hosts"],
+        seq_len=c["seq_len"],
+        hardware=get_hardware(c["hardware"]),
+        heads=c["heads"] // tp,
+        head_dim=c["d_model"] // c["heads"],
+        d_model=c["d_model"],
+        ffn=3 * c["ffn"] // (2 * tp),  # SwiGLU: three matrices as a two-matrix MLP
+        dtype=c["dtype"],
+        causal=True,
+        pass_="train-step",
+        tile=tuple(c["tile"]),
+        implementation=impl,
+    )
+    if supports("attention_flops"):  # TF32 attention beside bf16 matmuls (A100)
+        from ringsim.timer.kernel_model import kind_rate
+
+        fields["attention_flops"] = kind_rate(fields["hardware"], c["attention_dtype"])
+    if supports("recompute"):
+        fields["recompute"] = c["recompute"]
+    ring = _seconds(_ring(layout="contiguous", **fields))
+    striped = _seconds(_ring(layout="striped", **fields))
+    return ring / striped, impl
+
+
+def predict_ring_t2(row: Published, implementation: str | None = None) -> tuple[float, str]:
+    """``c = F/B`` (``overlap_threshold`` for a full bf16 block without latency, MHA) and the
+    minimal sequence ``6c``."""
+    hw = get_hardware(row.config["hardware"])
+    c = overlap_threshold(
+        hw, heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False
+    )
+    return (c if row.key.endswith("min_block") else RING_BLOCKS * c), "ideal"
+
+
+def predict_ring_t3(row: Published, implementation: str | None = None) -> tuple[float, str]:
+    """``max_context`` of the method in fp32 on the row's preset and hosts, within what the
+    paper's framework (JAX, ``ringsim.timer.frameworks``) leaves of each device."""
+    c = row.config
+    ours = max_context(
+        c["method"],
+        c["model"],
+        c["hardware"],
+        c["hosts"],
+        dtype=c["dtype"],
+        framework=c["framework"],
+    )
+    return float(ours), f"memory ({c['framework']})"
+
+
+PREDICTORS = {
+    "zhuzilin": predict_zhuzilin,
+    "striped-t3": predict_striped,
+    "striped-t4": predict_striped,
+    "striped-t5": predict_striped,
+    "ring-t2": predict_ring_t2,
+    "ring-t3": predict_ring_t3,
+}
+
+
+def tensor_bound(row: Published) -> float | None:
+    """For a Table 3 row: the pure tensor bound (no framework overhead), else None."""
+    if row.experiment != "ring-t3":
+        return None
+    c = row.config
+    return float(max_context(c["method"], c["model"], c["hardware"], c["hosts"], dtype=c["dtype"]))
+
+
+def _error(row: Published, predicted: float) -> float:
+    """Points (x100) for a share of ideal, relative error otherwise."""
+    if row.experiment == "zhuzilin":
+        return 100.0 * (predicted - row.value)
+    return predicted / row.value - 1.0
+
+
+def validate(
+    rows: Iterable[Published] = DATASET,
+    *,
+    experiments: Iterable[str] | None = None,
+    implementation: str | None = None,
+) -> list[dict]:
+    """Predict every row (of ``experiments``, default all). Each result: ``key``,
+    ``experiment``, ``source``, ``metric``, ``config``, ``published``, ``predicted``,
+    ``ratio`` (predicted / published), ``error`` (points for zhuzilin, relative otherwise),
+    ``band``, ``in_band``, ``implementation`` and, for Table 3, ``tensor_bound``.
+    ``implementation`` names a kernel family for the ring rows instead of each row's own."""
+    wanted = EXPERIMENTS if experiments is None else tuple(experiments)
+    for name in wanted:
+        if name not in EXPERIMENTS:
+            raise ValueError(f"experiment must be one of {', '.join(EXPERIMENTS)}, got {name!r}")
+    results = []
+    for row in rows:
+        if row.experiment not in wanted:
+            continue
+        predicted, impl = PREDICTORS[row.experiment](row, implementation)
+        result = {
+            "key": row.key,
+            "experiment": row.experiment,
+            "source": row.source,
+            "metric": row.metric,
+            "config": dict(row.config),
+            "published": row.value,
+            "predicted": predicted,
+            "ratio": predicted / row.value if row.value else math.nan,
+            "error": _error(row, predicted),
+            "band": list(row.band),
+            "below": row.below,
+            "in_band": row.in_band(predicted),
+            "implementation": impl,
+        }
+        bound = tensor_bound(row)
+        if bound is not None:
+            result["tensor_bound"] = bound
+            result["tensor_bound_ratio"] = bound / row.value
+        results.append(result)
+    return results
+
+
+def summarize(results: list[dict]) -> dict[str, dict]:
+    """Per experiment: rows, rows in band, and the largest absolute error."""
+    out: dict[str, dict] = {}
+    for r in results:
+        s = out.setdefault(r["experiment"], {"rows": 0, "in_band": 0, "max_abs_error": 0.0})
+        s["rows"] += 1
+        s["in_band"] += int(r["in_band"])
+        s["max_abs_error"] = max(s["max_abs_error"], abs(r["error"]))
+    return out

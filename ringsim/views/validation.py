@@ -1,0 +1,68 @@
+"""The validation figure: every published number against our prediction, on log axes with the
+y = x line, one panel per kind of metric (shares and speedups; token counts), a marker per
+experiment, filled when the prediction is inside its target band."""
+
+from __future__ import annotations
+
+import os
+
+STYLE = {  # experiment: (marker, colour), Okabe-Ito
+    "zhuzilin": ("o", "#0072B2"),
+    "striped-t3": ("s", "#E69F00"),
+    "striped-t4": ("^", "#009E73"),
+    "striped-t5": ("D", "#CC79A7"),
+    "ring-t2": ("v", "#D55E00"),
+    "ring-t3": ("P", "#56B4E9"),
+}
+PANELS = (
+    ("share of ideal and speedup", ("zhuzilin", "striped-t3", "striped-t4", "striped-t5")),
+    ("tokens (Ring Attention Tables 2 and 3)", ("ring-t2", "ring-t3")),
+)
+
+
+def plot_validation(results: list[dict], path: str | os.PathLike | None = None, *, title=None):
+    """Draw ``results`` (``ringsim.timer.validate.validate()``): x = published, y = predicted.
+    Hollow markers are outside their band. Returns the figure; writes it to ``path`` if given."""
+    from ringsim.views.plots import _finish, _pyplot
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    for ax, (label, experiments) in zip(axes, PANELS, strict=True):
+        values = []
+        for name in experiments:
+            rows = [r for r in results if r["experiment"] == name]
+            if not rows:
+                continue
+            marker, colour = STYLE[name]
+            for inside in (True, False):
+                part = [r for r in rows if r["in_band"] is inside]
+                if not part:
+                    continue
+                ax.scatter(
+                    [r["published"] for r in part],
+                    [r["predicted"] for r in part],
+                    marker=marker,
+                    s=36,
+                    facecolors=colour if inside else "none",
+                    edgecolors=colour,
+                    label=f"{name} ({sum(r['in_band'] for r in rows)}/{len(rows)} in band)"
+                    if inside or not any(r["in_band"] for r in rows)
+                    else None,
+                )
+            values += [r["published"] for r in rows] + [r["predicted"] for r in rows]
+        if values:
+            low, high = min(values) / 1.3, max(values) * 1.3
+            ax.plot([low, high], [low, high], color="0.3", lw=1, ls="--", label="y = x")
+            ax.set_xlim(low, high)
+            ax.set_ylim(low, high)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("published")
+        ax.set_ylabel("predicted")
+        ax.set_title(label, fontsize=10)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="upper left")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(title or "ringsim validate: predicted against published (filled = in band)")
+    fig.tight_layout()
+    return _finish(plt, fig, path)
