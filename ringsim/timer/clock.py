@@ -11,8 +11,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ringsim.schedule import BlockKind, Schedule
+from ringsim.timer.collectives import link_model, overlap_efficiency, p2p_seconds
 from ringsim.timer.config import RingConfig
 from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
+from ringsim.timer.kernel_model import SMS, arch_of, get_family
+from ringsim.timer.ring_steps import StepModel
 
 
 class HostClock:
@@ -31,7 +34,14 @@ class HostClock:
         self.hardware = config.hardware
         self.amount = config.jitter
         self.speed = np.ones(self.hosts) if config.speed is None else np.asarray(config.speed)
-        self.seconds_per_flop = 1.0 / (config.flops_rate * self.speed)  # (P,)
+        self.seconds_per_flop = 1.0 / (config.attention_rate * self.speed)  # (P,)
+        self.linear_seconds_per_flop = 1.0 / (config.linear_rate * self.speed)
+        self.family = get_family(config.implementation)
+        self.link = link_model(config.hardware) if self.family.collectives else None
+        f = config.overlap_efficiency
+        if f is None and self.link is not None and arch_of(config.hardware) is not None:
+            f = overlap_efficiency(SMS[arch_of(config.hardware)], self.link)
+        self.overlap_f = config.hardware.overlap_efficiency if f is None else f
         self.rng = np.random.default_rng(config.seed)
         # the hop of each host to h + 1: one hardware link, or per host on a cluster
         hw = config.hardware
@@ -45,9 +55,16 @@ class HostClock:
             return seconds
         return seconds * (1.0 + self.amount * self.rng.random(self.hosts))
 
-    def compute(self, flops: float | np.ndarray) -> np.ndarray:
-        """``(P,)`` seconds for each host to compute ``flops`` (a scalar or ``(P,)``) FLOPs."""
-        return self.jitter(flops * self.seconds_per_flop)
+    def compute(self, flops: float | np.ndarray, *, linear: bool = False) -> np.ndarray:
+        """``(P,)`` seconds for each host to compute ``flops`` (a scalar or ``(P,)``) FLOPs of
+        attention (or, ``linear=True``, of projections and MLP at the linear rate)."""
+        per_flop = self.linear_seconds_per_flop if linear else self.seconds_per_flop
+        return self.jitter(flops * per_flop)
+
+    def kernel(self, seconds: np.ndarray) -> np.ndarray:
+        """``(P,)`` seconds of a step under a kernel family (``ringsim.timer.ring_steps``): the
+        model's seconds at full speed, over each host's ``speed``, jittered."""
+        return self.jitter(seconds / self.speed)
 
     def block(self, full_seconds: np.ndarray, work: np.ndarray, kind: np.ndarray) -> np.ndarray:
         """``(P,)`` seconds for each host to compute its block of one ring step (the module
@@ -73,7 +90,7 @@ class HostClock:
         """``(compute, transfer)`` ``(P,)`` seconds of a step's compute and the message each
         host sends while it computes, both stretched by ``(1 - f) min(compute, transfer)``
         (``f = hardware.overlap_efficiency``; unchanged, the very same arrays, for ``f = 1``)."""
-        f = self.hardware.overlap_efficiency
+        f = self.overlap_f
         if f == 1.0:
             return compute, transfer
         extra = (1.0 - f) * np.minimum(compute, transfer)
@@ -86,7 +103,10 @@ class HostClock:
         if nbytes == 0 and messages == 0:
             return np.zeros(self.hosts)
         bandwidth, latency = (self.link_bandwidth, self.link_latency) if links is None else links
-        seconds = messages * latency + nbytes / bandwidth
+        if self.link is None:
+            seconds = messages * latency + nbytes / bandwidth
+        else:  # NCCL-like: protocol by message size, achieved fraction of the line rate
+            seconds = p2p_seconds(nbytes, bandwidth, latency, link=self.link, messages=messages)
         return self.jitter(np.broadcast_to(seconds, (self.hosts,)).astype(float))
 
 
@@ -101,11 +121,14 @@ class Costs:
         shape = (config.block_tokens, config.kv_heads, config.head_dim, config.dtype)
         self.kv_bytes = kv_block_bytes(*shape, batch=config.batch)
         self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=config.grad_dtype)
+        family = self.clock.family
+        self.steps = None if family.ideal else StepModel(config, family)
 
     def local(self, flops: float) -> np.ndarray:
-        """``(P,)`` durations of a local computation of ``flops`` FLOPs on every host."""
+        """``(P,)`` durations of a local computation of ``flops`` FLOPs (projections, MLP: the
+        linear rate) on every host."""
         self.flops_total += flops * self.config.hosts
-        return self.clock.compute(flops)
+        return self.clock.compute(flops, linear=True)
 
     def ring_rows(self, schedule: Schedule) -> Callable[[int], tuple]:
         """``row(s) -> (compute, kv message, main message)``, ``(P,)`` seconds each, for one ring
@@ -129,7 +152,10 @@ class Costs:
                 main = self.kv_bytes + self.grad_bytes
             # full_time * work rounds like the closed forms (full * work * seconds_per_flop can
             # differ in the last bit)
-            compute = clock.block(full_time, work, schedule.kind_at(s))
+            if self.steps is None:
+                compute = clock.block(full_time, work, schedule.kind_at(s))
+            else:  # a real implementation: its calls and the work between them
+                compute = clock.kernel(self.steps.seconds(schedule, s))
             kv, msg = clock.transfer(self.kv_bytes), clock.transfer(main)
             if cfg.overlap and schedule.payload(s):  # its message travels while it computes
                 if backward:  # the early k, v (the last step sends only dk, dv)

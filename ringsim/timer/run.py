@@ -4,10 +4,12 @@ merge tree), each run by an engine on a shared clock, stitched into one ``Timeli
 Passes: ``forward`` and ``backward`` are one ring pass each. ``train-step`` is a transformer
 block's step per host: q/k/v projections, the forward ring, output projection and MLP, their
 backward, the backward ring, the projections' backward (local phases take their FLOPs over the
-host's rate; a phase starts on a host when that host has finished the previous one). ``decode``
-is no ring at all: each host attends the one new token to its cache shard (the larger of the
-FLOP time and the time to stream the shard from memory), then the partials are merged in a
-tree: in each of ``ceil(log2 P)`` rounds a host receives at most one partial and merges it.
+host's linear rate; a phase starts on a host when that host has finished the previous one); with
+``recompute`` (full activation checkpointing) the forward phases run again before the
+backward. ``decode`` is no ring at all: each host attends the one new token to its cache
+shard (the larger of the FLOP time and the time to stream the shard from memory), then the
+partials are merged in a tree: in each of ``ceil(log2 P)`` rounds a host receives at most one
+partial and merges it.
 """
 
 from __future__ import annotations
@@ -56,14 +58,26 @@ def _phases(config: RingConfig) -> list[_Phase]:
     qkv_b, out_b = projection_flops(tokens, *dims, pass_="backward")
     mlp_f = ffn_flops(tokens, config.d_model, config.ffn)
     mlp_b = ffn_flops(tokens, config.d_model, config.ffn, pass_="backward")
-    return [
+    forward = [
         _Phase("local", ["qkv-proj"], flops=qkv_f),
         _ring_phase(config.schedule("forward"), "fwd "),
         _Phase("local", ["o-proj+mlp"], flops=out_f + mlp_f),
-        _Phase("local", ["mlp+o-proj bwd"], flops=mlp_b + out_b),
-        _ring_phase(config.schedule("backward"), "bwd "),
-        _Phase("local", ["qkv-proj bwd"], flops=qkv_b),
     ]
+    # full activation checkpointing: the block's forward runs again before its backward
+    recompute = [
+        _Phase("local", ["re qkv-proj"], flops=qkv_f),
+        _ring_phase(config.schedule("forward"), "re fwd "),
+        _Phase("local", ["re o-proj+mlp"], flops=out_f + mlp_f),
+    ]
+    return (
+        forward
+        + (recompute if config.recompute else [])
+        + [
+            _Phase("local", ["mlp+o-proj bwd"], flops=mlp_b + out_b),
+            _ring_phase(config.schedule("backward"), "bwd "),
+            _Phase("local", ["qkv-proj bwd"], flops=qkv_b),
+        ]
+    )
 
 
 def _decode(config: RingConfig, costs: Costs, ready, rec: Recorder, rows: int) -> None:
