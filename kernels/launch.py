@@ -12,12 +12,16 @@ On GPUs: ``torchrun --nproc-per-node P -m kernels.launch --seq-len N ...``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import math
 import os
 import queue
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -39,6 +43,69 @@ from kernels.ring import (
     unshard,
 )
 from ringsim._checks import check_segment_ids
+from ringsim._io import write_json
+
+# One local gloo rank's own memory, before its problem's tensors: 263 MB peak RSS (VmHWM)
+# measured here for each of 2 ranks of `ringsim measure`'s default run (2K tokens, 4 heads x 64,
+# torch 2.13 CPU: the interpreter, torch and gloo), rounded up.
+RANK_BYTES = 280e6
+# Local ranks beyond this many per core time-share it so heavily that a measurement says little
+# and the ring's timeouts (every transfer waits for a descheduled peer) start to fire.
+RANKS_PER_CORE = 4
+
+
+def available_memory() -> float:
+    """Bytes of memory available to new processes (``MemAvailable``; total without /proc)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_local_ranks(hosts: int, *, problem_bytes: float = 0.0, flag: str = "--hosts") -> None:
+    """Refuse (``ValueError`` naming ``flag`` and saying why) more local rank processes than
+    this machine can hold: each needs ``RANK_BYTES`` plus ``problem_bytes`` (its tensors) of
+    the available memory, and at most ``RANKS_PER_CORE`` share a core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    memory = available_memory()
+    per_rank = RANK_BYTES + problem_bytes
+    by_memory, by_cores = int(memory // per_rank), RANKS_PER_CORE * (cores or 1)
+    if hosts <= min(by_memory, by_cores):
+        return
+    if by_memory < by_cores:
+        why = (
+            f"each rank is a process of ~{per_rank / 1e6:,.0f} MB (~{RANK_BYTES / 1e6:.0f} MB of "
+            f"interpreter, torch and gloo + {problem_bytes / 1e6:,.0f} MB of tensors) and "
+            f"{memory / 1e9:.1f} GB is available: at most {by_memory}"
+        )
+    else:
+        why = (
+            f"this machine has {cores} cores and more than {RANKS_PER_CORE} ranks per core "
+            f"time-share it too much to measure (or to meet the ring's timeouts): at most "
+            f"{by_cores}"
+        )
+    raise ValueError(f"{flag} {hosts} is more local ranks than this machine can run: {why}")
+
+
+def check_backend(backend: str, hosts: int, *, flag: str = "--backend") -> None:
+    """Refuse (``ValueError`` naming ``flag``) a backend this machine cannot run: ``nccl`` and
+    ``cuda`` need a CUDA GPU (``nccl`` one per rank: NCCL refuses two ranks on one device)."""
+    if backend == "gloo":
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"{flag} {backend} needs a CUDA GPU and torch sees none here "
+            f"(torch {torch.__version__}); use --backend gloo for CPU ranks"
+        )
+    if backend == "nccl" and torch.cuda.device_count() < hosts:
+        raise ValueError(
+            f"{flag} nccl runs one rank per GPU: --hosts {hosts} needs {hosts} GPUs, this "
+            f"machine has {torch.cuda.device_count()}"
+        )
 
 
 def rank_cores(hosts: int, threads: int, backend: str) -> list[set[int]] | None:
@@ -58,7 +125,63 @@ def rank_cores(hosts: int, threads: int, backend: str) -> list[set[int]] | None:
     return [set(cores[r * threads : (r + 1) * threads]) for r in range(hosts)]
 
 
-def _worker_main(rank, hosts, init_file, backend, timeout_s, threads, cores, fn, args, results):
+# Seconds between a rank's checks that its launcher is alive (where prctl is not available)
+PARENT_POLL_S = 1.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process (a rank) end when its launcher ``parent_pid`` ends, whatever ends it.
+
+    ``daemon=True`` and the launcher's ``finally`` only run when the launcher exits through
+    Python; a SIGKILL (or a SIGTERM with Python's default handler) skips both, and the ranks,
+    re-parented to PID 1, would compute (or hang) forever. On Linux ``prctl(PR_SET_PDEATHSIG,
+    SIGKILL)`` has the kernel kill the rank the moment the launcher dies; a launcher that died
+    before the call is caught by comparing ``getppid``. Elsewhere a daemon thread polls the
+    parent every ``PARENT_POLL_S``."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:  # the launcher is already gone
+        os._exit(1)
+    if not armed:
+
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(PARENT_POLL_S)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="ringsim-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _terminate_cleanly():
+    """While the ranks run, SIGTERM ends the launcher through Python (``SystemExit``), so its
+    ``finally`` kills the ranks and removes the rendezvous folder. Only from the main thread
+    and only over the default handler: a handler the caller installed is left alone."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _worker_main(
+    rank, hosts, init_file, backend, timeout_s, threads, cores, fn, args, results, parent_pid
+):
+    die_with_parent(parent_pid)
     try:
         if cores is not None:
             os.sched_setaffinity(0, cores)  # before torch starts its threads
@@ -128,32 +251,15 @@ def launch(
                     fn,
                     args,
                     results,
+                    os.getpid(),
                 ),
                 daemon=True,
             )
             for r in ranks
         ]
-        for p in procs:
-            p.start()
         answers: dict[int, tuple[str, object]] = {}
-        try:
-            while len(answers) < len(ranks):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    rank, status, value = results.get(timeout=min(remaining, 1.0))
-                except queue.Empty:
-                    if all(not p.is_alive() for p in procs) and results.empty():
-                        break
-                    continue
-                answers[rank] = (status, value)
-        finally:
-            for p in procs:
-                p.join(timeout=max(0.0, min(5.0, deadline - time.monotonic())))
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+        with _terminate_cleanly():
+            _run_ranks(procs, ranks, results, answers, deadline)
     failures = [
         f"rank {r}: {answers[r][1]}" for r in ranks if r in answers and answers[r][0] != "ok"
     ]
@@ -163,6 +269,35 @@ def launch(
     if failures:
         raise RingError("ring run failed:\n" + "\n".join(failures))
     return [answers[r][1] for r in ranks]
+
+
+def _run_ranks(procs, ranks, results, answers: dict, deadline: float) -> None:
+    """Start the ranks and collect their answers into ``answers`` until every rank answered,
+    all died, or the deadline passed; on every way out (an exception, Ctrl-C, SIGTERM's
+    ``SystemExit``) no rank is left running: the finished ones are joined, the rest killed."""
+    finished = False
+    try:
+        for p in procs:
+            p.start()
+        while len(answers) < len(ranks):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                rank, status, value = results.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                if all(not p.is_alive() for p in procs) and results.empty():
+                    break
+                continue
+            answers[rank] = (status, value)
+        finished = True
+    finally:
+        for p in procs:
+            if finished:  # answered: give it time to leave the process group
+                p.join(timeout=max(0.0, min(5.0, deadline - time.monotonic())))
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 @dataclass(frozen=True)
@@ -327,8 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary = summarize_run(outs, config)
             print(json.dumps(summary))
             if args.out:
-                with open(args.out, "w") as fh:
-                    json.dump(summary, fh, indent=2)
+                write_json(args.out, summary)
     finally:
         dist.destroy_process_group()
     return 0
