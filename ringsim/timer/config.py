@@ -17,6 +17,7 @@ from ringsim._checks import check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len
 from ringsim.schedule import Schedule, build_schedule
 from ringsim.timer.hardware import Hardware, check_dtype
+from ringsim.timer.kernel_model import KernelFamily, get_family
 
 PASSES = ("forward", "backward", "train-step", "decode")
 ENGINES = ("vectorized", "heap")
@@ -57,7 +58,16 @@ class RingConfig:
     projections and MLP of a ``train-step``; ``grad_dtype`` is the dtype of ``dk, dv`` on the
     wire (default ``dtype``); ``segment_ids`` ``(seq_len,)`` make the work data dependent.
     ``hop_bandwidth``/``hop_latency`` (one per host, default the hardware's link) time each
-    host's hop to ``h + 1`` (``ringsim.timer.topology`` places a ring on a cluster)."""
+    host's hop to ``h + 1`` (``ringsim.timer.topology`` places a ring on a cluster).
+
+    A real implementation (all neutral by default, so the timer stays the paper's model):
+    ``implementation`` a kernel family name or ``KernelFamily`` (``ringsim.timer.kernel_model``:
+    ``"ideal"``, ``"fa2"``, ``"fa3"``, ``"cudnn"``, ``"triton"``, ``"torch"``); ``tile`` and
+    ``tile_n`` the kernel's ``M x N`` tile (``tile`` alone: square; ``tile`` also sets the
+    schedule's tile granularity, as before); ``overlap_efficiency`` overrides the hardware's (or
+    the NCCL model's) ``f``; ``attention_flops``/``linear_flops`` FLOP/s of attention and of the
+    projections + MLP (e.g. TF32 attention beside bf16 matmuls); ``recompute`` a ``train-step``
+    with full activation checkpointing (the block's forward runs again before its backward)."""
 
     hosts: int
     seq_len: int
@@ -81,6 +91,13 @@ class RingConfig:
     segment_ids: np.ndarray | None = field(default=None, compare=False, repr=False)
     hop_bandwidth: tuple[float, ...] | None = None
     hop_latency: tuple[float, ...] | None = None
+    # A real implementation (``ringsim.timer.kernel_model``); all neutral by default.
+    implementation: str | KernelFamily = "ideal"
+    tile_n: int | None = None
+    overlap_efficiency: float | None = None
+    attention_flops: float | None = None
+    linear_flops: float | None = None
+    recompute: bool = False
 
     def __post_init__(self) -> None:
         put = lambda name, value: object.__setattr__(self, name, value)
@@ -136,6 +153,30 @@ class RingConfig:
                         f"{name} must have one value per host ({hosts}), got {len(hops)}"
                     )
                 put(name, hops)
+        self._check_implementation(put)
+
+    def _check_implementation(self, put) -> None:
+        family = get_family(self.implementation)
+        if self.dtype not in family.dtypes:
+            raise ValueError(
+                f"dtype {self.dtype!r} is not run by implementation {family.name!r} "
+                f"(it runs: {', '.join(family.dtypes)})"
+            )
+        if not family.ideal and family.curves and "cpu" not in {a for a, _ in family.curves}:
+            family.curve(self.hardware, "forward")  # refuses hardware without a curve
+        if self.tile_n is not None:
+            check_positive_int("tile_n", self.tile_n)
+        f = self.overlap_efficiency
+        if f is not None:
+            if isinstance(f, bool) or not isinstance(f, numbers.Real) or not -1.0 <= f <= 1.0:
+                raise ValueError(f"overlap_efficiency must be a real number in [-1, 1], got {f!r}")
+            put("overlap_efficiency", float(f))
+        for name in ("attention_flops", "linear_flops"):
+            if getattr(self, name) is not None:
+                put(name, _check_real(name, getattr(self, name), positive=True))
+        if not isinstance(self.recompute, (bool, np.bool_)):
+            raise ValueError(f"recompute must be True or False, got {self.recompute!r}")
+        put("recompute", bool(self.recompute))
 
     @property
     def block_tokens(self) -> int:
@@ -144,6 +185,16 @@ class RingConfig:
     @property
     def flops_rate(self) -> float:
         return self.hardware.flops_for(self.dtype)
+
+    @property
+    def attention_rate(self) -> float:
+        """FLOP/s of attention: ``attention_flops`` if set, else the dtype's rate."""
+        return self.flops_rate if self.attention_flops is None else self.attention_flops
+
+    @property
+    def linear_rate(self) -> float:
+        """FLOP/s of the projections and MLP: ``linear_flops`` if set, else the dtype's."""
+        return self.flops_rate if self.linear_flops is None else self.linear_flops
 
     def schedule(self, pass_: str | None = None, layout: str | None = None) -> Schedule:
         """The ring schedule of this run; ``pass_``/``layout`` ask for another pass or layout of
