@@ -48,15 +48,20 @@ from ringsim.numerics.hybrid import METHODS, PLACEMENTS, Grid
 
 @st.composite
 def hybrid_cases(draw: st.DrawFn, methods: tuple = METHODS) -> tuple[Case, dict]:
-    """A random problem and hybrid keywords: ``U`` in 1..4, ``R`` in 1..4, ``P = U R`` in 2..8;
-    kv heads a multiple of ``U`` beside a ring, any number ``>= U`` for Ulysses alone."""
-    ulysses = draw(st.integers(1, 4))
-    ring = draw(st.integers(1 if ulysses > 1 else 2, 8 // ulysses))
-    hosts = ulysses * ring
+    """A random problem and hybrid keywords: ``U`` in 1..4, ``P = U R`` in 2..8 (double ring:
+    ``R`` with a window strictly between 1 and ``R`` where one exists, so it runs several
+    rounds); kv heads a multiple of ``U`` beside a ring, any number ``>= U`` for Ulysses."""
     method = draw(st.sampled_from(methods))
+    ulysses = draw(st.integers(1, 4))
+    if method == "double-ring":  # ring degrees with windows strictly between 1 and R
+        ring = draw(st.sampled_from([r for r in (2, 3, 4, 6, 8) if r * ulysses <= 8]))
+    else:
+        ring = draw(st.integers(1 if ulysses > 1 else 2, 8 // ulysses))
+    hosts = ulysses * ring
     window = None
     if method == "double-ring":
-        window = draw(st.sampled_from([w for w in range(1, ring + 1) if ring % w == 0]))
+        divisors = [w for w in range(1, ring + 1) if ring % w == 0]
+        window = draw(st.sampled_from([w for w in divisors if 1 < w < ring] or divisors))
     layout = draw(st.sampled_from(LAYOUTS))
     causal = draw(st.booleans())
     dtype = np.dtype(draw(st.sampled_from([np.float32, np.float64])))
@@ -131,6 +136,49 @@ def test_backward_matches_reference(drawn) -> None:
     case, extra = drawn
     grads = hybrid_attention_backward(case.q, case.k, case.v, case.dout, **case.kwargs, **extra)
     assert_grads_close(case, grads, reference_grads(case))
+
+
+ROUNDS = [(1, 4, 2), (1, 6, 2), (1, 6, 3), (2, 4, 2)]  # (U, R, window): 2 or 3 rounds
+
+
+@pytest.mark.parametrize(("ulysses", "ring", "window"), ROUNDS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_double_ring_over_several_rounds(ulysses, ring, window, layout, causal) -> None:
+    """Inner rings that do not cover the ring group: blocks cross the outer ring every round
+    and their dk, dv must still end on their owners, token for token."""
+    rng = np.random.default_rng(ring * window)
+    n = 4 * ring * ulysses
+    q, dout = (rng.standard_normal((1, 4, n, 3)) for _ in range(2))
+    k, v = (rng.standard_normal((1, 2, n, 3)) for _ in range(2))
+    case = Case(q, k, v, dout, ring * ulysses, layout, causal, None, None, "none")
+    kw = dict(case.kwargs, ulysses_degree=ulysses, window=window)
+    out = double_ring_attention(q, k, v, **kw)
+    ref = reference_attention(q, k, v, causal=causal)
+    assert_close_to(out, ref, 1e-12, "out")
+    assert_grads_close(case, double_ring_attention_backward(q, k, v, dout, **kw),
+                       reference_grads(case))  # fmt: skip
+
+
+def test_double_ring_schedule_is_loongtrains() -> None:
+    """Slot ``k w + i`` holds, at step ``j`` of round ``o``, the block of slot
+    ``((k - o) mod R/w) w + (i - j) mod w`` (the timer's rule), so each slot sees every block
+    once, and after the last round every block is home."""
+    from ringsim.numerics.context_parallel import _DoubleRing
+    from ringsim.numerics.ring import KVBlock
+
+    R, w = 6, 2
+    sched = hybrid.build_schedule(R, "contiguous", True, "forward", seq_len=2 * R)
+    ring = _DoubleRing(sched, w, [KVBlock(h, None, None) for h in range(R)])
+    seen = []
+    for n, (held, kinds) in enumerate(ring.steps()):
+        o, j = divmod(n, w)
+        want = [((h // w - o) % (R // w)) * w + (h % w - j) % w for h in range(R)]
+        assert [b.owner for b in held] == want
+        assert list(kinds) == [1 if q == k else 2 * (k < q) for q, k in enumerate(want)]
+        seen.append(want)
+    assert np.array_equal(np.sort(np.array(seen), axis=0), np.tile(np.arange(R)[:, None], R))
+    assert [b.owner for b in ring.blocks] == list(range(R))
 
 
 # ---------------------------------------------------------------------------------------------
