@@ -89,7 +89,9 @@ h100 = get_cluster("dgx-h100").with_nodes(8)
 million = plan(llama3_8b, 2**20, h100)
 print(f"{len(million.candidates)} candidates timed in {million.seconds:.1f} s")
 print(top(million))
-print("why the first:", million.candidates[0].why())
+print("why the first:")
+for part in million.candidates[0].why().split("; "):
+    print("  ", part)
 plot_plan(million)
 plt.show()
 
@@ -186,8 +188,17 @@ PUBLISHED = [  # (machine, preset, batch, seq, heads, kv, d, {U: it/s}); YunChan
 
 def predicted(preset, b, n, h, kv, d, u):
     cluster = get_cluster(preset).with_nodes(1)
-    cfg = RingConfig(hosts=8, seq_len=n, hardware=cluster.hardware, heads=h, kv_heads=kv,
-                     head_dim=d, batch=b, causal=True, layout="zigzag")  # fmt: skip
+    cfg = RingConfig(
+        hosts=8,
+        seq_len=n,
+        hardware=cluster.hardware,
+        heads=h,
+        kv_heads=kv,
+        head_dim=d,
+        batch=b,
+        causal=True,
+        layout="zigzag",
+    )
     name = {1: "ring", 8: "ulysses"}.get(u, "hybrid")
     degree = None if u in (1, 8) else u
     s = simulate_strategy(cfg, name, ulysses_degree=degree, cluster=cluster)
