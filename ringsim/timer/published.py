@@ -83,6 +83,7 @@ def _zhuzilin_rows() -> list[Published]:
                 "hardware": ZHUZILIN_HARDWARE[gpu],
                 "layout": layout,
                 "pass": pass_,
+                "theoretic_it_s": theoretic,  # single-GPU flash_attn it/s / 8, as printed
             }
             rows.append(
                 Published(
