@@ -569,3 +569,35 @@ def test_overlap_efficiency_spares_steps_without_a_transfer_or_compute():
     assert tl.compute_end[0, 0] - tl.compute_start[0, 0] == pytest.approx(t + min(t, t_l))
     assert tl.compute_end[1, 0] == tl.compute_start[1, 0]  # the skipped block stays empty
     assert tl.compute_end[1, 1] - tl.compute_start[1, 1] == pytest.approx(block_time(cfg))
+
+
+@given(
+    implementation=st.sampled_from(["fa2", "fa3", "cudnn", "triton"]),
+    hosts=st.integers(1, 9),
+    layout=st.sampled_from(LAYOUTS),
+    causal=st.booleans(),
+    overlap=st.booleans(),
+    pass_=st.sampled_from(["forward", "backward", "train-step"]),
+    block=st.sampled_from([8, 64, 256]),
+    tile=st.sampled_from([None, 16]),
+    tile_n=st.sampled_from([None, 32]),
+    jitter=st.sampled_from([0.0, 0.3]),
+    recompute=st.booleans(),
+    attention_flops=st.sampled_from([None, 1e14]),
+)
+def test_engines_agree_with_every_kernel_model_term(
+    implementation, hosts, layout, causal, overlap, pass_, block, tile, tile_n, jitter,
+    recompute, attention_flops,
+):  # fmt: skip
+    """The kernel family's calls, merges, NCCL-like links and SM contention are durations read
+    through the one clock: the heap oracle and the vectorised engine still agree exactly."""
+    hw = get_hardware("h100-nvlink")
+    cfg = RingConfig(
+        hosts=hosts, seq_len=hosts * block, hardware=hw, heads=4, kv_heads=2, head_dim=64,
+        layout=layout, causal=causal, overlap=overlap, pass_=pass_, jitter=jitter,
+        implementation=implementation, tile=tile, tile_n=tile_n, recompute=recompute,
+        attention_flops=attention_flops, speed=tuple(0.5 if h == 1 else 1.0 for h in range(hosts)),
+    )  # fmt: skip
+    fast, slow = simulate(cfg), simulate(cfg, engine="heap")
+    for name in ARRAYS:
+        np.testing.assert_array_equal(getattr(fast.timeline, name), getattr(slow.timeline, name))

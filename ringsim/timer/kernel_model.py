@@ -84,6 +84,8 @@ class Curve:
     source: str = ""
 
     def head_dim_factor(self, head_dim: int) -> float:
+        if not self.head_dim:  # no published head-dim sweep: no head-dim term
+            return 1.0
         points = sorted({128: 1.0, **self.head_dim}.items())
         x = math.log2(head_dim)
         if x <= math.log2(points[0][0]):

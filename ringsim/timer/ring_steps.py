@@ -154,8 +154,9 @@ class StepModel:
             half = max(c // 2, 1)
             return (c, half, "zigzag-half", None, False) if relation < 0 else (
                 half, c, "zigzag-half", None, True)  # fmt: skip
-        if cfg.layout == "striped" and relation > 0:
-            return (c, c, "offset-causal", None, True)
+        if cfg.layout == "striped":  # kv from an earlier host (or its own): diagonal included
+            return (c, c, "offset-causal", None, True) if relation > 0 else (
+                c, c, "causal-diagonal", None, False)  # fmt: skip
         if relation == 0:
             return (c, c, "causal-diagonal", None, False)
         return (c, c, "full" if kind == BlockKind.FULL else "documents", work, False)

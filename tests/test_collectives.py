@@ -1,0 +1,95 @@
+"""NCCL-like transfers: protocol by message size, duplex links, SMs taken from compute, and the
+timer using them for a real implementation."""
+
+import numpy as np
+import pytest
+
+from ringsim.timer import RingConfig, simulate
+from ringsim.timer.collectives import (
+    IDEAL,
+    INFINIBAND,
+    NVLINK,
+    LinkModel,
+    achieved_bandwidth,
+    exchange_seconds,
+    link_model,
+    overlap_efficiency,
+    p2p_seconds,
+    sm_share,
+)
+from ringsim.timer.cost import kv_block_bytes
+from ringsim.timer.hardware import PRESETS
+
+H100 = PRESETS["h100-nvlink"]
+
+
+def test_large_messages_reach_the_simple_protocol_fraction():
+    bw, lat = 450e9, 5e-6
+    t = float(p2p_seconds(1e9, bw, lat))
+    assert t == pytest.approx(lat + 1e9 / (0.8 * bw))
+    assert achieved_bandwidth(1e9, bw, lat) == pytest.approx(0.8 * bw, rel=0.01)
+
+
+def test_small_messages_go_by_ll_at_half_the_link_and_pay_latency():
+    bw, lat = 450e9, 5e-6
+    assert float(p2p_seconds(8192, bw, lat)) == pytest.approx(lat + 8192 / (0.5 * bw))
+    assert achieved_bandwidth(8192, bw, lat) < 0.01 * bw  # latency bound
+    split = float(p2p_seconds(1e6, bw, lat, messages=100))  # 10 KB each: LL
+    assert split == pytest.approx(100 * lat + 1e6 / (0.5 * bw))
+
+
+def test_ideal_link_is_the_ideal_formula_and_per_hop_arrays_work():
+    assert float(p2p_seconds(1e6, 1e9, 1e-6, link=IDEAL)) == 1e-6 + 1e6 / 1e9
+    hops = p2p_seconds(1e8, np.array([450e9, 50e9]), np.array([5e-6, 1e-5]))
+    assert hops.shape == (2,) and hops[1] > hops[0]
+    assert float(p2p_seconds(0.0, 1e9, 1e-6, messages=0)) == 0.0
+
+
+def test_duplex_links_send_and_receive_at_once():
+    assert float(exchange_seconds(2.0, 3.0)) == 3.0
+    assert float(exchange_seconds(2.0, 3.0, duplex=False)) == 5.0
+
+
+def test_sm_share_gives_the_overlap_efficiency():
+    assert sm_share(132) == pytest.approx(4 / 132)
+    assert overlap_efficiency(108) == pytest.approx(1 - 4 / 108)
+    assert overlap_efficiency(132, IDEAL) == 1.0
+    assert link_model(PRESETS["a100-ib"]) is INFINIBAND and link_model(H100) is NVLINK
+
+
+@pytest.mark.parametrize(
+    "kw, word",
+    [(dict(efficiency=0.0), "efficiency"), (dict(efficiency=1.2), "efficiency"),
+     (dict(ll_threshold=-1.0), "ll_threshold"), (dict(channels=-1), "channels"),
+     (dict(channels=1.5), "channels")],
+)  # fmt: skip
+def test_bad_link_parameters_name_themselves(kw, word):
+    with pytest.raises(ValueError, match=word):
+        LinkModel("x", **{"efficiency": 0.8, **kw})
+
+
+def test_bad_message_arguments():
+    with pytest.raises(ValueError, match="nbytes"):
+        p2p_seconds(-1.0, 1e9, 0.0)
+    with pytest.raises(ValueError, match="sms"):
+        sm_share(0)
+
+
+def test_the_timer_sends_like_nccl_under_a_real_implementation():
+    cfg = RingConfig(hosts=4, seq_len=4 * 4096, hardware=H100, heads=32, kv_heads=8,
+                     implementation="fa2", overlap_efficiency=1.0)  # fmt: skip
+    timeline = simulate(cfg).timeline  # f = 1: the message is not stretched by contention
+    sent = timeline.send_end[0] - timeline.send_start[0]
+    nbytes = kv_block_bytes(4096, 8, 128, "bf16")
+    expected = float(p2p_seconds(nbytes, H100.link_bandwidth, H100.link_latency))
+    assert sent[0] == pytest.approx(expected)
+    ideal = simulate(RingConfig(**{**cfg.__dict__, "implementation": "ideal"})).timeline
+    assert sent[0] > (ideal.send_end - ideal.send_start)[0, 0]
+
+
+def test_overlap_efficiency_override_beats_the_nccl_default():
+    base = dict(hosts=4, seq_len=4 * 256, hardware=H100, implementation="fa2")
+    nccl = simulate(RingConfig(**base)).makespan
+    perfect = simulate(RingConfig(**base, overlap_efficiency=1.0)).makespan
+    none = simulate(RingConfig(**base, overlap_efficiency=0.0)).makespan
+    assert perfect <= nccl <= none
