@@ -301,3 +301,59 @@ def test_torch_family_takes_the_calibrated_terms():
 
 def test_masks_listed():
     assert set(MASKS) == {"full", "causal-diagonal", "offset-causal", "zigzag-half", "documents"}
+
+
+# -- the command line -----------------------------------------------------------------------------
+def cli_json(capsys, *argv):
+    import json
+
+    from ringsim import cli
+
+    assert cli.main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_runs_a_real_implementation_and_shows_the_paper_minimum(capsys):
+    args = ("simulate", "--hosts", "8", "--seq-len", "64K", "--causal", "--layout", "zigzag",
+            "--kv-heads", "8", "--hardware", "h100-nvlink")  # fmt: skip
+    ideal = cli_json(capsys, *args)
+    real = cli_json(capsys, *args, "--implementation", "fa2", "--tile", "128x64")
+    assert "implementation" not in ideal and real["implementation"] == "fa2"
+    assert real["total_time_s"] > 2 * ideal["total_time_s"]
+    assert ideal["min_seq_per_host_tokens"] == 6 * ideal["min_block_for_overlap"]
+    cfg = RingConfig(hosts=8, seq_len=65536, hardware=H100, kv_heads=8, causal=True,
+                     layout="zigzag", implementation="fa2", tile=128, tile_n=64)  # fmt: skip
+    assert real["total_time_s"] == simulate(cfg).makespan
+    step = cli_json(
+        capsys, "simulate", "--hosts", "2", "--seq-len", "4K", "--pass", "train-step",
+        "--hardware", "a100-nvlink", "--attention-rate", "tf32", "--linear-rate", "624T",
+        "--recompute", "--overlap-efficiency", "0.5",
+    )  # fmt: skip
+    assert step["total_time_s"] > 0
+    sweep = cli_json(capsys, "sweep", "--vary", "block", "--values", "1K,4K", "--hardware",
+                     "h100-nvlink", "--implementation", "fa3")  # fmt: skip
+    assert sweep["implementation"] == "fa3"
+    assert sweep["min_seq_per_host_tokens"] == 6 * sweep["overlap_threshold_tokens"]
+
+
+@pytest.mark.parametrize(
+    "flags, word",
+    [
+        (("--implementation", "fa9"), "--implementation"),
+        (("--tile", "12x"), "--tile"),
+        (("--tile", "0"), "--tile"),
+        (("--overlap-efficiency", "2"), "--overlap-efficiency"),
+        (("--attention-rate", "fast"), "--attention-rate"),
+        (("--linear-rate", "fp8", "--hardware", "a100-nvlink"), "--linear-rate"),
+        (("--implementation", "fa3", "--hardware", "a100-nvlink"), "implementation"),
+    ],
+)
+def test_cli_bad_values_exit_2_naming_the_flag(capsys, flags, word):
+    from ringsim import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        code = cli.main(["simulate", "--hosts", "8", "--seq-len", "64K", *flags])
+        raise SystemExit(code)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert word in err and len(err.splitlines()) == 1

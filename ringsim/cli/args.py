@@ -163,7 +163,90 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pass", dest="pass_", choices=PASSES, default="forward", help="what runs (forward)"
     )
-    p.add_argument("--tile", type=positive("tile"), help="kernel tile: partial tiles cost whole")
+    p.add_argument(
+        "--tile",
+        type=arg_type(parse_tile, "tile"),
+        metavar="M[xN]",
+        help="kernel tile, query x key rows (e.g. 128x64; M alone: square): partial tiles "
+        "cost whole",
+    )
+
+
+def parse_tile(name: str, text: str) -> tuple[int, int | None]:
+    """``"128x64"`` -> (128, 64); ``"128"`` -> (128, None) (square)."""
+    parts = str(text).lower().split("x")
+    if len(parts) > 2:
+        raise ValueError(f"{name} must be M or MxN (positive integers), got {text!r}")
+    try:
+        sizes = [parse_positive_int(name, part) for part in parts]
+    except ValueError:
+        raise ValueError(f"{name} must be M or MxN (positive integers), got {text!r}") from None
+    return sizes[0], sizes[1] if len(sizes) == 2 else None
+
+
+def parse_rate(name: str, text: str) -> str | float:
+    """A per-kind rate: FLOP/s with a suffix (e.g. 156T) or a precision name (tf32, fp8, bf16,
+    fp16, fp32: relative to the hardware, see ``ringsim.timer.kernel_model.kind_rate``)."""
+    if text in ("tf32", "fp8", "bf16", "fp16", "fp32"):
+        return text
+    try:
+        return parse_quantity(name, text)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be FLOP/s (e.g. 156T) or one of tf32, fp8, bf16, fp16, fp32, got {text!r}"
+        ) from None
+
+
+def parse_implementation(name: str, text: str) -> str:
+    from ringsim.timer.kernel_model import get_family
+
+    return get_family(text).name
+
+
+def parse_fraction(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not -1.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number in [-1, 1], got {text!r}")
+    return value
+
+
+def add_implementation_flags(p: argparse.ArgumentParser) -> None:
+    """A real implementation instead of the ideal ring (``ringsim.timer.kernel_model``)."""
+    p.add_argument(
+        "--implementation",
+        type=arg_type(parse_implementation, "implementation"),
+        default="ideal",
+        metavar="NAME",
+        help="kernel family: ideal (default: the paper's model), fa2, fa3, cudnn, triton "
+        "(uncalibrated on GPUs), torch (calibrated CPU profile)",
+    )
+    p.add_argument(
+        "--overlap-efficiency",
+        type=arg_type(parse_fraction, "overlap_efficiency"),
+        metavar="F",
+        help="how well compute and transfer overlap, in [-1, 1] (default: the hardware's, or "
+        "NCCL's SM share under a real implementation)",
+    )
+    p.add_argument(
+        "--attention-rate",
+        type=arg_type(parse_rate, "attention_rate"),
+        metavar="RATE",
+        help="FLOP/s of attention, e.g. 156T or tf32 (default: the dtype's peak)",
+    )
+    p.add_argument(
+        "--linear-rate",
+        type=arg_type(parse_rate, "linear_rate"),
+        metavar="RATE",
+        help="FLOP/s of projections and MLP (train-step), e.g. fp8 or 1979T",
+    )
+    p.add_argument(
+        "--recompute",
+        action="store_true",
+        help="train-step with full activation checkpointing (the forward runs again)",
+    )
 
 
 def add_noise_flags(p: argparse.ArgumentParser) -> None:
@@ -250,13 +333,35 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
         causal=bool(getattr(args, "causal", False)),
         overlap=not getattr(args, "no_overlap", False),
         pass_=args.pass_,
-        tile=args.tile,
+        tile=None if args.tile is None else args.tile[0],
+        tile_n=None if args.tile is None else args.tile[1],
         speed=speed,
         jitter=getattr(args, "jitter", 0.0),
         seed=getattr(args, "seed", 0),
     )
+    fields.update(_implementation_fields(args, fields["hardware"], fields["dtype"]))
     fields.update(overrides)
     return RingConfig(**fields)
+    fields.update(overrides)
+    return RingConfig(**fields)
+
+
+def _implementation_fields(args: argparse.Namespace, hardware, dtype: str) -> dict:
+    """The kernel-model fields of ``RingConfig`` from ``add_implementation_flags``' flags."""
+    from ringsim.timer.kernel_model import kind_rate
+
+    fields = {}
+    for flag, key in (("attention_rate", "attention_flops"), ("linear_rate", "linear_flops")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            try:
+                fields[key] = kind_rate(hardware, value, dtype)
+            except ValueError as err:
+                raise ValueError(f"--{flag.replace('_', '-')}: {err}") from None
+    for key in ("implementation", "overlap_efficiency", "recompute"):
+        if getattr(args, key, None) is not None:
+            fields[key] = getattr(args, key)
+    return fields
 
 
 def add_cluster_flags(p: argparse.ArgumentParser, *, strategy: bool = True) -> None:

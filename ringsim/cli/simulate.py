@@ -8,6 +8,7 @@ from ringsim.cli.args import (
     STRATEGIES,
     add_cluster_flags,
     add_hardware_flags,
+    add_implementation_flags,
     add_model_flags,
     add_noise_flags,
     arg_type,
@@ -31,6 +32,10 @@ EXAMPLES = """examples:
       --cluster dgx-h100 --strategy hybrid --ulysses-degree 8
   ringsim simulate --hosts 16 --seq-len 128K --strategy double-ring --gpus-per-node 8 \
       --inter-bandwidth 25G --inter-latency 5e-6
+  ringsim simulate --hosts 8 --seq-len 64K --causal --layout zigzag --kv-heads 8 \
+      --hardware h100-nvlink --implementation fa2 --tile 128x64
+  ringsim simulate --hosts 8 --seq-len 64K --causal --hardware a100-nvlink --pass train-step \
+      --attention-rate tf32 --recompute
 """
 
 
@@ -43,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-overlap", action="store_true", help="compute and transfer alternate")
     p.add_argument("--strategy", choices=STRATEGIES, default="ring", help="how hosts share work")
     add_model_flags(p)
+    add_implementation_flags(p)
     add_hardware_flags(p)
     add_cluster_flags(p)
     add_noise_flags(p)
@@ -59,7 +65,8 @@ SUMMARY_NAMES = {
     "exposed_comm_s": "exposed communication",
     "comm_time_s": "link busy time",
     "idle_fraction": "idle fraction",
-    "min_block_for_overlap": "overlap threshold",
+    "min_block_for_overlap": "overlap threshold c",
+    "min_seq_per_host_tokens": "minimum sequence / host 6c (paper)",
     "memory_per_host_bytes": "attention memory / host",
     "flops_total": "FLOPs (all hosts)",
     "block_tokens": "block",
@@ -73,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     keep = bool(args.plot or args.trace)
     result = run_config(config, args.strategy, keep_timeline=keep, args=args)
     summary = result.summary()
+    _add_paper_minimum(summary)
+    if config.implementation != "ideal":
+        summary["implementation"] = config.implementation
     if args.strategy != "ring":
         summary.setdefault("strategy", args.strategy)
     if args.trace:
@@ -95,6 +105,19 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(result.schedule.describe())
     return 0
+
+
+def _add_paper_minimum(summary: dict) -> None:
+    """The Ring Attention paper's Table 2 sets a minimum sequence per host of ``6 c`` (six
+    blocks resident) beside the threshold ``c``; place it right after the threshold."""
+    threshold = summary.get("min_block_for_overlap")
+    if threshold is None:
+        return
+    items = list(summary.items())
+    at = [k for k, _ in items].index("min_block_for_overlap") + 1
+    items.insert(at, ("min_seq_per_host_tokens", 6 * threshold))
+    summary.clear()
+    summary.update(items)
 
 
 CONFIG_KEYS = {  # echoed in the table's title rather than as rows

@@ -9,6 +9,7 @@ from ringsim.cli.args import (
     STRATEGIES,
     add_cluster_flags,
     add_hardware_flags,
+    add_implementation_flags,
     add_model_flags,
     apply_model,
     arg_type,
@@ -35,6 +36,8 @@ EXAMPLES = """examples:
   ringsim sweep --vary block --values 512,1K,2K,4K,8K --pass backward
   ringsim sweep --vary hosts --plot idle.png            (causal by default)
   ringsim sweep --vary hosts --values 4,16,64 --layouts contiguous,zigzag --json
+  ringsim sweep --vary block --causal --layout zigzag --hardware h100-nvlink --kv-heads 8 \
+      --implementation fa2
 """
 
 
@@ -60,6 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-overlap", action="store_true", help="for --vary hosts")
     p.add_argument("--strategy", choices=STRATEGIES, default="ring", help="how hosts share work")
     add_model_flags(p)
+    add_implementation_flags(p)
     add_hardware_flags(p)
     add_cluster_flags(p)
     p.add_argument("--json", action="store_true", help="print the sweep as JSON")
@@ -145,14 +149,17 @@ def sweep_block(args: argparse.Namespace) -> dict:
         "causal": bool(args.causal),
         "pass": args.pass_,
         "hardware": hw.name,
+        "implementation": getattr(args, "implementation", "ideal"),
         "overlap_threshold_tokens": threshold,
+        "min_seq_per_host_tokens": 6 * threshold,  # the paper's Table 2: 6 c
         "first_hidden_block_tokens": min(hidden) if hidden else None,
         "rows": rows,
     }
     if not args.json:
         print_table(
             f"time against block size: {hosts} hosts, {args.layout}, {hw.name} "
-            f"(overlap threshold c* = {format_length(threshold)} tokens)",
+            f"(overlap threshold c* = {format_length(threshold)} tokens, the paper's minimum "
+            f"sequence per host 6c* = {format_length(6 * threshold)})",
             ("block", "makespan", "compute", "exposed comm", "compute share", "without overlap"),
             [
                 (
