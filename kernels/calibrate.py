@@ -57,58 +57,90 @@ from kernels.probes import (
     measure_overlap,
     measure_ring_pass,
     measure_solo,
+    reprobe,
 )
-from kernels.profile import TORCH_DTYPES, Calibration
+from kernels.profile import (
+    TORCH_DTYPES,
+    Calibration,
+    bootstrap,
+    combine_ranks,
+    parameter_intervals,
+)
+from kernels.progress import Progress
 
 BACKENDS = ("gloo", "nccl", "cuda")
 DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048)
 DEFAULT_BYTES = tuple(2**p for p in range(10, 25, 2))  # 1 KiB .. 16 MiB
 
 
-def _rank_worker(rank: int, hosts: int, spec: dict) -> dict:
-    """Inside a launched rank: compute curve (all ranks at once) and the link."""
+def _probe_names(spec: dict) -> list[str]:
+    """The probes ``_rank_worker`` runs for ``spec``, in order (one progress step each)."""
+    names = ["block compute", "link"]
+    names += [f"masked blocks at {c}" for c in spec.get("masked_sizes", ())]
+    if spec["backend"] == "gloo":
+        names += ["lone rank"] if spec.get("solo_sizes") else []
+        names += [f"overlap at {c}" for c in spec.get("step_sizes", ())]
+        names += ["ring pass"] if spec.get("step_sizes") else []
+    return names
+
+
+def _rank_worker(rank: int, hosts: int, spec: dict, channel=None) -> dict:
+    """Inside a launched rank: compute curve (all ranks at once) and the link; every probe
+    re-run while its samples spread too wide (``reprobe``); rank 0 reports each probe to
+    ``channel`` (``kernels.progress``)."""
     import torch
     import torch.distributed as dist
 
+    from kernels.progress import report
+
     device = "cuda" if spec["backend"] == "nccl" else "cpu"
-    received = device == "cpu"  # local ranks: blocks computed as they arrive (_received_time)
-    compute = measure_compute(
-        spec["sizes"], heads=spec["heads"], head_dim=spec["head_dim"], dtype=spec["dtype"],
-        device=device, repeats=spec["repeats"], barrier=dist.barrier, received=received,
-    )  # fmt: skip
-    link = measure_link_p2p(spec["bytes"], repeats=spec["repeats"], device=device)
+    received = device == "cpu"  # local ranks: blocks computed as they arrive (_received_samples)
+    reps = spec["repeats"]
     shape = dict(heads=spec["heads"], head_dim=spec["head_dim"], dtype=spec["dtype"])
-    masked = [
-        row
-        for c in spec.get("masked_sizes", ())
-        for row in measure_masked(
-            c,
+    masked_at = lambda c: (
+        lambda: measure_masked(
+            c, **shape, device=device, repeats=reps, barrier=dist.barrier, received=received
+        )
+    )
+    overlap_at = lambda c: lambda: [measure_overlap(c, **shape, repeats=3 * reps)]
+    probes = {
+        "block compute": lambda: measure_compute(
+            spec["sizes"],
             **shape,
             device=device,
-            repeats=spec["repeats"],
+            repeats=reps,
             barrier=dist.barrier,
             received=received,
-        )
-    ]
-    solo, overlap, setup = [], [], []
-    if device == "cpu":
-        reps = spec["repeats"]
-        solo = measure_solo(spec.get("solo_sizes", ()), **shape, repeats=reps, received=True)
-        overlap = [
-            measure_overlap(c, **shape, repeats=3 * reps) for c in spec.get("step_sizes", ())
-        ]
-        setup = [measure_ring_pass(layout="contiguous", dtype=spec["dtype"],
-                                   repeats=3 * reps)] if spec.get("step_sizes") else []  # fmt: skip
-    return {"compute": compute, **link, "masked": masked, "solo": solo, "overlap": overlap,
-            "ring_pass": setup, "threads": torch.get_num_threads()}  # fmt: skip
+        ),
+        "link": lambda: measure_link_p2p(spec["bytes"], repeats=reps, device=device),
+        **{f"masked blocks at {c}": masked_at(c) for c in spec.get("masked_sizes", ())},
+        "lone rank": lambda: measure_solo(
+            spec.get("solo_sizes", ()), **shape, repeats=reps, received=True
+        ),
+        **{f"overlap at {c}": overlap_at(c) for c in spec.get("step_sizes", ())},
+        "ring pass": lambda: [
+            measure_ring_pass(layout="contiguous", dtype=spec["dtype"], repeats=3 * reps)
+        ],
+    }
+    report(channel, f"rank {rank} of {hosts} started")
+    done = {}
+    for name in _probe_names(spec):
+        if rank == 0:
+            report(channel, name)
+        done[name] = reprobe(probes[name])
+        if rank == 0:
+            report(channel, f"{name} done", 1)
+    by_kind = lambda prefix: [row for name, rows in done.items()
+                              if name.startswith(prefix) for row in rows]  # fmt: skip
+    return {"compute": done["block compute"], **done["link"], "masked": by_kind("masked"),
+            "solo": done.get("lone rank", []), "overlap": by_kind("overlap"),
+            "ring_pass": done.get("ring pass", []),
+            "threads": torch.get_num_threads()}  # fmt: skip
 
 
-def _combine(per_rank: list[dict], key: str, value: str) -> list[dict]:
+def _combine(per_rank: list[dict], key: str) -> list[dict]:
     """Rows of every rank merged: the slowest rank's time (the ring waits for it)."""
-    rows = []
-    for i, row in enumerate(per_rank[0][key]):
-        rows.append({**row, value: max(r[key][i][value] for r in per_rank)})
-    return rows
+    return [combine_ranks(same) for same in zip(*(r[key] for r in per_rank), strict=True)]
 
 
 def calibrate_data(
@@ -126,11 +158,13 @@ def calibrate_data(
     masked_sizes: Sequence[int] = (),
     solo_sizes: Sequence[int] = (),
     step_sizes: Sequence[int] = (),
+    progress: bool = False,
 ) -> Calibration:
     """Run the measurements for ``backend`` and return them with their fits; ``masked_sizes``,
     ``solo_sizes`` and ``step_sizes``: the block sizes at which to time masked blocks, a lone
     rank, and a ring step's overlap and a ring call's fixed cost (the last three on local
-    gloo ranks only; by default none: neutral terms)."""
+    gloo ranks only; by default none: neutral terms). ``progress``: say on stderr which probe
+    runs (``kernels.progress``)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     dtype = dtype or ("fp32" if backend == "gloo" else "bf16")
@@ -146,9 +180,11 @@ def calibrate_data(
         cal.machine = torch.cuda.get_device_name(0)
         cal.hosts = 1
         shape = dict(heads=heads, head_dim=head_dim, dtype=dtype, device="cuda", repeats=repeats)
-        cal.compute = measure_compute(sizes, **shape)
-        cal.masked = [row for c in masked_sizes for row in measure_masked(c, **shape)]
-        cal.pingpong = cal.exchange = measure_link_h2d(link_bytes, repeats=repeats)
+        cal.compute = reprobe(lambda: measure_compute(sizes, **shape))
+        cal.masked = [row for c in masked_sizes
+                      for row in reprobe(lambda c=c: measure_masked(c, **shape))]  # fmt: skip
+        h2d = reprobe(lambda: measure_link_h2d(link_bytes, repeats=repeats))
+        cal.pingpong = cal.exchange = h2d
         return cal
     from kernels.launch import launch
 
@@ -157,15 +193,12 @@ def calibrate_data(
         head_dim=head_dim, dtype=dtype, repeats=repeats, masked_sizes=list(masked_sizes),
         solo_sizes=list(solo_sizes), step_sizes=list(step_sizes),
     )  # fmt: skip
-    per_rank = launch(
-        _rank_worker, hosts, args=(spec,), backend=backend, timeout_s=timeout_s, threads=threads
-    )
-    for key in ("compute", "pingpong", "exchange", "masked", "solo", "ring_pass"):
-        setattr(cal, key, _combine(per_rank, key, "seconds"))
-    cal.overlap = [
-        {**row, **{k: max(r["overlap"][i][k] for r in per_rank) for k in row if k.endswith("_s")}}
-        for i, row in enumerate(per_rank[0]["overlap"])
-    ]
+    with Progress(len(_probe_names(spec)), "calibrate", enabled=progress) as bar:
+        bar.advance(f"starting {hosts} {backend} ranks", 0)
+        per_rank = launch(_rank_worker, hosts, args=(spec, bar.channel), backend=backend,
+                          timeout_s=timeout_s, threads=threads)  # fmt: skip
+    for key in ("compute", "pingpong", "exchange", "masked", "solo", "overlap", "ring_pass"):
+        setattr(cal, key, _combine(per_rank, key))
     return cal
 
 
@@ -249,6 +282,10 @@ then: ringsim simulate --hardware cpu-calibrated --hosts 2 --seq-len 4K""",
     parser.add_argument("--out", default=None, help="profile path (default results/...)")
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="say on stderr what runs (default: on, off with --json)",
+    )  # fmt: skip
     return parser
 
 
@@ -261,6 +298,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         threads=args.threads, masked_sizes=args.masked_sizes or [max(args.sizes)],
         solo_sizes=args.solo_sizes or [max(args.sizes)],
         step_sizes=args.step_sizes or [max(args.sizes)],
+        progress=not args.json if args.progress is None else args.progress,
     )  # fmt: skip
     paths = None
     if not args.no_save:
@@ -277,6 +315,8 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         "solo": cal.solo,
         "overlap": cal.overlap,
         "ring_pass": cal.ring_pass,
+        "probe_quality": cal.quality(),
+        "parameter_ci95": parameter_intervals([c.hardware() for c in bootstrap(cal)]),
         "saved": [str(p) for p in paths] if paths else None,
     }
     if args.json:
@@ -290,6 +330,11 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         for row in cal.exchange:
             print(f"  exchange {row['bytes']:9d} B: {row['seconds'] * 1e6:9.1f} us  "
                   f"{row['bytes'] / row['seconds'] / 1e9:6.2f} GB/s")  # fmt: skip
+        quality = ", ".join(f"{name} {q['spread']:.0%} ({q['attempts']})"
+                            for name, q in report["probe_quality"].items())  # fmt: skip
+        print(f"  probe spread (relative IQR, tries): {quality}")
+        for name, (lo, hi) in report["parameter_ci95"].items():
+            print(f"  {name:>18} 95%: {lo:.4g} to {hi:.4g}")
         if paths:
             print("saved", *paths)
     return 0 if all(math.isfinite(v) for v in cal.summary().values()) else 1

@@ -13,8 +13,13 @@ the real kernel.
 
 ``measured_time_s`` is the median over repeats of the slowest rank's forward time (from
 ``kernels.ring.start_line``, a barrier and a short settling pause, to its last merge);
-``ratio = measured / predicted``, with ``ratio_ci95`` its 95% bootstrap interval over the
-repeats (``ratio_interval``).
+``ratio = measured / predicted``. Every figure comes with its 95% bootstrap interval
+(``kernels.uncertainty``): ``measured_ci95`` (the repeats redrawn), ``predicted_ci95`` (the
+probes redrawn), ``ratio_ci95`` (both, draw by draw) and ``overlap_threshold_ci95``;
+``intervals_overlap`` says whether prediction and measurement agree within them, and
+``regime`` is ``near the threshold`` while the block lies inside the threshold's interval.
+``probe_quality`` gives each probe's spread and re-probes, ``parameter_ci95`` each profile
+parameter's interval.
 
 Without a given calibration the comparison is *paired*: before every repeat of the ring, the
 same ranks measure the block compute (a tiny block, half this block size and this one; for a
@@ -23,16 +28,19 @@ a block that has just arrived over the link, as a ring step computes it) and the
 message and this run's) and, on gloo, whether a transfer progresses while a rank computes
 (``kernels.calibrate.measure_overlap``, at this run's block and message) and the fixed cost
 of a ring call (``measure_ring_pass``: the real ring, on every rank, with near-empty blocks),
-and that repeat is predicted from those numbers. The timed ring follows one untimed pass, as
-every probe is timed warm. The overlap efficiency and the pass overhead are the medians over
-all repeats' probes. The machine's load from other processes drifts over seconds; pairing
-keeps the drift out of the comparison without ever feeding the ring's own timings into its
-prediction.
+and that repeat is predicted from those numbers (``predicted_times_s``). The timed ring follows
+one untimed pass, as every probe is timed warm. The prediction (``predicted_time_s``) pools
+the probes of every repeat row by row (medians, ``Calibration.pooled``): one repeat's slow
+probe cannot flip it. Each probe runs again while its samples spread too wide
+(``kernels.probes.reprobe``). The machine's load from other processes drifts over seconds;
+pairing keeps the drift out of the comparison without ever feeding the ring's own timings
+into its prediction.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -41,7 +49,15 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.profile import TORCH_DTYPES, Calibration
+from kernels.profile import TORCH_DTYPES, Calibration, combine_ranks
+from kernels.progress import Progress
+from kernels.uncertainty import (
+    BOOTSTRAP_DRAWS,
+    bootstrap_intervals,
+    interval_lines,
+    overlaps,
+    regime,
+)
 
 MEASURE_BACKENDS = ("gloo", "nccl")
 
@@ -99,6 +115,8 @@ def measure(
     threads: int = 1,
     timeout_s: float = 120.0,
     trace: str | Path | None = None,
+    progress: bool = False,
+    draws: int = BOOTSTRAP_DRAWS,
 ) -> dict:
     """Run the real ring (``hosts`` local processes) and the simulator; see the module doc.
 
@@ -106,7 +124,10 @@ def measure(
     ``predicted_time_s``, ``ratio`` and ``max_abs_error`` (against the float64 reference), plus
     per-step ``steps`` and the profile used. ``calibration``: reuse one (else measured now, on
     the same ranks' configuration). ``trace``: write ``<trace>-measured.json`` and
-    ``<trace>-predicted.json`` Chrome traces.
+    ``<trace>-predicted.json`` Chrome traces. ``progress``: say on stderr what runs (rank
+    start, probe, repeat i of n; ``kernels.progress``). ``draws``: bootstrap draws of the
+    intervals (``predicted_ci95``, ``measured_ci95``, ``ratio_ci95``,
+    ``overlap_threshold_ci95``, ``parameter_ci95``).
     """
     from kernels.launch import RunConfig, launch, run_configs, summarize_run
     from kernels.rank_timeline import timeline_from_records
@@ -123,50 +144,58 @@ def measure(
     shape = dict(hosts=hosts, seq_len=seq_len, heads=heads, kv_heads=kv_heads,
                  head_dim=head_dim, layout=layout, causal=causal)  # fmt: skip
     launch_kw = dict(backend=backend, timeout_s=timeout_s, threads=threads)
-    if calibration is None:  # paired: calibrate right before every repeat, in the same ranks
-        per_rank = launch(_paired_worker, hosts, args=(config, dtype), **launch_kw)
-        cals = [
-            _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
-            for i in range(repeats)
-        ]
-        # the overlap efficiency and the pass overhead are medians over every repeat's probes:
-        # one noisy probe must not swing or inflate a prediction
-        probes = [row for cal in cals for row in cal.overlap]
-        passes = [row for cal in cals for row in cal.ring_pass]
-        for cal in cals:
-            cal.overlap, cal.ring_pass = probes, passes
-        measured_all = [
-            max(r["rings"][i]["forward_s"][0] for r in per_rank) for i in range(repeats)
-        ]
-        predicted_all = [predict(cal, **shape)[0].summary()["total_time_s"] for cal in cals]
-        middle = int(np.argsort(predicted_all)[len(predicted_all) // 2])
-        calibration = cals[middle]
-        results = [r["rings"][-1] for r in per_rank]
-    else:
-        per_rank = launch(run_configs, hosts, args=([config],), **launch_kw)
-        results = [r[0] for r in per_rank]
-        measured_all = [max(t) for t in zip(*(r["forward_s"] for r in results), strict=True)]
-        predicted_all = None
+    paired = calibration is None
+    steps = paired_steps(config, hosts) if paired else ["ring"]
+    total = (config.warmup + repeats) * len(steps) if paired else 1
+    with Progress(total, "measure", enabled=progress) as bar:
+        bar.advance(f"starting {hosts} {backend} ranks", 0)
+        if paired:  # calibrate right before every repeat, in the same ranks
+            per_rank = launch(_paired_worker, hosts, args=(config, dtype, bar.channel),
+                              **launch_kw)  # fmt: skip
+            own = [
+                _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
+                for i in range(repeats)
+            ]
+            # each repeat's own prediction, its overlap efficiency and pass overhead the
+            # medians over every repeat's probes (one noisy probe must not swing them)
+            shared = dict(overlap=[r for c in own for r in c.overlap],
+                          ring_pass=[r for c in own for r in c.ring_pass])  # fmt: skip
+            predicted_all = [
+                predict(dataclasses.replace(c, **shared), **shape)[0].summary()["total_time_s"]
+                for c in own
+            ]
+            measured_all = [
+                max(r["rings"][i]["forward_s"][0] for r in per_rank) for i in range(repeats)
+            ]
+            # the prediction: every repeat's probes pooled row by row (medians), so that one
+            # repeat's slow link or compute sample cannot move it
+            calibration = Calibration.pooled(own)
+            results = [r["rings"][-1] for r in per_rank]
+        else:
+            per_rank = launch(run_configs, hosts, args=([config],), **launch_kw)
+            results = [r[0] for r in per_rank]
+            measured_all = [max(t) for t in zip(*(r["forward_s"] for r in results), strict=True)]
+            predicted_all = None
+        bar.advance("predicting; bootstrap of the probes for the intervals", 1 - paired)
+        sim, hw = predict(calibration, **shape)
+        spread = _bootstrap(own if paired else calibration, measured_all, shape, draws)
     run = summarize_run(results, config)
     measured_tl = timeline_from_records([r["forward_timeline"] for r in results])
-    sim, hw = predict(calibration, **shape)
     predicted_tl = sim.timeline
     measured_steps = _step_durations(measured_tl.compute_end, measured_tl.recv_end)
     predicted_steps = _step_durations(predicted_tl.compute_end, predicted_tl.recv_end)
     measured = float(np.median(measured_all))
     predicted = float(sim.summary()["total_time_s"])
-    if predicted_all is not None:
-        predicted = float(np.median(predicted_all))
-    from ringsim.timer.cost import overlap_threshold
-
-    threshold = overlap_threshold(
-        hw, heads=heads, kv_heads=kv_heads or heads, head_dim=head_dim, dtype=calibration.dtype
-    )
+    threshold = _threshold(hw, shape, calibration.dtype)
+    block = seq_len // hosts
+    threshold_ci = [min(spread["threshold"][0], threshold), max(spread["threshold"][1], threshold)]
+    predicted_ci = [min(spread["predicted"][0], predicted), max(spread["predicted"][1], predicted)]
+    measured_ci = spread["measured"]
     report = {
         "hosts": hosts,
         "backend": backend,
         "seq_len": seq_len,
-        "block_tokens": seq_len // hosts,
+        "block_tokens": block,
         "layout": layout,
         "causal": causal,
         "heads": heads,
@@ -176,22 +205,28 @@ def measure(
         "repeats": repeats,
         "threads_per_rank": threads,
         "measured_time_s": measured,
+        "measured_ci95": measured_ci,
         "measured_times_s": measured_all,
         "predicted_times_s": predicted_all or [predicted],
-        "calibration": "paired (before every repeat)" if predicted_all else "given",
+        "calibration": "paired (before every repeat), pooled" if paired else "given",
         "measured_makespan_s": measured_tl.makespan,
         "measured_wait_s": float(np.max(measured_tl.meta["wait"].sum(axis=0))),
         "predicted_time_s": predicted,
+        "predicted_ci95": predicted_ci,
+        "intervals_overlap": overlaps(predicted_ci, measured_ci),
         "ratio": measured / predicted if predicted > 0 else math.inf,
-        "ratio_ci95": ratio_interval(measured_all, predicted_all or [predicted]),
+        "ratio_ci95": spread["ratio"],
         "max_abs_error": run.get("max_abs_error"),
         "overlap_threshold_tokens": threshold,
-        "regime": "compute-bound" if seq_len // hosts >= threshold else "communication-bound",
+        "overlap_threshold_ci95": threshold_ci,
+        "regime": regime(block, threshold_ci),
         "overlap_fraction": calibration.overlap_fraction(),
         "overlap_efficiency": hw.overlap_efficiency,
         "simulated_overlap": sim.config.overlap,
         "predicted_compute_s": float(sim.summary()["compute_time_s"]),
         "predicted_exposed_comm_s": float(sim.summary()["exposed_comm_s"]),
+        "probe_quality": calibration.quality(),
+        "parameter_ci95": spread["parameters"],
         "steps": [
             {"step": s, "measured_s": float(m), "predicted_s": float(p), "ratio": float(m / p)}
             for s, (m, p) in enumerate(zip(measured_steps, predicted_steps, strict=True))
@@ -207,18 +242,36 @@ def measure(
     return report
 
 
-def ratio_interval(
-    measured: Sequence[float], predicted: Sequence[float], *, draws: int = 2000, seed: int = 0
-) -> list[float]:
-    """95% bootstrap interval of ``median(measured) / median(predicted)``: the repeats are
-    resampled (as pairs when each repeat has its own prediction), so the interval says how far
-    the ratio could move on another run of as many repeats on an equally loaded machine."""
-    m = np.asarray(measured, float)
-    p = np.asarray(predicted, float)
-    idx = np.random.default_rng(seed).integers(0, len(m), size=(draws, len(m)))
-    p_med = np.median(p[idx], axis=1) if len(p) == len(m) else np.full(draws, np.median(p))
-    ratios = np.median(m[idx], axis=1) / p_med
-    return [float(x) for x in np.percentile(ratios, [2.5, 97.5])]
+def _bootstrap(probes, measured: Sequence[float], shape: dict, draws: int) -> dict:
+    """``bootstrap_intervals`` of a measurement. ``probes``: the repeats' own calibrations of a
+    paired measurement (a draw pools the same repeats' probes as it draws measured times:
+    the load that slowed a repeat's ring slowed its probes too), or one given
+    ``Calibration`` (a draw redraws every row's samples, ``Calibration.resampled``)."""
+    cache: dict = {}
+
+    def predict_of(idx, rng):
+        if isinstance(probes, Calibration):
+            cal = probes.resampled(rng)
+        elif tuple(idx) in cache:
+            return cache[tuple(idx)]
+        else:
+            cal = Calibration.pooled([probes[i] for i in idx])
+        sim, hw = predict(cal, **shape)
+        out = {"time": float(sim.summary()["total_time_s"]), "hardware": hw,
+               "threshold": _threshold(hw, shape, cal.dtype)}  # fmt: skip
+        cache[tuple(idx)] = out
+        return out
+
+    return bootstrap_intervals(measured, predict_of, draws=draws)
+
+
+def _threshold(hw, shape: dict, dtype: str) -> float:
+    """The calibrated overlap threshold (tokens per host) of this run's shape."""
+    from ringsim.timer.cost import overlap_threshold
+
+    heads = shape["heads"]
+    return float(overlap_threshold(hw, heads=heads, kv_heads=shape["kv_heads"] or heads,
+                                   head_dim=shape["head_dim"], dtype=dtype))  # fmt: skip
 
 
 def _link_sizes(config) -> list[int]:
@@ -240,10 +293,29 @@ def compute_sizes(block_tokens: int) -> list[int]:
     return sorted(sizes)
 
 
-def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
+PROBE_REPEATS = 5  # samples per probe and size in a paired calibration (the link: 4x)
+
+
+def paired_steps(config, hosts: int) -> list[str]:
+    """The probes of one repeat of a paired calibration, in order (the ring last)."""
+    from ringsim.schedule import BlockKind, build_schedule
+
+    kinds = build_schedule(hosts, config.layout, config.causal, seq_len=config.seq_len).kind
+    steps = ["block compute"]
+    if (kinds == BlockKind.PARTIAL).any():
+        steps.append("masked blocks")
+    if (kinds == BlockKind.SKIP).any():
+        steps.append("lone rank")
+    steps += ["overlap", "ring pass", "link", "ring"]
+    return steps
+
+
+def _paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> dict:
     """In each rank: ``warmup + repeats`` times, calibrate (block compute at this run's block
     size and half of it, then the link at a small and at this run's message size) and run the
-    ring once. Pairing in time keeps a drifting machine load out of the comparison."""
+    ring once. Pairing in time keeps a drifting machine load out of the comparison. Every
+    probe is re-run while its samples spread too wide (``kernels.probes.reprobe``); rank 0
+    reports each probe to ``channel`` (``kernels.progress``)."""
     import dataclasses
 
     import torch.distributed as dist
@@ -256,40 +328,54 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
         measure_overlap,
         measure_ring_pass,
         measure_solo,
+        reprobe,
     )
-    from ringsim.schedule import BlockKind, build_schedule
+    from kernels.progress import report
 
     c = config.seq_len // hosts
     # one warm-up pass before the timed one: every calibration probe is timed warm too
     once = dataclasses.replace(config, repeats=1, warmup=1)
-    kinds = build_schedule(hosts, config.layout, config.causal, seq_len=config.seq_len).kind
     device = "cpu" if dist.get_backend() == "gloo" else "cuda"
-    shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype, repeats=3)
-    out = {key: [] for key in ("compute", "link", "masked", "solo", "overlap", "setup", "rings")}
-    for i in range(config.warmup + config.repeats):
-        compute = measure_compute(
-            compute_sizes(c), **shape, device=device, barrier=dist.barrier,
-            received=device == "cpu",
-        )  # fmt: skip
-        masked = []
-        if (kinds == BlockKind.PARTIAL).any():
-            masked = measure_masked(c, **shape, device=device, barrier=dist.barrier,
-                                    received=device == "cpu")  # fmt: skip
-        solo = []
-        if device == "cpu" and (kinds == BlockKind.SKIP).any():
-            solo = measure_solo([c], **shape, received=True)
-        overlap, setup = [], []
-        if device == "cpu":
-            # at this run's block and message, where it is used; one probe scatters on shared
-            # cores, so 9 samples each and the median over the repeats' probes
-            overlap = [measure_overlap(c, **{**shape, "repeats": 9}, kv_heads=config.kv_heads)]
-            setup = [measure_ring_pass(layout=config.layout, dtype=dtype)]
-        link = measure_link_p2p(_link_sizes(config), repeats=3)
-        ring = run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed))
+    steps = paired_steps(config, hosts)
+    if device != "cpu":
+        steps = [s for s in steps if s not in ("lone rank", "overlap", "ring pass")]
+    shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype,
+                 repeats=PROBE_REPEATS)  # fmt: skip
+    received = device == "cpu"
+    probes = {
+        "block compute": lambda: measure_compute(
+            compute_sizes(c), **shape, device=device, barrier=dist.barrier, received=received
+        ),
+        "masked blocks": lambda: measure_masked(
+            c, **shape, device=device, barrier=dist.barrier, received=received
+        ),
+        "lone rank": lambda: measure_solo([c], **shape, received=True),
+        # at this run's block and message, where it is used; one probe scatters on shared
+        # cores, so 9 samples each and the median over the repeats' probes
+        "overlap": lambda: [
+            measure_overlap(c, **{**shape, "repeats": 9}, kv_heads=config.kv_heads)
+        ],
+        "ring pass": lambda: [measure_ring_pass(layout=config.layout, dtype=dtype)],
+        "link": lambda: measure_link_p2p(_link_sizes(config), repeats=PROBE_REPEATS),
+        "ring": lambda: run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed)),
+    }
+    keys = {"block compute": "compute", "masked blocks": "masked", "lone rank": "solo",
+            "overlap": "overlap", "ring pass": "setup", "link": "link",
+            "ring": "rings"}  # fmt: skip
+    out = {key: [] for key in keys.values()}
+    report(channel, f"rank {rank} of {hosts} started")
+    total = config.warmup + config.repeats
+    for i in range(total):
+        done = {key: [] for key in keys.values()}
+        for name in steps:
+            if rank == 0:
+                report(channel, f"repeat {i + 1}/{total}{' (warm-up)' * (i < config.warmup)}: "
+                                f"{name}")  # fmt: skip
+            done[keys[name]] = probes[name]() if name == "ring" else reprobe(probes[name])
+            if rank == 0:
+                report(channel, f"repeat {i + 1}/{total}: {name} done", 1)
         if i >= config.warmup:
-            for key, value in (("compute", compute), ("masked", masked), ("solo", solo),
-                               ("overlap", overlap), ("setup", setup), ("link", link),
-                               ("rings", ring)):  # fmt: skip
+            for key, value in done.items():
                 out[key].append(value)
     return out
 
@@ -297,21 +383,16 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str) -> dict:
 def _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend) -> Calibration:
     """Repeat ``i``'s calibration, the slowest rank's time for every measurement."""
     cal = Calibration(backend, dtype, config.heads, config.head_dim, threads, hosts)
-    slowest = lambda rows_of: [
-        {**row, "seconds": max(rows_of(r)[j]["seconds"] for r in per_rank)}
-        for j, row in enumerate(rows_of(per_rank[0]))
-    ]
+
+    def slowest(rows_of):
+        rows = [rows_of(r) for r in per_rank]
+        return [combine_ranks(same) for same in zip(*rows, strict=True)]
+
     cal.compute = slowest(lambda r: r["compute"][i])
     cal.masked = slowest(lambda r: r["masked"][i])
     cal.solo = slowest(lambda r: r["solo"][i])
     cal.ring_pass = slowest(lambda r: r["setup"][i])
-    cal.overlap = [
-        {
-            **row,
-            **{k: max(r["overlap"][i][j][k] for r in per_rank) for k in row if k.endswith("_s")},
-        }
-        for j, row in enumerate(per_rank[0]["overlap"][i])
-    ]
+    cal.overlap = slowest(lambda r: r["overlap"][i])
     cal.exchange = slowest(lambda r: r["link"][i]["exchange"])
     cal.pingpong = slowest(lambda r: r["link"][i]["pingpong"])
     return cal
@@ -342,6 +423,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--calibration", default=None, help="calibration data JSON to reuse")
     parser.add_argument("--trace", default=None, help="prefix for Chrome traces")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="say on stderr what runs (default: on, off with --json)",
+    )  # fmt: skip
     return parser
 
 
@@ -358,14 +443,17 @@ def measure_main(argv: Sequence[str] | None = None) -> int:
         kv_heads=args.kv_heads, head_dim=args.head_dim, layout=args.layout, causal=args.causal,
         repeats=args.repeats, backend=args.backend, calibration=calibration,
         threads=args.threads, trace=args.trace,
+        progress=not args.json if args.progress is None else args.progress,
     )  # fmt: skip
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
+    t_lo, t_hi = report["overlap_threshold_ci95"]
     print(
         f"{report['hosts']} hosts, {report['seq_len']} tokens ({report['block_tokens']}/host), "
         f"{report['layout']}, {'causal' if report['causal'] else 'full'}, {report['backend']}: "
-        f"{report['regime']} (overlap threshold {report['overlap_threshold_tokens']:.0f} tokens)"
+        f"{report['regime']} (overlap threshold {report['overlap_threshold_tokens']:.0f} tokens, "
+        f"95% {t_lo:.0f} to {t_hi:.0f})"
     )
     print(f"{'step':>6} {'measured ms':>12} {'predicted ms':>13} {'ratio':>6}")
     for row in report["steps"]:
@@ -377,9 +465,9 @@ def measure_main(argv: Sequence[str] | None = None) -> int:
         f"{'total':>6} {report['measured_time_s'] * 1e3:>12.3f} "
         f"{report['predicted_time_s'] * 1e3:>13.3f} {report['ratio']:>6.2f}"
     )
-    lo, hi = report["ratio_ci95"]
     print(f"steps: the last repeat; total: the median of {report['repeats']} repeats")
-    print(f"ratio 95% interval over the {report['repeats']} repeats: {lo:.2f} to {hi:.2f}")
+    for line in interval_lines(report):
+        print(line)
     if report["max_abs_error"] is not None:
         print(f"max |error| vs float64 reference: {report['max_abs_error']:.2e}")
     return 0

@@ -1,12 +1,17 @@
 """The profile fit: a calibration's raw rows turned into a ``ringsim.timer.hardware.Hardware``.
 
 Block times are fitted as ``t(c) = overhead + flops(c) / rate`` and link times as
-``t(n) = latency + n / bandwidth`` (``fit_line``); ``Calibration`` holds the rows of every probe
+``t(n) = latency + n / bandwidth`` (``fit_line``: Theil-Sen through the sizes' medians, so a
+few slow samples cannot tilt the line); ``Calibration`` holds the rows of every probe
 (``kernels.probes``) and builds the profile for a given block size (``Calibration.hardware``):
 ``block_overhead_s`` is the fixed cost per call (the time of the smallest block measured, less
 its FLOPs at the large-block rate), the FLOP rate the one that, with that overhead, reproduces
 the measured full block at ``c``; ``masked_speed``, ``solo_speed`` and the overlap efficiency
 come from the rows at (or nearest to) ``c``.
+
+How sure the fit is: ``Calibration.resampled`` redraws every row's samples (a bootstrap),
+``pooled`` merges the calibrations of several repeats row by row (medians), and
+``parameter_intervals`` reads the 95% range of each profile parameter over such draws.
 """
 
 from __future__ import annotations
@@ -36,17 +41,86 @@ class Fit:
 
 
 def fit_line(x: Sequence[float], t: Sequence[float]) -> Fit:
-    """Least-squares ``t = a + x / rate`` with ``a >= 0``; the rate from the slope. A negative
-    intercept (noise) is clamped to 0 and the rate refitted through the origin."""
+    """Robust ``t = a + x / rate`` with ``a >= 0``: samples at the same ``x`` are taken as
+    their median, then Theil-Sen through those points (the slope is the median of the slopes
+    between every two of them, the intercept the median of ``t - slope x``). A negative
+    intercept (noise) is clamped to 0 and the rate refitted through the origin (least
+    squares, led by the largest sizes). Slow samples at a size move its median little, and
+    one bad size among three or more moves the line little; least squares follows every
+    outlier."""
     x, t = np.asarray(x, float), np.asarray(t, float)
     if len(x) < 2 or np.ptp(x) == 0:
-        raise ValueError(f"fit needs at least two distinct sizes, got {list(x)}")
-    slope, intercept = np.polyfit(x, t, 1)
-    if intercept < 0 or slope <= 0:
+        raise ValueError(f"fit needs at least two distinct sizes, got {sorted(set(x.tolist()))}")
+    sizes, which = np.unique(x, return_inverse=True)
+    if len(sizes) < len(x):
+        t = np.array([np.median(t[which == k]) for k in range(len(sizes))])
+        x = sizes
+    i, j = np.triu_indices(len(x), k=1)
+    slope = float(np.median((t[j] - t[i]) / (x[j] - x[i])))
+    intercept = float(np.median(t - slope * x))
+    if intercept < 0 or slope <= 0:  # least squares through the origin: the large sizes lead
         slope, intercept = float(np.dot(x, t) / np.dot(x, x)), 0.0
     if slope <= 0:
         raise ValueError(f"times do not grow with size: {list(t)}")
-    return Fit(float(intercept), float(1.0 / slope))
+    return Fit(intercept, 1.0 / slope)
+
+
+def _points(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
+    """``(x, t)`` of rows for ``fit_line``: each row's ``key`` and median ``seconds``."""
+    return [r[key] for r in rows], [r["seconds"] for r in rows]
+
+
+TIMED = ("seconds", "compute_s", "transfer_s", "step_s")  # the timed fields of a probe row
+ROWS = ("compute", "pingpong", "exchange", "masked", "solo", "overlap", "ring_pass")
+
+
+def combine_ranks(rows: Sequence[dict]) -> dict:
+    """One probe row measured on every rank, as the ring sees it: each timed field from the
+    slowest rank (the ring waits for it), with that rank's samples; the widest spread."""
+    out = dict(rows[0])
+    for key in (k for k in TIMED if k in out):
+        slowest = max(rows, key=lambda r: r[key])
+        out[key] = slowest[key]
+        samples = slowest.get("samples")
+        if isinstance(samples, dict):
+            out["samples"] = {**out.get("samples", {}), key: samples[key]}
+        elif samples is not None:
+            out["samples"] = samples
+    if any("spread" in r for r in rows):
+        out["spread"] = max(r.get("spread", 0.0) for r in rows)
+    return out
+
+
+def _resample_row(row: dict, rng: np.random.Generator) -> dict:
+    """``row`` with its samples redrawn with replacement and its timed fields their medians."""
+    samples = row.get("samples")
+    if not samples:
+        return row
+    if isinstance(samples, dict):
+        n = min(len(v) for v in samples.values())
+        idx = rng.integers(0, n, n)  # the fields' samples were taken interleaved: draw jointly
+        drawn = {k: [v[i] for i in idx] for k, v in samples.items()}
+        return {**row, "samples": drawn, **{k: float(np.median(v)) for k, v in drawn.items()}}
+    drawn = [samples[i] for i in rng.integers(0, len(samples), len(samples))]
+    return {**row, "samples": drawn, "seconds": float(np.median(drawn))}
+
+
+def _pool_rows(rows: Sequence[dict]) -> dict:
+    """The same probe row from several calibrations: timed fields their median, samples
+    together, the median spread and the most attempts."""
+    out = dict(rows[0])
+    for key in (k for k in TIMED if k in out):
+        out[key] = float(np.median([r[key] for r in rows]))
+    first = rows[0].get("samples")
+    if isinstance(first, dict):
+        out["samples"] = {k: [t for r in rows for t in r["samples"][k]] for k in first}
+    elif first is not None:
+        out["samples"] = [t for r in rows for t in r["samples"]]
+    if "spread" in out:
+        out["spread"] = float(np.median([r.get("spread", 0.0) for r in rows]))
+    if "attempts" in out:
+        out["attempts"] = max(r.get("attempts", 1) for r in rows)
+    return out
 
 
 @dataclass
@@ -77,11 +151,47 @@ class Calibration:
 
     @property
     def compute_fit(self) -> Fit:
-        return fit_line([r["flops"] for r in self.compute], [r["seconds"] for r in self.compute])
+        return fit_line(*_points(self.compute, "flops"))
 
     def link_fit(self, kind: str = "exchange") -> Fit:
-        rows = getattr(self, kind) or self.pingpong
-        return fit_line([r["bytes"] for r in rows], [r["seconds"] for r in rows])
+        return fit_line(*_points(getattr(self, kind) or self.pingpong, "bytes"))
+
+    def resampled(self, rng: np.random.Generator) -> Calibration:
+        """A bootstrap draw: every row's samples redrawn with replacement (rows without
+        samples as they are)."""
+        rows = {key: [_resample_row(r, rng) for r in getattr(self, key)] for key in ROWS}
+        return replace(self, **rows)
+
+    @classmethod
+    def pooled(cls, calibrations: Sequence[Calibration]) -> Calibration:
+        """Several calibrations of the same probes (the repeats of a paired measurement) as
+        one: each row's timed fields the median over them, their samples together; the
+        ``overlap`` and ``ring_pass`` rows all kept (their terms are medians over rows)."""
+        first = calibrations[0]
+        rows = {}
+        for key in ROWS:
+            lists = [getattr(c, key) for c in calibrations]
+            if key in ("overlap", "ring_pass") or len({len(r) for r in lists}) > 1:
+                rows[key] = [row for rows_ in lists for row in rows_]
+            else:
+                rows[key] = [_pool_rows(same) for same in zip(*lists, strict=True)]
+        return replace(first, **rows)
+
+    def quality(self) -> dict:
+        """The probe-quality figure per probe: ``spread`` (the widest relative interquartile
+        range of its rows' samples), ``attempts`` (the most tries a row took, ``re-probe``)
+        and ``samples`` (their count); probes without rows or saved without spreads left
+        out."""
+        out = {}
+        for key in ROWS:
+            rows = [r for r in getattr(self, key) if "spread" in r]
+            if rows:
+                out[key] = {
+                    "spread": max(r["spread"] for r in rows),
+                    "attempts": max(r.get("attempts", 1) for r in rows),
+                    "samples": sum(_count(r.get("samples")) for r in rows),
+                }
+        return out
 
     def block_seconds(
         self, block_tokens: int, heads: int | None = None, head_dim: int | None = None
@@ -259,6 +369,19 @@ class Calibration:
             overlap_efficiency=overlap,
         )
 
+    def kernel_family(self, block_tokens: int | None = None):
+        """The ``"torch"`` kernel family of ``ringsim.timer.kernel_model`` from this fit: the
+        fixed cost per call (``block_overhead()``) and the masked-tile speed at ``block_tokens``
+        (default: the largest block measured); its rate is ``hardware()``'s."""
+        from ringsim.timer.kernel_model import torch_family
+
+        c = block_tokens or max(r["block_tokens"] for r in self.compute)
+        return torch_family(
+            call_overhead_s=self.block_overhead(),
+            masked_speed=self.masked_speed_at(c),
+            source=f"calibrated {self.when} on {self.machine or self.backend} at c={c}",
+        )
+
     def summary(self) -> dict:
         comp, ex, pp = self.compute_fit, self.link_fit("exchange"), self.link_fit("pingpong")
         largest = max(r["block_tokens"] for r in self.compute)
@@ -284,6 +407,42 @@ class Calibration:
     def from_json(cls, data: dict) -> Calibration:
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**fields)
+
+
+def _count(samples) -> int:
+    if isinstance(samples, dict):
+        return min((len(v) for v in samples.values()), default=0)
+    return len(samples or [])
+
+
+def bootstrap(calibration: Calibration, draws: int = 100, seed: int = 0) -> list[Calibration]:
+    """``draws`` bootstrap draws of ``calibration`` (``Calibration.resampled``), seeded."""
+    rng = np.random.default_rng(seed)
+    return [calibration.resampled(rng) for _ in range(draws)]
+
+
+def hardware_parameters(hw) -> dict[str, float]:
+    """The calibrated parameters of a ``Hardware`` (its one dtype's FLOP rate and the terms)."""
+    return {
+        "flop_rate": float(next(iter(hw.flops.values()))),
+        "block_overhead_s": hw.block_overhead_s,
+        "link_bandwidth": hw.link_bandwidth,
+        "link_latency_s": hw.link_latency,
+        "masked_speed": hw.masked_speed,
+        "solo_speed": hw.solo_speed,
+        "overlap_efficiency": hw.overlap_efficiency,
+        "pass_overhead_s": hw.pass_overhead_s,
+    }
+
+
+def parameter_intervals(hardwares: Sequence) -> dict[str, list[float]]:
+    """95% range (2.5th to 97.5th percentile) of each ``hardware_parameters`` value over
+    ``hardwares`` (the profiles of bootstrap draws)."""
+    values = [hardware_parameters(hw) for hw in hardwares]
+    return {
+        key: [float(x) for x in np.percentile([v[key] for v in values], [2.5, 97.5])]
+        for key in values[0]
+    }
 
 
 def _memory_bytes(backend: str) -> float:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kernels.calibrate import calibrate_data, save_calibration
-from kernels.measure import _step_durations, compute_sizes, measure, predict, ratio_interval
+from kernels.measure import _step_durations, compute_sizes, measure, predict
 from kernels.probes import MASKED_BLOCKS
 from kernels.profile import Calibration, fit_line
 from ringsim.timer.cost import attention_flops
@@ -140,12 +140,15 @@ def test_overlap_efficiency_is_read_at_the_block_size_it_is_used_for():
 
 
 def test_ratio_interval_brackets_the_ratio_and_narrows_with_repeats():
+    from kernels.uncertainty import bootstrap_intervals
+
     rng = np.random.default_rng(1)
-    few = ratio_interval(1.0 + 0.2 * rng.random(5), np.ones(5))
-    many = ratio_interval(1.0 + 0.2 * rng.random(200), np.ones(200))
+    fixed = lambda idx, rng: {"time": 1.0}
+    few = bootstrap_intervals(1.0 + 0.2 * rng.random(5), fixed)["ratio"]
+    many = bootstrap_intervals(1.0 + 0.2 * rng.random(200), fixed)["ratio"]
     assert 1.0 <= few[0] <= few[1] <= 1.2 and 1.0 <= many[0] <= many[1] <= 1.2
     assert many[1] - many[0] < few[1] - few[0]
-    assert ratio_interval([2.0, 2.0, 2.0], [1.0]) == [2.0, 2.0]  # one shared prediction
+    assert bootstrap_intervals([2.0, 2.0, 2.0], fixed)["ratio"] == [2.0, 2.0]
 
 
 def test_paired_calibration_times_at_least_two_block_sizes():
