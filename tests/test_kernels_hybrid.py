@@ -87,6 +87,12 @@ def _check_against_reference(results, config, ulysses: int, placement: str) -> N
 
 def test_four_ranks_against_float64_and_the_all_to_alls():
     per_rank = launch(_everything, 4, args=(RUNS,), timeout_s=30)
+    results = [r[1] for r in per_rank]
+    for i, (config, ulysses, placement) in enumerate(RUNS[:5]):
+        _check_against_reference([r[i] for r in results], config, ulysses, placement)
+    for r in results:
+        assert "ulysses_degree=2 must divide kv_heads=3" in r[5], r[5]
+        assert "ulysses_degree must divide the world size 4" in r[6], r[6]
     checks = [r[0] for r in per_rank]
     for rank, got in enumerate(checks):
         assert (got["u"], got["j"]) == (rank % 2, rank // 2)
@@ -96,9 +102,3 @@ def test_four_ranks_against_float64_and_the_all_to_alls():
         want = np.concatenate([100 * (2 * got["j"] + m) + np.arange(6.0).reshape(3, 2, 1)[heads]
                                for m in range(2)], axis=-2)  # fmt: skip
         np.testing.assert_array_equal(got["moved"], want)
-    results = [r[1] for r in per_rank]
-    for i, (config, ulysses, placement) in enumerate(RUNS[:5]):
-        _check_against_reference([r[i] for r in results], config, ulysses, placement)
-    for r in results:
-        assert "ulysses_degree=2 must divide kv_heads=3" in r[5], r[5]
-        assert "ulysses_degree must divide the world size 4" in r[6], r[6]
