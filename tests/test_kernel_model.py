@@ -357,3 +357,31 @@ def test_cli_bad_values_exit_2_naming_the_flag(capsys, flags, word):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert word in err and len(err.splitlines()) == 1
+
+
+def test_calibration_gives_the_torch_family():
+    pytest.importorskip("torch")
+    from kernels.profile import Calibration
+
+    cal = Calibration("gloo", "fp32", heads=2, head_dim=32, threads=1, hosts=2, when="today")
+    for c in (64, 128, 256, 512):
+        flops = attention_flops(c, c, 2, 32)
+        cal.compute.append({"block_tokens": c, "flops": flops, "seconds": 1e-4 + flops / 2e10})
+    for n in (1024, 65536, 1 << 20):
+        cal.exchange.append({"bytes": n, "seconds": 5e-4 + n / 1e9})
+        cal.pingpong.append({"bytes": n, "seconds": 5e-4 + n / 1e9})
+    family, hw = cal.kernel_family(), cal.hardware()
+    assert family.name == "torch" and family.calibrated
+    assert family.call_overhead_s == pytest.approx(1e-4, rel=1e-3)
+    t = attention_call_seconds(family, hw, q_tokens=512, k_tokens=512, heads=2, kv_heads=2,
+                               head_dim=32, dtype="fp32", pass_="forward", mask="full")  # fmt: skip
+    assert t == pytest.approx(1e-4 + attention_flops(512, 512, 2, 32) / 2e10, rel=0.01)
+
+
+def test_torch_on_a_calibrated_profile_is_the_calibrated_timer():
+    hw = replace(custom_hardware(1e11, 1e9, dtype="fp32"), block_overhead_s=1e-4,
+                 masked_speed=0.7, solo_speed=1.5)  # fmt: skip
+    base = dict(hosts=4, seq_len=1024, hardware=hw, dtype="fp32", causal=True)
+    calibrated = simulate(RingConfig(**base)).timeline
+    torch_ = simulate(RingConfig(**base, implementation="torch")).timeline
+    np.testing.assert_array_equal(calibrated.compute_end, torch_.compute_end)

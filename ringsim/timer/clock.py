@@ -122,7 +122,9 @@ class Costs:
         self.kv_bytes = kv_block_bytes(*shape, batch=config.batch)
         self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=config.grad_dtype)
         family = self.clock.family
-        self.steps = None if family.ideal else StepModel(config, family)
+        # ideal, and the calibrated CPU torch family, whose terms are the hardware profile's
+        # (HostClock.block applies them, lone-host speed included)
+        self.steps = None if family.ideal or family.name == "torch" else StepModel(config, family)
 
     def local(self, flops: float) -> np.ndarray:
         """``(P,)`` durations of a local computation of ``flops`` FLOPs (projections, MLP: the

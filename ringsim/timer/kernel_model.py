@@ -454,6 +454,13 @@ def attention_call_seconds(
         return flops / rate
     tile = family.tile if tile is None else _check_tile(tile)
     curve = family.curve(hardware, pass_)
+    if "cpu" in {arch for arch, _ in family.curves}:  # HostClock.block's calibrated rule
+        if visible is None:
+            visible = _visible_fraction(q_tokens, k_tokens, mask)
+        flops = attention_flops(q_tokens, k_tokens, heads, head_dim, work=visible, pass_=pass_,
+                                batch=batch)  # fmt: skip
+        masked = curve.masked_speed if mask != "full" and mask != "zigzag-half" else 1.0
+        return family.call_overhead_s + flops / (rate * masked)
     work = tile_work(q_tokens, k_tokens, mask, tile, visible)
     M, N = tile
     tile_flops = attention_flops(M, N, heads, head_dim, pass_=pass_, batch=batch)
