@@ -29,22 +29,38 @@ by 0 instead of ``-inf`` so no ``-inf - -inf`` NaN appears, and such a row ends 
 
 Skipping fully masked tiles
 ---------------------------
-Before the launch, ``live_tiles`` decides on the host (with torch ops on the tensors' device,
-no synchronisation) which (query tile, key tile) pairs can contain a visible pair, from each
-tile's smallest/largest position and document id. Every program then loops only over the range
-``[lo, hi)`` of key tiles spanning its live ones. For the sorted positions of every layout the
-live key tiles of a query tile are contiguous, so the range skips exactly the empty tiles (the
-upper triangle of a causal diagonal block, or a whole block that lies in the future); for
-arbitrary positions the range is still correct, only less tight.
+Before the launch, ``plan`` decides on the host (``kernels.tiles.live_tiles``, torch ops on the
+tensors' device, no synchronisation) which (query tile, key tile) pairs can contain a visible
+pair, from each tile's smallest/largest position and document id. A caller that times the
+kernels (``kernels.gpu_check``) makes the plan once, outside the timed region. Every program
+then loops only over the range ``[lo, hi)`` of key tiles spanning its live ones. For the sorted
+positions of every layout the live key tiles of a query tile are contiguous, so the range skips
+exactly the empty tiles (the upper triangle of a causal diagonal block, or a whole block that
+lies in the future); for arbitrary positions the range is still correct, only less tight.
 
 Backward
 --------
 From the saved ``lse`` the probabilities are rebuilt exactly, ``p = exp(s - lse)``, with
-``delta = rowsum(dout * out)`` (computed once by the caller):
+``delta = rowsum(dout * out)`` (computed once by the caller, e.g. with ``row_delta``):
 ``dv = p^T dout``, ``dp = dout v^T``, ``ds = p * (dp - delta)``, ``dq = scale ds k``,
 ``dk = scale ds^T q``. Two kernels avoid atomics: ``_attn_bwd_dkdv`` owns a key tile and loops
 over the query tiles of *every* query head sharing its kv head (so GQA sums stay in registers);
 ``_attn_bwd_dq`` owns a query tile and loops over key tiles like the forward.
+
+Sizes
+-----
+Batch and heads are folded into the one grid axis with the tiles (a 2-d grid's second axis
+stops at 65,535); a head's base offset is 64-bit (a tensor may hold 2^31 elements or more),
+offsets inside one head are 32-bit, so one head's ``c x d`` must stay below 2^31 elements
+(``ValueError`` otherwise). Positions and document ids are loaded as int64, as given.
+
+Triton versions
+---------------
+Written for Triton 3.9 (pinned for CI) and 3.6 (the GPU machine): everything used here
+(``tl.dot(..., input_precision=...)`` with ``"tf32"``/``"tf32x3"``/``"ieee"``, ``tl.cdiv``,
+``tensor.to(tl.int64)``, launches with ``num_warps``/``num_stages``) is the same in both.
+Neither interpreter multiplies bfloat16 ``tl.dot`` operands correctly (the tests install
+``tests/triton_shim.py``).
 """
 
 from __future__ import annotations
@@ -57,33 +73,15 @@ import triton
 import triton.language as tl
 
 from kernels.block_args import BlockArgs
-from kernels.tiles import live_tiles, tile_ranges
+from kernels.tiles import (  # TileConfig, default_config: part of this API too
+    TileConfig,
+    default_config,
+    live_tiles,
+    tile_ranges,
+)
 
 LOG2E = math.log2(math.e)
-
-
-@dataclass(frozen=True)
-class TileConfig:
-    """Tile sizes and launch parameters (``num_warps``/``num_stages`` matter only compiled)."""
-
-    block_m: int
-    block_n: int
-    num_warps: int = 4
-    num_stages: int = 2
-
-
-def default_config(
-    head_dim: int, device: torch.device, pass_: str = "forward", dtype: torch.dtype = torch.bfloat16
-) -> TileConfig:
-    """Small tiles for the interpreter (it runs NumPy per tile); GPU tiles otherwise, smaller
-    for 4-byte inputs (fp32 tiles take twice the shared memory)."""
-    if device.type != "cuda":
-        return TileConfig(16, 16)
-    if dtype in (torch.float32, torch.float64):
-        return TileConfig(64, 32, 4, 2) if pass_ == "forward" else TileConfig(32, 32, 4, 1)
-    if pass_ == "forward":
-        return TileConfig(128, 64, num_warps=8 if head_dim > 64 else 4, num_stages=3)
-    return TileConfig(64, 64, num_warps=8 if head_dim > 64 else 4, num_stages=2)
+INT32_LIMIT = 2**31  # offsets inside one head, and the grid's program count, stay below this
 
 
 # ------------------------------------------------------------------------------------------
@@ -117,10 +115,11 @@ def _attn_fwd(
     CAUSAL: tl.constexpr, HAS_SEG: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)  # (batch, query head)
-    b = pid_bh // heads
-    h = pid_bh % heads
+    n_m = tl.cdiv(cq, BLOCK_M)
+    pid_m = tl.program_id(0) % n_m
+    pid_bh = tl.program_id(0) // n_m  # (batch, query head), folded into the one grid axis
+    b = (pid_bh // heads).to(tl.int64)  # 64-bit head bases: a tensor may exceed 2^31 elements
+    h = (pid_bh % heads).to(tl.int64)
     h_kv = h // group  # GQA: this query head reads the kv head of its group
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -177,7 +176,7 @@ def _attn_fwd(
         out.to(Out.dtype.element_ty),
         mask=row_ok[:, None] & d_ok[None, :],
     )
-    tl.store(Lse + pid_bh * cq + offs_m, lse, mask=row_ok)
+    tl.store(Lse + (b * heads + h) * cq + offs_m, lse, mask=row_ok)
 
 
 @triton.jit
@@ -194,10 +193,11 @@ def _attn_bwd_dkdv(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """One program: a tile of keys of one kv head; ``dk``/``dv`` summed over its query group."""
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)  # (batch, kv head)
-    b = pid_bh // kv_heads
-    h_kv = pid_bh % kv_heads
+    n_n = tl.cdiv(ck, BLOCK_N)
+    pid_n = tl.program_id(0) % n_n
+    pid_bh = tl.program_id(0) // n_n  # (batch, kv head)
+    b = (pid_bh // kv_heads).to(tl.int64)
+    h_kv = (pid_bh % kv_heads).to(tl.int64)
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -272,10 +272,11 @@ def _attn_bwd_dq(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """One program: a tile of query rows of one head; ``dq`` over the live key tiles."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // heads
-    h = pid_bh % heads
+    n_m = tl.cdiv(cq, BLOCK_M)
+    pid_m = tl.program_id(0) % n_m
+    pid_bh = tl.program_id(0) // n_m
+    b = (pid_bh // heads).to(tl.int64)
+    h = (pid_bh % heads).to(tl.int64)
     h_kv = h // group
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -293,8 +294,9 @@ def _attn_bwd_dq(
         mask=q_mask,
         other=0.0,
     )
-    lse = tl.load(Lse + pid_bh * cq + offs_m, mask=row_ok, other=float("-inf"))
-    delta = tl.load(Delta + pid_bh * cq + offs_m, mask=row_ok, other=0.0)
+    row = (b * heads + h) * cq + offs_m
+    lse = tl.load(Lse + row, mask=row_ok, other=float("-inf"))
+    delta = tl.load(Delta + row, mask=row_ok, other=0.0)
     lse_log2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
     q_pos = tl.load(QPos + offs_m, mask=row_ok, other=0)
     q_seg = q_pos
@@ -330,59 +332,146 @@ def _attn_bwd_dq(
     )
 
 
+@triton.jit
+def _attn_bwd_delta(
+    Out, DO, Delta,
+    s_ob, s_oh, s_om, s_od,
+    s_gb, s_gh, s_gm, s_gd,
+    heads, cq, head_dim,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """``delta = rowsum(dout * out)`` in fp32 for a tile of rows of one head."""
+    n_m = tl.cdiv(cq, BLOCK_M)
+    pid_m = tl.program_id(0) % n_m
+    pid_bh = tl.program_id(0) // n_m
+    b = (pid_bh // heads).to(tl.int64)
+    h = (pid_bh % heads).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < cq
+    mask = row_ok[:, None] & (offs_d < head_dim)[None, :]
+    rows = offs_m[:, None]
+    out = tl.load(Out + b * s_ob + h * s_oh + rows * s_om + offs_d[None, :] * s_od, mask=mask)
+    do = tl.load(DO + b * s_gb + h * s_gh + rows * s_gm + offs_d[None, :] * s_gd, mask=mask)
+    delta = tl.sum(out.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(Delta + (b * heads + h) * cq + offs_m, delta, mask=row_ok)
+
+
 # ------------------------------------------------------------------------------------------
 # Host side: which tiles are live, and the launches
 # ------------------------------------------------------------------------------------------
 
 
 def _precision(dtype: torch.dtype) -> str:
-    # fp32 inputs: exact fp32 products (the GPU default would be tf32); bf16/fp16 use tensor cores
-    return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
-
-
-def _mask_inputs(args: BlockArgs):
-    q_pos = args.q_pos.to(torch.int32).contiguous()
-    k_pos = args.k_pos.to(torch.int32).contiguous()
-    has_seg = args.q_seg is not None
-    q_seg = args.q_seg.to(torch.int32).contiguous() if has_seg else q_pos
-    k_seg = args.k_seg.to(torch.int32).contiguous() if has_seg else k_pos
-    return q_pos, k_pos, q_seg, k_seg, has_seg
-
-
-def _check_positions(args: BlockArgs) -> None:
-    for name, pos in (("q_pos", args.q_pos), ("k_pos", args.k_pos)):
-        if pos.numel() and int(pos.abs().max()) >= 2**31:
-            raise ValueError(f"{name} must fit in int32 for the Triton kernel, got max {pos.max()}")
+    # bf16/fp16: tensor cores ("tf32" is ignored for 16-bit inputs). fp32: "tf32x3", three tf32
+    # products with about fp32 accuracy and no register spills ("ieee" FMA dots spilled, see
+    # kernels.tiles.gpu_config). fp64: exact.
+    if dtype == torch.float64:
+        return "ieee"
+    return "tf32x3" if dtype == torch.float32 else "tf32"
 
 
 def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def check_sizes(args: BlockArgs) -> None:
+    """``ValueError`` unless one head's ``c x d`` (q, k, v, out and gradients) stays below
+    2^31 elements: offsets inside a head are 32-bit (a head's base offset is 64-bit)."""
+    head_dim = args.q.shape[3]
+    for name, seq in (("q", args.q.shape[2]), ("k", args.k.shape[2])):
+        if seq * head_dim >= INT32_LIMIT:
+            raise ValueError(
+                f"{name} has {seq} tokens x head dim {head_dim} = {seq * head_dim} elements per "
+                f"head; the Triton kernels need fewer than 2^31 per head (split the block)"
+            )
+
+
+def grid(tiles: int, batch_heads: int) -> tuple[int]:
+    """The launch grid: tiles x (batch, heads) folded into axis 0 (its limit is 2^31 - 1; the
+    second axis of a 2-d grid stops at 65,535)."""
+    programs = tiles * batch_heads
+    if programs >= INT32_LIMIT:
+        raise ValueError(
+            f"{tiles} tiles x {batch_heads} (batch x heads) = {programs} programs; a launch "
+            "takes fewer than 2^31"
+        )
+    return (programs,)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Host-side bookkeeping of a block pair, made once per (block pair, tiles): the tile
+    ranges each program loops over and the mask inputs. Reusable across calls on the same
+    ``BlockArgs`` (a timed loop makes it outside the timed region)."""
+
+    config: TileConfig
+    kv_lo: torch.Tensor  # (query tiles,) int32: key tiles [kv_lo, kv_hi) of each query tile
+    kv_hi: torch.Tensor
+    q_lo: torch.Tensor  # (key tiles,) int32: query tiles [q_lo, q_hi) of each key tile
+    q_hi: torch.Tensor
+    q_seg: torch.Tensor  # int64 document ids (the positions when there are none)
+    k_seg: torch.Tensor
+    has_seg: bool
+
+
+def plan(args: BlockArgs, pass_: str = "forward", config: TileConfig | None = None) -> TilePlan:
+    """Checks sizes, chooses tiles (``default_config`` unless given), finds the live ones."""
+    check_sizes(args)
+    head_dim = args.q.shape[3]
+    cfg = config or default_config(head_dim, args.q.device, pass_, args.q.dtype)
+    live = live_tiles(args, cfg.block_m, cfg.block_n)
+    kv_lo, kv_hi = tile_ranges(live)
+    q_lo, q_hi = tile_ranges(live.T)
+    has_seg = args.q_seg is not None
+    q_seg = args.q_seg.contiguous() if has_seg else args.q_pos
+    k_seg = args.k_seg.contiguous() if has_seg else args.k_pos
+    return TilePlan(cfg, kv_lo, kv_hi, q_lo, q_hi, q_seg, k_seg, has_seg)
+
+
 def forward(
-    args: BlockArgs, out_dtype: torch.dtype | None = None, config: TileConfig | None = None
+    args: BlockArgs,
+    out_dtype: torch.dtype | None = None,
+    config: TileConfig | None = None,
+    tile_plan: TilePlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch ``_attn_fwd``: ``out`` ``(B, Hq, cq, d)`` in ``out_dtype`` (default fp32) and
-    ``lse`` ``(B, Hq, cq)`` fp32."""
+    ``lse`` ``(B, Hq, cq)`` fp32. ``tile_plan``: from ``plan(args, "forward", config)``."""
+    tp = tile_plan or plan(args, "forward", config)
+    cfg = tp.config
     q, k, v = args.q.contiguous(), args.k.contiguous(), args.v.contiguous()
     batch, heads, cq, head_dim = q.shape
     ck = k.shape[2]
-    cfg = config or default_config(head_dim, q.device, "forward", q.dtype)
     out = torch.empty(q.shape, dtype=out_dtype or torch.float32, device=q.device)
     lse = torch.empty((batch, heads, cq), dtype=torch.float32, device=q.device)
-    lo, hi = tile_ranges(live_tiles(args, cfg.block_m, cfg.block_n))
-    q_pos, k_pos, q_seg, k_seg, has_seg = _mask_inputs(args)
-    grid = (triton.cdiv(cq, cfg.block_m), batch * heads)
-    _attn_fwd[grid](
-        q, k, v, out, lse, q_pos, k_pos, q_seg, k_seg, lo, hi,
+    _attn_fwd[grid(triton.cdiv(cq, cfg.block_m), batch * heads)](
+        q, k, v, out, lse, args.q_pos, args.k_pos, tp.q_seg, tp.k_seg, tp.kv_lo, tp.kv_hi,
         args.scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         heads, args.group, cq, ck, head_dim,
-        CAUSAL=args.causal, HAS_SEG=has_seg, PRECISION=_precision(q.dtype),
+        CAUSAL=args.causal, HAS_SEG=tp.has_seg, PRECISION=_precision(q.dtype),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=_block_d(head_dim),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out, lse
+
+
+def row_delta(out: torch.Tensor, dout: torch.Tensor, block_m: int | None = None) -> torch.Tensor:
+    """``delta = rowsum(dout * out)``, ``(B, H, c)`` fp32, in one launch; ``out``/``dout``
+    ``(B, H, c, d)`` in any float dtype. ``block_m``: rows per program (64 on a GPU)."""
+    if out.shape != dout.shape or out.ndim != 4:
+        raise ValueError(
+            f"out and dout must share a (B, H, c, d) shape, got {tuple(out.shape)}, "
+            f"{tuple(dout.shape)}"
+        )
+    batch, heads, c, head_dim = out.shape
+    delta = torch.empty((batch, heads, c), dtype=torch.float32, device=out.device)
+    block_m = block_m or (64 if out.device.type == "cuda" else 16)
+    _attn_bwd_delta[grid(triton.cdiv(c, block_m), batch * heads)](
+        out, dout, delta, *out.stride(), *dout.stride(), heads, c, head_dim,
+        BLOCK_M=block_m, BLOCK_D=_block_d(head_dim),
+    )  # fmt: skip
+    return delta
 
 
 def backward(
@@ -392,13 +481,16 @@ def backward(
     delta: torch.Tensor,
     grad_dtype: torch.dtype | None = None,
     config: TileConfig | None = None,
+    tile_plan: TilePlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch ``_attn_bwd_dkdv`` and ``_attn_bwd_dq``; gradients in ``grad_dtype``
-    (default fp32). ``lse``, ``delta``: ``(B, Hq, cq)`` fp32."""
+    (default fp32). ``lse``, ``delta``: ``(B, Hq, cq)`` fp32. ``tile_plan``: from
+    ``plan(args, "backward", config)``."""
+    tp = tile_plan or plan(args, "backward", config)
+    cfg = tp.config
     q, k, v = args.q.contiguous(), args.k.contiguous(), args.v.contiguous()
     batch, heads, cq, head_dim = q.shape
     kv_heads, ck = k.shape[1], k.shape[2]
-    cfg = config or default_config(head_dim, q.device, "backward", q.dtype)
     grad_dtype = grad_dtype or torch.float32
     dout = dout.contiguous()
     lse = lse.float().contiguous()
@@ -406,23 +498,20 @@ def backward(
     dq = torch.empty(q.shape, dtype=grad_dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=grad_dtype, device=q.device)
     dv = torch.empty(k.shape, dtype=grad_dtype, device=q.device)
-    live = live_tiles(args, cfg.block_m, cfg.block_n)
-    q_pos, k_pos, q_seg, k_seg, has_seg = _mask_inputs(args)
     flags = dict(
-        CAUSAL=args.causal, HAS_SEG=has_seg, PRECISION=_precision(q.dtype),
+        CAUSAL=args.causal, HAS_SEG=tp.has_seg, PRECISION=_precision(q.dtype),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=_block_d(head_dim),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
-    q_lo, q_hi = tile_ranges(live.T)
-    _attn_bwd_dkdv[(triton.cdiv(ck, cfg.block_n), batch * kv_heads)](
-        q, k, v, dout, lse, delta, dk, dv, q_pos, k_pos, q_seg, k_seg, q_lo, q_hi,
+    masks = (args.q_pos, args.k_pos, tp.q_seg, tp.k_seg)
+    _attn_bwd_dkdv[grid(triton.cdiv(ck, cfg.block_n), batch * kv_heads)](
+        q, k, v, dout, lse, delta, dk, dv, *masks, tp.q_lo, tp.q_hi,
         args.scale, args.scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(),
         heads, kv_heads, args.group, cq, ck, head_dim, **flags,
     )  # fmt: skip
-    kv_lo, kv_hi = tile_ranges(live)
-    _attn_bwd_dq[(triton.cdiv(cq, cfg.block_m), batch * heads)](
-        q, k, v, dout, lse, delta, dq, q_pos, k_pos, q_seg, k_seg, kv_lo, kv_hi,
+    _attn_bwd_dq[grid(triton.cdiv(cq, cfg.block_m), batch * heads)](
+        q, k, v, dout, lse, delta, dq, *masks, tp.kv_lo, tp.kv_hi,
         args.scale, args.scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(),
         heads, args.group, cq, ck, head_dim, **flags,

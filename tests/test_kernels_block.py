@@ -262,22 +262,22 @@ def _max_rel(got: torch.Tensor, want: np.ndarray) -> float:
 @pytest.mark.parametrize("causal", [False, True])
 def test_low_precision_forward_backward_at_gpu_tiles_against_float64(dtype, head_dim, causal):
     """bf16/fp16 inputs, GQA (4 query heads on 2 kv heads), the tiles a GPU launch would use
-    (``default_config`` for a CUDA device): out, lse and the three gradients within the stated
+    (``kernels.tiles.gpu_config``): out, lse and the three gradients within the stated
     tolerance of the float64 reference."""
     from kernels import triton_block
     from kernels.block_args import check_block_args
+    from kernels.tiles import gpu_config
 
     rng = np.random.default_rng(7)
     q, k, v, dout = (
         torch.from_numpy(rng.standard_normal((1, h, 128, head_dim))).to(dtype) for h in (4, 2, 2, 4)
     )
     exact = [x.double().numpy() for x in (q, k, v, dout)]
-    gpu = torch.device("cuda")  # only chooses the tile sizes; nothing runs on a GPU
     args = check_block_args(
         q, k, v, q_pos=None, k_pos=None, causal=causal, scale=None, q_seg=None, k_seg=None
     )
-    fwd_cfg = triton_block.default_config(head_dim, gpu, "forward", dtype)
-    bwd_cfg = triton_block.default_config(head_dim, gpu, "backward", dtype)
+    fwd_cfg = gpu_config(head_dim, "forward", dtype)  # an H100/H200's tiles, run interpreted
+    bwd_cfg = gpu_config(head_dim, "backward", dtype)
     out, lse = triton_block.forward(args, dtype, fwd_cfg)
     assert out.dtype == dtype and lse.dtype == torch.float32
     delta = (dout.float() * out.float()).sum(-1)
@@ -325,3 +325,94 @@ def test_bf16_dot_shim_is_installed_and_needed():
     upstream = triton_shim.original_create_dot()(builder, *handles, acc, "tf32", 0).data
     np.testing.assert_array_equal(shimmed, want)  # exact: bf16 -> fp32 loses nothing
     assert np.abs(upstream - want).max() > 1e6  # raw bit patterns: if this fails, drop the shim
+
+
+# ------------------------------------------------------------------------------------------
+# Sizes the GPU would hit: grid, 32-bit offsets, positions beyond int32, reusable plans
+# ------------------------------------------------------------------------------------------
+
+
+def test_grid_folds_batch_and_heads_into_one_axis():
+    """A 2-d grid's second axis stops at 65,535 programs; the kernels fold (batch, heads)
+    into axis 0, whose limit is 2^31 - 1, and say so beyond it."""
+    from kernels.triton_block import grid
+
+    assert grid(4, 70_000) == (280_000,)  # 70,000 (batch x heads) would not fit a grid's y
+    with pytest.raises(ValueError, match="2\\^31"):
+        grid(2**16, 2**15)
+
+
+def test_a_head_too_large_for_32_bit_offsets_is_refused_before_any_copy():
+    """One head of 2^31 elements or more: a clear ValueError naming the tensor (the tensors
+    are expanded views, so nothing of that size is allocated)."""
+    big = torch.zeros(1, dtype=torch.bfloat16).expand(1, 1, 2**15, 2**16)  # 2^31 per head
+    small = torch.zeros(1, 1, 16, 2**16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q has 32768 tokens x head dim 65536"):
+        block_attention(big, small, small, backend="triton")
+    with pytest.raises(ValueError, match="k has 32768 tokens"):
+        block_attention(small, big, big, backend="triton")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_positions_beyond_int32_mask_correctly(backend):
+    """Global positions straddling 2^31 (a long packed stream): the kernels load them as int64,
+    so the causal mask is the reference's (an int32 cast would wrap half of them negative)."""
+    rng = np.random.default_rng(9)
+    q, k, v, dout = _qkv(rng, heads=2, kv_heads=1, seq=24, dim=8)
+    pos = 2**31 - 12 + np.arange(24)
+    out, lse = block_attention(q, k, v, q_pos=pos, k_pos=pos, causal=True, backend=backend)
+    want_out, want_lse = _np_block(q, k, v, pos, pos, True)
+    np.testing.assert_allclose(out.numpy(), want_out, **TOL)
+    np.testing.assert_allclose(lse.numpy(), want_lse, **TOL)
+    grads = block_attention_backward(
+        q, k, v, dout, out, lse, q_pos=pos, k_pos=pos, causal=True, backend=backend
+    )
+    want = ringsim.reference_attention_grad(*(x.double().numpy() for x in (q, k, v, dout)),
+                                            causal=True)  # fmt: skip
+    for got, w in zip(grads, want, strict=True):
+        np.testing.assert_allclose(got.numpy(), w, atol=5e-5, rtol=5e-5)
+
+
+def test_plan_made_once_gives_the_same_results_and_row_delta_is_rowsum():
+    """What a timed loop does (gpu_check): the tile plan made outside the calls, ``delta``
+    from ``row_delta``; identical to the one-shot calls."""
+    from kernels import triton_block as tb
+    from kernels.block_args import check_block_args
+
+    rng = np.random.default_rng(10)
+    q, k, v, dout = _qkv(rng, heads=4, kv_heads=2, seq=40, dim=16, batch=2)
+    args = check_block_args(
+        q, k, v, q_pos=None, k_pos=None, causal=True, scale=None, q_seg=None, k_seg=None
+    )
+    out, lse = tb.forward(args)
+    out_p, lse_p = tb.forward(args, tile_plan=tb.plan(args, "forward"))
+    torch.testing.assert_close(out_p, out, rtol=0, atol=0)
+    torch.testing.assert_close(lse_p, lse, rtol=0, atol=0)
+    delta = tb.row_delta(out.to(torch.bfloat16), dout.to(torch.bfloat16))
+    want = (out.to(torch.bfloat16).float() * dout.to(torch.bfloat16).float()).sum(-1)
+    torch.testing.assert_close(delta, want, rtol=1e-5, atol=1e-5)
+    grads = tb.backward(args, dout, lse, delta)
+    grads_p = tb.backward(args, dout, lse, delta, tile_plan=tb.plan(args, "backward"))
+    for g, gp in zip(grads, grads_p, strict=True):
+        torch.testing.assert_close(gp, g, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="out and dout"):
+        tb.row_delta(out, dout[..., :3, :])
+
+
+def test_gpu_tiles_and_tile_candidates():
+    """Each GPU's default tiles and search candidates (the ones kernels.aot_check compiles);
+    fp32 gets smaller tiles than bf16 at d = 128; bad pass names are refused."""
+    from kernels.tiles import gpu_config, tile_candidates
+
+    bf16_fwd = gpu_config(128, "forward", torch.bfloat16)
+    fp32_fwd = gpu_config(128, "forward", torch.float32)
+    assert fp32_fwd.block_m * fp32_fwd.block_n < bf16_fwd.block_m * bf16_fwd.block_n
+    assert gpu_config(128, "forward", torch.bfloat16, arch=80).num_stages == 2
+    for arch in (80, 90):
+        for d in (64, 128):
+            tiles = tile_candidates(d, arch)
+            assert gpu_config(d, "forward", torch.bfloat16, arch) in tiles
+            assert len(set(tiles)) == len(tiles) >= 2
+    assert tile_candidates(128, 100) == tile_candidates(128, 90)
+    with pytest.raises(ValueError, match="pass_"):
+        gpu_config(64, "sideways", torch.bfloat16)
