@@ -1,26 +1,36 @@
-"""One prepared GPU check (under 8 minutes): correctness, speed, and simulated vs measured.
+"""One prepared GPU check (under 8 minutes): correctness, speed, the device's profile, and
+simulated vs measured. The one command a session with a GPU runs first:
 
-    python -m kernels.gpu_check [--out FILE] [--budget-s 420] [--quick]
+    python -m kernels.gpu_check --out results/gpu-<device>-<date>.json
 
-Writes one JSON file (``--out``, else ``$OUT/gpu-<device>-<date>.json``, else ``results/``),
-rewritten after every section so a timeout still leaves what was done. Sections, each guarded
-(an exception is recorded in the JSON and the next section runs) and skipped when the time
-budget left is below its estimate:
+(``--out`` defaults to ``$OUT/gpu-<device>-<date>.json``, else ``results/``; ``--quick`` for a
+smoke run; ``--sections`` to choose.) It writes that JSON, rewritten after every section so a
+timeout still leaves what was done, and a figure beside it (same name, ``.png``). Sections,
+each guarded (an exception is recorded in the JSON and the next section runs; inside a
+section one failing case or row is recorded in its row) and skipped when the time budget left
+is below its estimate:
 
-1. ``correctness``: the Triton forward/backward (bf16 and fp32) against torch SDPA (math
-   backend in fp32) and the torch block path, causal or not, GQA, zigzag positions.
-2. ``speed``: TFLOP/s of the Triton forward (and backward) against SDPA's flash and cuDNN
-   backends at bf16, ``d`` in {64, 128}, ``c`` in {1K, 4K, 8K, 16K}, causal and not; a few
-   tile configurations are tried first at ``d=128, c=8K`` and the best one is used.
-3. ``ring_member``: one ring member emulated on one GPU. Block ``s`` is computed on one stream
-   while block ``s + 1`` arrives on a second stream as a host-to-device copy from pinned
-   memory (a real, bandwidth-limited link); the measured time is set against
-   ``ringsim.timer.simulate`` on a profile calibrated on this GPU (``kernels.calibrate``,
-   backend ``cuda``), for block sizes below and above the overlap threshold.
-4. ``nccl_ring``: the full ring over NCCL if several GPUs are visible.
+1. ``correctness``: Triton forward/backward in fp32, bf16 and fp16 (causal or not, GQA, a
+   ragged length) against float64 SDPA (math backend) on the same inputs, beside SDPA's own
+   error in that dtype; zigzag block pairs against the torch path.
+2. ``speed``: TFLOP/s of the Triton forward and backward against SDPA's flash and cuDNN
+   backends, bf16, ``d`` in {64, 128}, blocks 1K-16K, causal or not (16K tokens per call).
+   First a tile search (``kernels.tiles.tile_candidates`` for this GPU's arch) per ``d``.
+3. ``calibration``: this GPU's profile: the block kernel's curve (bf16 forward vs block size)
+   and the host link (pinned host-to-device copies), ``kernels.calibrate`` backend ``cuda``.
+4. ``ring_member``: one ring member emulated on one GPU (block ``s`` computes on one stream
+   while block ``s + 1`` arrives on another as a pinned host-to-device copy, a real
+   bandwidth-limited link), against ``ringsim.timer.simulate`` on that profile, for blocks
+   below and above the overlap threshold.
+5. ``nccl_ring``: the full ring over NCCL when two or more GPUs are visible.
 
-Nothing here has run in the session that wrote it (no GPU was lent); it is written to work the
-first time and to record, rather than hide, whatever does not.
+It needs only what the GPU machine has: Python 3.12, torch 2.11 (CUDA 13), Triton 3.6, numpy
+and matplotlib. Triton 3.6 and 3.9 differ in nothing used here (``triton.testing.do_bench``
+takes ``return_mode`` in both; see ``kernels.triton_block`` for the kernels). The plans below
+(cases, sizes, shapes) are also what ``kernels.aot_check`` compiles for sm_80 and sm_90.
+
+Nothing here has run on a GPU in the session that wrote it (no GPU was lent); it is written to
+work the first time and to record, rather than hide, whatever does not.
 """
 
 from __future__ import annotations
@@ -37,12 +47,30 @@ from collections.abc import Callable, Sequence
 from datetime import date
 from pathlib import Path
 
-SECTIONS = ("correctness", "speed", "ring_member", "nccl_ring")
-ESTIMATES_S = {"correctness": 40, "speed": 150, "ring_member": 60, "nccl_ring": 60}
+SECTIONS = ("correctness", "speed", "calibration", "ring_member", "nccl_ring")
+ESTIMATES_S = {"correctness": 45, "speed": 170, "calibration": 50, "ring_member": 60,
+               "nccl_ring": 60}  # fmt: skip
+
+# ---- the plans (kernels.aot_check compiles exactly these launches) -----------------------
+CORRECTNESS_CASES = ((256, 64, 4, 4), (512, 128, 8, 2), (300, 128, 4, 1))  # c, d, Hq, Hkv
+CORRECTNESS_DTYPES = ("bfloat16", "float16", "float32")
+# max |err| / max |float64| per tensor (out, dq, dk, dv); on the CPU interpreter at GPU tiles
+# bf16 reached 5.0e-3, fp16 3.9e-4 (tests/test_kernels_block.py); fp32 uses tf32x3 dots
+CORRECTNESS_TOL = {"bfloat16": 2e-2, "float16": 2e-3, "float32": 2e-4}
+ZIGZAG_CASE = (256, 64, 4)  # c, d, heads; fp32
+MODEL_WIDTH = 2048  # heads x d: 32 heads of 64 or 16 of 128
+SPEED_HEAD_DIMS = (64, 128)
+SPEED_SIZES = (1024, 2048, 4096, 8192, 16384)
+SPEED_SIZES_QUICK = (1024, 8192)
+SPEED_TOKENS = 16384  # batch = SPEED_TOKENS // c
+TILE_SEARCH_C = 8192
+RING_HEADS, RING_HEAD_DIM, RING_HOSTS = 8, 128, 4
+RING_BLOCKS = (1024, 4096, 16384, 32768)
+RING_BLOCKS_QUICK = (1024, 16384)
 
 
 # ------------------------------------------------------------------------------------------
-# Pure-Python scaffolding (tested on CPU)
+# Pure-Python scaffolding (tested on CPU: tests/test_gpu_check.py)
 # ------------------------------------------------------------------------------------------
 
 
@@ -141,321 +169,101 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 # ------------------------------------------------------------------------------------------
-# Sections (need CUDA)
+# The figure (from the JSON alone: tests/test_gpu_check.py draws one from made-up data)
 # ------------------------------------------------------------------------------------------
 
-
-def _sdpa(q, k, v, *, causal, backend=None, mask=None):
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    gqa = q.shape[1] != k.shape[1]
-    if backend is None:
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal and mask is None, enable_gqa=gqa
-        )
-    with sdpa_kernel([getattr(SDPBackend, backend)]):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+IMPL_STYLE = {"triton": "C0", "sdpa_flash": "C1", "sdpa_cudnn": "C2"}
 
 
-def section_correctness(quick: bool) -> dict:
-    """Triton vs SDPA math (fp32) and vs the torch block path; forward and backward."""
-    import torch
-
-    import ringsim
-    from kernels.block import block_attention, block_attention_backward
-
-    rows = []
-    torch.manual_seed(0)
-    cases = [(256, 64, 4, 4), (512, 128, 8, 2), (300, 128, 4, 1)]
-    for c, d, hq, hkv in cases[:2] if quick else cases:
-        for causal in (False, True):
-            for dtype in (torch.bfloat16, torch.float32):
-                q = torch.randn(2, hq, c, d, device="cuda", dtype=dtype)
-                k = torch.randn(2, hkv, c, d, device="cuda", dtype=dtype)
-                v = torch.randn(2, hkv, c, d, device="cuda", dtype=dtype)
-                dout = torch.randn_like(q)
-                ref_in = [x.float().detach().requires_grad_() for x in (q, k, v)]
-                ref = _sdpa(*ref_in, causal=causal, backend="MATH")
-                ref.backward(dout.float())
-                out, lse = block_attention(q, k, v, causal=causal, backend="triton")
-                grads = block_attention_backward(
-                    q, k, v, dout, out, lse, causal=causal, backend="triton"
-                )
-
-                def rel(got, want):
-                    return (
-                        (got.float() - want).abs().max() / want.abs().max().clamp_min(1e-6)
-                    ).item()
-
-                errs = {"out": rel(out, ref)}
-                for name, g, r in zip(("dq", "dk", "dv"), grads, ref_in, strict=True):
-                    errs[name] = rel(g, r.grad)
-                tol = 2e-2 if dtype == torch.bfloat16 else 2e-3
-                rows.append(
-                    {
-                        "c": c, "d": d, "heads": hq, "kv_heads": hkv, "causal": causal,
-                        "dtype": str(dtype), "max_rel_err": errs,
-                        "ok": all(e <= tol for e in errs.values()),
-                    }
+def _speed_panel(ax, rows: list[dict], pass_: str) -> None:
+    drawn = False
+    for impl, color in IMPL_STYLE.items():
+        for d, marker in ((64, "o"), (128, "s")):
+            for causal, style in ((False, "-"), (True, ":")):
+                pts = sorted(
+                    (r["c"], r[f"{impl}_{pass_}_tflops"]) for r in rows
+                    if r.get("d") == d and r.get("causal") == causal
+                    and isinstance(r.get(f"{impl}_{pass_}_tflops"), (int, float))
                 )  # fmt: skip
-    # positions of a zigzag block pair (the ring's case) against the torch block path
-    pos = ringsim.host_positions("zigzag", 4, 4 * 256)
-    q = torch.randn(1, 4, 256, 64, device="cuda")
-    k, v = torch.randn_like(q), torch.randn_like(q)
-    for i, j in ((1, 1), (2, 1), (1, 3)):
-        kw = dict(q_pos=pos[i], k_pos=pos[j], causal=True)
-        out_t, lse_t = block_attention(q, k, v, backend="triton", **kw)
-        out_r, lse_r = block_attention(q, k, v, backend="torch", **kw)
-        finite = torch.isfinite(lse_r)
-        lse_err = (lse_t[finite] - lse_r[finite]).abs().max().item() if finite.any() else 0.0
-        rows.append(
-            {
-                "zigzag_pair": [i, j],
-                "max_abs_err": {"out": (out_t - out_r).abs().max().item(), "lse": lse_err},
-                "ok": bool(torch.equal(torch.isneginf(lse_t), torch.isneginf(lse_r)))
-                and (out_t - out_r).abs().max().item() < 1e-3,
-            }
-        )  # fmt: skip
-    return {"cases": rows, "all_ok": all(r["ok"] for r in rows)}
+                if pts:
+                    label = f"{impl} d={d}" + (" causal" if causal else "")
+                    ax.plot(*zip(*pts, strict=True), style, marker=marker, color=color,
+                            label=label, ms=4)  # fmt: skip
+                    drawn = True
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("block tokens c")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{'forward' if pass_ == 'fwd' else 'backward'} (bf16)")
+    if drawn:
+        ax.legend(fontsize=5, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no speed rows", ha="center", transform=ax.transAxes)
 
 
-def _bench(fn) -> float:
-    """Seconds per call (``triton.testing.do_bench``, median)."""
-    import triton
-
-    return triton.testing.do_bench(fn, warmup=10, rep=40) / 1e3
-
-
-def _triton_fwd(q, k, v, causal, config=None):
-    import torch
-
-    import kernels.triton_block as triton_block
-    from kernels.block_args import check_block_args
-
-    args = check_block_args(
-        q, k, v, q_pos=None, k_pos=None, causal=causal, scale=None, q_seg=None, k_seg=None
-    )
-    return lambda: triton_block.forward(args, torch.bfloat16, config)
-
-
-def _triton_bwd(q, k, v, causal):
-    import torch
-
-    import kernels.triton_block as triton_block
-    from kernels.block_args import check_block_args
-
-    args = check_block_args(
-        q, k, v, q_pos=None, k_pos=None, causal=causal, scale=None, q_seg=None, k_seg=None
-    )
-    out, lse = triton_block.forward(args, torch.bfloat16)
-    dout = torch.randn_like(q)
-    delta = (dout.float() * out.float()).sum(-1)
-    return lambda: triton_block.backward(args, dout, lse, delta, torch.bfloat16)
-
-
-def _sdpa_fwd_bwd(q, k, v, causal, backend):
-    import torch
-
-    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-    out = _sdpa(qg, kg, vg, causal=causal, backend=backend)
-    dout = torch.randn_like(out)
-    fwd = lambda: _sdpa(q, k, v, causal=causal, backend=backend)
-    bwd = lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
-    return fwd, bwd
-
-
-def section_speed(quick: bool, budget: Budget) -> dict:
-    import torch
-
-    from kernels.triton_block import TileConfig
-
-    total_tokens = 16384
-    tiles = {}
-    best = None
-    # a small manual autotune of the forward at d=128, c=8K
-    q = torch.randn(2, 16, 8192, 128, device="cuda", dtype=torch.bfloat16)
-    k, v = torch.randn_like(q), torch.randn_like(q)
-    for bm, bn, warps, stages in (
-        (128, 64, 8, 3),
-        (128, 128, 8, 3),
-        (64, 64, 4, 3),
-        (128, 64, 4, 4),
-    ):
-        cfg = TileConfig(bm, bn, warps, stages)
-        try:
-            t = _bench(_triton_fwd(q, k, v, False, cfg))
-            tiles[f"{bm}x{bn} w{warps} s{stages}"] = attention_tflops(
-                2, 16, 8192, 128, t, causal=False
-            )
-            if best is None or t < best[0]:
-                best = (t, cfg)
-        except Exception as err:  # e.g. out of shared memory for this tile
-            tiles[f"{bm}x{bn} w{warps} s{stages}"] = f"{type(err).__name__}: {err}"[:300]
-    best_cfg = best[1] if best else None
-    rows = []
-    sizes = (1024, 8192) if quick else (1024, 4096, 8192, 16384)
-    for d in (64, 128):
-        heads = 2048 // d  # 32 heads of 64 or 16 of 128: the same model width
-        for c in sizes:
-            batch = max(1, total_tokens // c)
-            for causal in (False, True):
-                if not budget.allows(30):
-                    rows.append({"d": d, "c": c, "causal": causal, "skipped": "budget"})
-                    continue
-                q = torch.randn(batch, heads, c, d, device="cuda", dtype=torch.bfloat16)
-                k, v = torch.randn_like(q), torch.randn_like(q)
-                row = {"d": d, "c": c, "causal": causal, "batch": batch, "heads": heads}
-                impls = {
-                    "triton": (_triton_fwd(q, k, v, causal, best_cfg if d == 128 else None),
-                               _triton_bwd(q, k, v, causal)),
-                }  # fmt: skip
-                for name, backend in (
-                    ("sdpa_flash", "FLASH_ATTENTION"),
-                    ("sdpa_cudnn", "CUDNN_ATTENTION"),
-                ):
-                    try:
-                        impls[name] = _sdpa_fwd_bwd(q, k, v, causal, backend)
-                    except Exception as err:
-                        row[f"{name}_error"] = f"{type(err).__name__}: {err}"[:300]
-                for name, (fwd, bwd) in impls.items():
-                    for pass_, fn in (("fwd", fwd), ("bwd", bwd)):
-                        try:
-                            t = _bench(fn)
-                            row[f"{name}_{pass_}_tflops"] = attention_tflops(
-                                batch, heads, c, d, t, causal=causal, backward=pass_ == "bwd"
-                            )
-                        except Exception as err:
-                            row[f"{name}_{pass_}_error"] = f"{type(err).__name__}: {err}"[:300]
-                if "sdpa_flash_fwd_tflops" in row and "triton_fwd_tflops" in row:
-                    row["triton_vs_flash_fwd"] = (
-                        row["triton_fwd_tflops"] / row["sdpa_flash_fwd_tflops"]
-                    )
-                rows.append(row)
-                del q, k, v, impls
-                torch.cuda.empty_cache()
-    target = [r for r in rows if r.get("d") == 128 and r.get("c") == 8192 and not r["causal"]]
-    return {
-        "tile_configs_tflops": tiles,
-        "best_forward_tile": None if best_cfg is None else vars(best_cfg),
-        "rows": rows,
-        "target_fwd_vs_flash_d128_c8k": target[0].get("triton_vs_flash_fwd") if target else None,
-    }
-
-
-def emulate_ring_member(
-    block_tokens: int, hosts: int, heads: int, head_dim: int, repeats: int = 3
-) -> dict:
-    """One member of a ``hosts``-ring on one GPU: compute on one stream, the next kv block
-    arriving on another as a host-to-device copy from pinned memory. Returns per-step compute
-    and copy intervals (ms, CUDA events) and the median total."""
-    import torch
-
-    from kernels.block import block_attention
-    from kernels.ring import merge_out_lse
-
-    dev = "cuda"
-    shape = (2, 1, heads, block_tokens, head_dim)  # (k|v, batch, heads, c, d)
-    q = torch.randn(1, heads, block_tokens, head_dim, device=dev, dtype=torch.bfloat16)
-    incoming = [torch.randn(shape, dtype=torch.bfloat16).pin_memory() for _ in range(hosts - 1)]
-    buffers = [torch.empty(shape, device=dev, dtype=torch.bfloat16) for _ in range(2)]
-    buffers[0].copy_(torch.randn(shape, dtype=torch.bfloat16))
-    compute_stream, copy_stream = torch.cuda.Stream(), torch.cuda.Stream()
-    totals, last = [], None
-    for _ in range(repeats + 1):  # the first run warms up (Triton compilation)
-        ev = lambda: torch.cuda.Event(enable_timing=True)
-        start = ev()
-        copied = [None] + [ev() for _ in range(hosts - 1)]
-        copy_start = [None] + [ev() for _ in range(hosts - 1)]
-        computed = [ev() for _ in range(hosts)]
-        compute_start = [ev() for _ in range(hosts)]
-        torch.cuda.synchronize()
-        start.record(compute_stream)
-        out = torch.zeros(q.shape, device=dev, dtype=torch.float32)
-        lse = torch.full(q.shape[:-1], -math.inf, device=dev)
-        for s in range(hosts):
-            if s + 1 < hosts:  # block s + 1 arrives while block s computes
-                with torch.cuda.stream(copy_stream):
-                    if s >= 1:  # its buffer held block s - 1: wait until that compute is done
-                        copy_stream.wait_event(computed[s - 1])
-                    copy_start[s + 1].record(copy_stream)
-                    buffers[(s + 1) % 2].copy_(incoming[s], non_blocking=True)
-                    copied[s + 1].record(copy_stream)
-            with torch.cuda.stream(compute_stream):
-                if s >= 1:
-                    compute_stream.wait_event(copied[s])
-                compute_start[s].record(compute_stream)
-                kv = buffers[s % 2]
-                part = block_attention(q, kv[0], kv[1], out_dtype=torch.float32)
-                out, lse = merge_out_lse(out, lse, *part)
-                computed[s].record(compute_stream)
-        torch.cuda.synchronize()
-        totals.append(start.elapsed_time(computed[-1]) / 1e3)
-        span = lambda a, b, t0=start: (t0.elapsed_time(a), t0.elapsed_time(b))
-        last = {
-            "compute_ms": [span(a, b) for a, b in zip(compute_start, computed, strict=True)],
-            "copy_ms": [None]
-            + [span(a, b) for a, b in zip(copy_start[1:], copied[1:], strict=True)],
-        }
-    totals = totals[1:]
-    return {"measured_time_s": sorted(totals)[len(totals) // 2], "all_s": totals, **last}
-
-
-def section_ring_member(quick: bool) -> dict:
-    """Calibrate this GPU (kernel rate, pinned H2D link), then emulate one ring member and
-    compare with the simulator, below and above the overlap threshold."""
-    from kernels.calibrate import calibrate_data
-    from ringsim.timer import RingConfig, simulate
-    from ringsim.timer.cost import overlap_threshold
-
-    heads, head_dim, hosts = 8, 128, 4
-    blocks = (1024, 16384) if quick else (1024, 4096, 16384, 32768)
-    cal = calibrate_data(
-        "cuda", heads=heads, head_dim=head_dim, dtype="bf16", sizes=sorted({512, *blocks}),
-        link_bytes=[2**p for p in range(16, 29, 2)], repeats=5,
+def _correctness_panel(ax, cases: list[dict]) -> None:
+    cases = [c for c in cases if "triton_max_rel_err" in c]
+    if not cases:
+        ax.text(0.5, 0.5, "no correctness cases", ha="center", transform=ax.transAxes)
+        return
+    xs = range(len(cases))
+    for key, marker, label in (("triton_max_rel_err", "o", "Triton"),
+                               ("sdpa_max_rel_err", "x", "SDPA (same dtype)")):  # fmt: skip
+        ax.scatter(xs, [max(c[key].values()) for c in cases], marker=marker, label=label, s=14)
+    ax.step(xs, [c["tolerance"] for c in cases], where="mid", color="k", lw=0.8, label="tol")
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(
+        [f"{c['dtype'][:4]} d{c['d']} {'C' if c['causal'] else 'F'}" for c in cases],
+        rotation=90, fontsize=5,
     )  # fmt: skip
-    runs = []
-    for c in blocks:
-        hw = cal.hardware(block_tokens=c)
-        measured = emulate_ring_member(c, hosts, heads, head_dim)
-        sim = simulate(
-            RingConfig(hosts=hosts, seq_len=hosts * c, hardware=hw, heads=heads,
-                       head_dim=head_dim, dtype="bf16")
-        )  # fmt: skip
-        predicted = sim.summary()["total_time_s"]
-        threshold = overlap_threshold(
-            hw, heads=heads, kv_heads=heads, head_dim=head_dim, dtype="bf16"
-        )
-        runs.append(
-            {
-                "block_tokens": c, "hosts": hosts, "measured_time_s": measured["measured_time_s"],
-                "predicted_time_s": predicted, "ratio": measured["measured_time_s"] / predicted,
-                "overlap_threshold_tokens": threshold,
-                "regime": "compute-bound" if c >= threshold else "communication-bound",
-                "profile": hw.source, "detail": measured,
-            }
-        )  # fmt: skip
-    return {"calibration": cal.to_json(), "runs": runs}
+    ax.set_ylabel("max rel. error vs float64")
+    ax.set_title("correctness")
+    ax.legend(fontsize=6)
 
 
-def section_nccl_ring(quick: bool) -> dict:
-    import torch
+def _ring_panel(ax, runs: list[dict]) -> None:
+    runs = [r for r in runs if "ratio" in r]
+    if not runs:
+        ax.text(0.5, 0.5, "no ring-member runs", ha="center", transform=ax.transAxes)
+        return
+    xs = range(len(runs))
+    ax.bar([x - 0.2 for x in xs], [r["measured_time_s"] * 1e3 for r in runs], 0.4,
+           label="measured")  # fmt: skip
+    ax.bar([x + 0.2 for x in xs], [r["predicted_time_s"] * 1e3 for r in runs], 0.4,
+           label="simulated")  # fmt: skip
+    for x, r in zip(xs, runs, strict=True):
+        ax.annotate(f"{r['ratio']:.2f}", (x, r["measured_time_s"] * 1e3), ha="center",
+                    fontsize=6, xytext=(0, 2), textcoords="offset points")  # fmt: skip
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"{r['block_tokens']}" for r in runs])
+    ax.set_yscale("log")
+    ax.set_xlabel("block tokens (4-host ring member)")
+    ax.set_ylabel("ms")
+    ax.set_title("ring member: measured / simulated")
+    ax.legend(fontsize=6)
 
-    from kernels.launch import RunConfig, launch, run_configs, summarize_run
 
-    gpus = torch.cuda.device_count()
-    if gpus < 2:
-        return {"gpus": gpus, "note": "one GPU visible: no NCCL ring (ring_member emulates one)"}
-    configs = [
-        RunConfig(2048 * gpus, heads=8, head_dim=128, layout=layout, causal=True,
-                  dtype="bfloat16", repeats=3, warmup=1, timeout_s=120)
-        for layout in ("contiguous", "zigzag")
-    ]  # fmt: skip
-    per_rank = launch(run_configs, gpus, args=(configs,), backend="nccl", timeout_s=120)
-    return {
-        "gpus": gpus,
-        "runs": [summarize_run([r[i] for r in per_rank], cfg) for i, cfg in enumerate(configs)],
-    }
+def plot_report(data: dict, path: str | Path) -> Path:
+    """The figure of one report: speed (forward, backward), correctness, ring member."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sections = data.get("sections", {})
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+    rows = sections.get("speed", {}).get("rows", [])
+    _speed_panel(axes[0, 0], rows, "fwd")
+    _speed_panel(axes[0, 1], rows, "bwd")
+    _correctness_panel(axes[1, 0], sections.get("correctness", {}).get("cases", []))
+    _ring_panel(axes[1, 1], sections.get("ring_member", {}).get("runs", []))
+    fig.suptitle(f"{data.get('device', 'no GPU')}  torch {data.get('torch', '?')}  "
+                 f"Triton {data.get('triton', '?')}  {data.get('date', '')}")  # fmt: skip
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -481,17 +289,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.write()
         print(json.dumps(report.data, indent=2, default=_jsonable))
         return 1
-    chosen = args.sections.split(",")
+    from kernels import gpu_sections as gs
+
+    def calibration():
+        return report.data["sections"].get("calibration", {}).get("calibration")
+
     sections = {
-        "correctness": lambda: section_correctness(args.quick),
-        "speed": lambda: section_speed(args.quick, budget),
-        "ring_member": lambda: section_ring_member(args.quick),
-        "nccl_ring": lambda: section_nccl_ring(args.quick),
+        "correctness": lambda: gs.section_correctness(args.quick),
+        "speed": lambda: gs.section_speed(args.quick, budget),
+        "calibration": lambda: gs.section_calibration(args.quick),
+        "ring_member": lambda: gs.section_ring_member(args.quick, calibration()),
+        "nccl_ring": lambda: gs.section_nccl_ring(args.quick),
     }
+    chosen = args.sections.split(",")
     for name in SECTIONS:
         if name in chosen:
             print(f"[{budget.elapsed():6.1f} s] {name}", flush=True)
             report.run(name, sections[name], budget, ESTIMATES_S[name])
+    try:
+        report.data["figure"] = str(plot_report(report.data, report.path.with_suffix(".png")))
+    except Exception as err:  # the JSON is what matters; say why there is no figure
+        report.data["errors"]["figure"] = f"{type(err).__name__}: {err}"
+    report.write()
     print(f"wrote {report.path} after {budget.elapsed():.0f} s", flush=True)
     return 0 if not report.data["errors"] else 2
 

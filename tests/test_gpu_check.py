@@ -1,0 +1,135 @@
+"""The prepared GPU run's CPU-checkable parts: its plans, the figure, the speed section's
+per-row failure handling, medians, and the symmetric timing of the Triton calls (in the
+interpreter). The CUDA sections themselves run only on a GPU (``python -m kernels.gpu_check``).
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from kernels import gpu_check, gpu_sections
+
+pytestmark = pytest.mark.torch
+
+
+def test_help_and_sections():
+    with pytest.raises(SystemExit) as exit_:
+        gpu_check.parse_args(["--help"])
+    assert exit_.value.code == 0
+    args = gpu_check.parse_args(["--sections", "calibration,ring_member"])
+    assert args.sections == "calibration,ring_member"
+    assert set(gpu_check.ESTIMATES_S) == set(gpu_check.SECTIONS)
+    assert sum(gpu_check.ESTIMATES_S.values()) <= args.budget_s <= 8 * 60 - 30
+
+
+def test_plans_cover_what_the_issue_asks():
+    """fp32/bf16/fp16 with a stated tolerance each; d in {64, 128}; blocks 1K-16K."""
+    assert set(gpu_check.CORRECTNESS_TOL) == set(gpu_check.CORRECTNESS_DTYPES)
+    assert set(gpu_check.CORRECTNESS_DTYPES) == {"float32", "bfloat16", "float16"}
+    assert gpu_check.SPEED_HEAD_DIMS == (64, 128)
+    assert min(gpu_check.SPEED_SIZES) == 1024 and max(gpu_check.SPEED_SIZES) == 16384
+    assert {c for c, *_ in gpu_check.CORRECTNESS_CASES} >= {300}  # a ragged length
+
+
+def test_bench_asks_do_bench_for_the_median(monkeypatch):
+    import triton.testing
+
+    seen = {}
+
+    def fake(fn, **kwargs):
+        seen.update(kwargs)
+        return 2.0  # ms
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake)
+    assert gpu_sections.bench(lambda: None) == pytest.approx(2e-3)
+    assert seen["return_mode"] == "median"
+
+
+def test_one_failing_speed_row_does_not_lose_the_section(monkeypatch):
+    calls = []
+
+    def row(d, c, causal, config):
+        calls.append((d, c, causal))
+        if (d, c, causal) == (128, 4096, True):
+            raise RuntimeError("out of resources")
+        return {"d": d, "c": c, "causal": causal, "triton_fwd_tflops": 1.0}
+
+    monkeypatch.setattr(gpu_sections, "speed_row", row)
+    monkeypatch.setattr(gpu_sections, "tile_search", lambda d, arch: ({}, None))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    result = gpu_sections.section_speed(False, gpu_check.Budget(1000))
+    rows = result["rows"]
+    assert len(rows) == len(calls) == 2 * len(gpu_check.SPEED_SIZES) * 2
+    (bad,) = [r for r in rows if "error" in r]
+    assert bad["d"] == 128 and bad["c"] == 4096 and "out of resources" in bad["error"]
+    assert sum("triton_fwd_tflops" in r for r in rows) == len(rows) - 1
+
+
+def test_triton_calls_time_the_launches_and_include_delta(monkeypatch):
+    """The timed callables make no tile plan (made once, outside) and the backward computes its
+    own ``delta``: outputs and gradients equal the one-shot calls'."""
+    from kernels import triton_block as tb
+    from kernels.block import block_attention, block_attention_backward
+
+    rng = np.random.default_rng(0)
+    q, k, v, dout = (torch.from_numpy(rng.standard_normal((1, 2, 24, 8)).astype(np.float32))
+                     for _ in range(4))  # fmt: skip
+    fwd, bwd = gpu_sections.triton_calls(q, k, v, True, dout=dout)
+    plans = []
+    real_plan = tb.plan
+    monkeypatch.setattr(tb, "plan", lambda *a, **kw: plans.append(a) or real_plan(*a, **kw))
+    out, lse = fwd()
+    grads = bwd()
+    assert plans == []  # none of the host bookkeeping inside the timed calls
+    monkeypatch.undo()
+    want_out, want_lse = block_attention(q, k, v, causal=True, backend="triton")
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(lse, want_lse)
+    want = block_attention_backward(q, k, v, dout, want_out, want_lse, causal=True,
+                                    backend="triton")  # fmt: skip
+    for got, w in zip(grads, want, strict=True):
+        torch.testing.assert_close(got, w)
+
+
+def _fake_report() -> dict:
+    speed = [
+        {"d": d, "c": c, "causal": causal,
+         **{f"{impl}_{p}_tflops": 100.0 * (i + 1) * c / 16384
+            for i, impl in enumerate(gpu_check.IMPL_STYLE) for p in ("fwd", "bwd")}}
+        for d in (64, 128) for c in (1024, 4096, 16384) for causal in (False, True)
+    ]  # fmt: skip
+    cases = [
+        {"c": 256, "d": 64, "causal": causal, "dtype": dtype, "tolerance": tol,
+         "triton_max_rel_err": {"out": tol / 5}, "sdpa_max_rel_err": {"out": tol / 4}}
+        for causal in (False, True) for dtype, tol in gpu_check.CORRECTNESS_TOL.items()
+    ]  # fmt: skip
+    runs = [
+        {"block_tokens": c, "measured_time_s": 1e-3 * c / 1024, "predicted_time_s": 1e-3,
+         "ratio": c / 1024}
+        for c in (1024, 4096)
+    ]  # fmt: skip
+    return {
+        "device": "NVIDIA H200", "torch": "2.11", "triton": "3.6.0", "date": "2030-01-01",
+        "sections": {"speed": {"rows": speed}, "correctness": {"cases": cases},
+                     "ring_member": {"runs": runs}},
+    }  # fmt: skip
+
+
+def test_figure_from_a_report_and_from_an_empty_one(tmp_path):
+    path = gpu_check.plot_report(_fake_report(), tmp_path / "gpu.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+    empty = gpu_check.plot_report({"sections": {}}, tmp_path / "empty.png")
+    assert empty.stat().st_size > 5_000
+
+
+def test_without_a_gpu_main_says_why_and_writes_no_figure(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this test is about machines without a GPU")
+    out = tmp_path / "gpu.json"
+    assert gpu_check.main(["--out", str(out), "--budget-s", "5"]) == 1
+    data = json.loads(out.read_text())
+    assert "no CUDA device" in data["errors"]["device"]
+    assert not out.with_suffix(".png").exists()
