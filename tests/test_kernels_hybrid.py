@@ -102,3 +102,24 @@ def test_four_ranks_against_float64_and_the_all_to_alls():
         want = np.concatenate([100 * (2 * got["j"] + m) + np.arange(6.0).reshape(3, 2, 1)[heads]
                                for m in range(2)], axis=-2)  # fmt: skip
         np.testing.assert_array_equal(got["moved"], want)
+
+
+def test_predicted_hybrid_with_ulysses_degree_one_is_the_rings_prediction():
+    """``predict_hybrid`` (what ``measure_hybrid`` compares with) at ``U = 1`` is the ring's own
+    measured-vs-predicted model (``kernels.measure.predict``) on the same calibration."""
+    import json
+    from pathlib import Path
+
+    from kernels.hybrid import predict_hybrid
+    from kernels.measure import predict
+    from kernels.profile import Calibration
+
+    path = Path(__file__).parent.parent / "results" / "cpu-calibration-2026-11-29.json"
+    cal = Calibration.from_json(json.loads(path.read_text()))
+    shape = dict(hosts=4, seq_len=4096, heads=4, kv_heads=None, head_dim=64, layout="zigzag",
+                 causal=True)  # fmt: skip
+    ring = predict(cal, **shape)[0].summary()["total_time_s"]
+    assert predict_hybrid(cal, ulysses_degree=1, **shape)["total_time_s"] == ring
+    hybrid = predict_hybrid(cal, ulysses_degree=2, **shape)
+    assert hybrid["ulysses_degree"] == 2 and hybrid["ring_degree"] == 2
+    assert 0 < hybrid["compute_time_s"] <= hybrid["total_time_s"]
