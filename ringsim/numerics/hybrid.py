@@ -32,7 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim._checks import check_finite_array, check_positive_int, check_qkv, check_scale
+from ringsim._checks import (
+    check_finite_array,
+    check_positive_int,
+    check_qkv,
+    check_scale,
+    check_segment_ids,
+)
 from ringsim.layouts import check_layout, check_seq_len, host_positions
 from ringsim.numerics.attention import work_dtype
 from ringsim.numerics.context_parallel import BACKWARD, FORWARD, _place, _shard
@@ -203,7 +209,7 @@ def _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids,
         raise ValueError(f"window is for method double-ring only, got window={window!r}")
     return _Problem(
         q, k, v, flat, Grid(U, R, placement), layout, bool(causal),
-        check_scale(scale, q.shape[-1]), segment_ids, method, window,
+        check_scale(scale, q.shape[-1]), check_segment_ids(segment_ids, seq_len), method, window,
     )  # fmt: skip
 
 
@@ -231,7 +237,8 @@ def _home(blocks: dict, prob: _Problem, pos: np.ndarray) -> np.ndarray:
 
 
 def _forward(prob: _Problem):
-    """Stages 1-2 of the forward: ``(head groups, saved)`` with ``saved[u]`` ring group ``u``'s
+    """The first all-to-all and the ring groups: ``(positions, head groups, saved)``, with
+    ``positions`` ``(P, N/P)`` each host's tokens and ``saved[u]`` ring group ``u``'s
     token-order ``(q, k, v, out, lse, stats)`` (its hosts' head-sharded blocks)."""
     grid, N = prob.grid, prob.q.shape[-2]
     pos = grid.positions(prob.layout, N)
