@@ -216,15 +216,23 @@ def calibrate(backend: str = "gloo", *, path: str | Path | None = None, **kwargs
 def save_calibration(cal: Calibration, path: str | Path) -> tuple[Path, Path]:
     """The profile at ``path`` and the raw measurements at ``<stem>-data.json`` (a name the
     ``cpu-profile*.json`` preset glob also matches, so it is written as ``calibration``)."""
+    from ringsim._io import write_json
     from ringsim.timer.hardware import save_profile
 
     path = Path(path)
     save_profile(cal.hardware(), path)
+    data_path = calibration_data_path(path)
+    write_json(data_path, cal.to_json())
+    return path, data_path
+
+
+def calibration_data_path(path: Path) -> Path:
+    """Where the raw data of the profile at ``path`` goes: ``profile`` in its name becomes
+    ``calibration`` (else ``-calibration`` is appended)."""
     data_path = path.with_name(path.stem.replace("profile", "calibration") + ".json")
     if data_path == path:
         data_path = path.with_name(path.stem + "-calibration.json")
-    data_path.write_text(json.dumps(cal.to_json(), indent=2) + "\n")
-    return path, data_path
+    return data_path
 
 
 def default_profile_path(backend: str) -> Path:
@@ -247,7 +255,10 @@ def _int_list(text: str) -> list[int]:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(
+    from ringsim.cli.args import Parser, arg_type, parse_positive_int
+
+    positive = lambda name: arg_type(parse_positive_int, name)
+    parser = parser or Parser(
         prog="ringsim calibrate",
         description="Measure block compute and link; save a profile.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -258,13 +269,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 then: ringsim simulate --hardware cpu-calibrated --hosts 2 --seq-len 4K""",
     )
     parser.add_argument("--backend", choices=BACKENDS, default="gloo")
-    parser.add_argument("--hosts", type=int, default=2, help="local ranks (gloo/nccl)")
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument(
+        "--hosts", type=positive("hosts"), default=2, help="local ranks (gloo/nccl)"
+    )
+    parser.add_argument("--heads", type=positive("heads"), default=4)
+    parser.add_argument("--head-dim", type=positive("head_dim"), default=64)
     parser.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default=None)
     parser.add_argument("--sizes", type=_int_list, default=list(DEFAULT_SIZES))
     parser.add_argument("--bytes", type=_int_list, default=list(DEFAULT_BYTES))
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=positive("repeats"), default=5)
     parser.add_argument(
         "--masked-sizes", type=_int_list, default=None,
         help="block sizes at which to time masked blocks (default: the largest of --sizes)",
@@ -278,7 +291,9 @@ then: ringsim simulate --hardware cpu-calibrated --hosts 2 --seq-len 4K""",
         help="block sizes at which to time a ring call's fixed cost (and, once, whether a "
         "transfer overlaps a step's compute; default: the largest of --sizes)",
     )  # fmt: skip
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    parser.add_argument(
+        "--threads", type=positive("threads"), default=1, help="torch threads per rank"
+    )
     parser.add_argument("--out", default=None, help="profile path (default results/...)")
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--json", action="store_true")
@@ -289,9 +304,39 @@ then: ringsim simulate --hardware cpu-calibrated --hosts 2 --seq-len 4K""",
     return parser
 
 
+def check_calibrate_args(args: argparse.Namespace) -> Path | None:
+    """Every flag of ``ringsim calibrate`` checked before any rank starts (``ValueError``
+    naming the flag): at least two ranks for gloo/nccl, the backend's device, how many ranks
+    this machine holds, and the profile and data files it will write. Returns the profile path
+    (None with ``--no-save``)."""
+    from kernels.launch import check_backend, check_local_ranks
+    from ringsim.cli.args import check_outputs
+
+    if args.backend != "cuda":
+        if args.hosts < 2:
+            raise ValueError(
+                f"--hosts must be at least 2 for {args.backend} (the link is timed between "
+                f"ranks), got {args.hosts}"
+            )
+        largest = max([*args.sizes, *(args.masked_sizes or ()), *(args.solo_sizes or ()),
+                       *(args.step_sizes or ())])  # fmt: skip
+        # a block's q, k, v, out and its fp32 scores per head, and the largest link message
+        tensors = args.heads * (4 * largest * args.head_dim + largest * largest) * 4
+        check_local_ranks(args.hosts, problem_bytes=tensors + 2 * max(args.bytes))
+    check_backend(args.backend, args.hosts)
+    if args.no_save:
+        return None
+    args.out = str(default_profile_path(args.backend) if args.out is None else args.out)
+    check_outputs(args, {"out": ("--out", ("json",))})
+    args.data_out = str(calibration_data_path(Path(args.out)))
+    check_outputs(args, {"out": ("--out", ("json",)), "data_out": ("--out", None)})
+    return Path(args.out)
+
+
 def calibrate_main(argv: Sequence[str] | None = None) -> int:
     """``ringsim calibrate [--backend gloo|nccl|cuda] [...] [--json]``."""
     args = build_parser().parse_args(argv)
+    out = check_calibrate_args(args)  # every flag, before any rank starts
     cal = calibrate_data(
         args.backend, hosts=args.hosts, heads=args.heads, head_dim=args.head_dim,
         dtype=args.dtype, sizes=args.sizes, link_bytes=args.bytes, repeats=args.repeats,
@@ -302,7 +347,7 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     paths = None
     if not args.no_save:
-        paths = save_calibration(cal, args.out or default_profile_path(args.backend))
+        paths = save_calibration(cal, out)
     hw = cal.hardware()
     report = {
         "backend": cal.backend,
@@ -320,7 +365,9 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         "saved": [str(p) for p in paths] if paths else None,
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        from ringsim._io import to_jsonable
+
+        print(json.dumps(to_jsonable(report), indent=2))  # a failed fit's NaN prints as null
     else:
         print(hw.source)
         for row in cal.compute:

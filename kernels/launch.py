@@ -78,9 +78,9 @@ def check_local_ranks(hosts: int, *, problem_bytes: float = 0.0, flag: str = "--
         return
     if by_memory < by_cores:
         why = (
-            f"each rank is a process of ~{per_rank / 1e6:,.0f} MB (~{RANK_BYTES / 1e6:.0f} MB of "
-            f"interpreter, torch and gloo + {problem_bytes / 1e6:,.0f} MB of tensors) and "
-            f"{memory / 1e9:.1f} GB is available: at most {by_memory}"
+            f"each rank is a process of ~{per_rank / 1e9:.3g} GB ({RANK_BYTES / 1e6:.0f} MB of "
+            f"interpreter, torch and gloo + {problem_bytes / 1e9:.3g} GB of this run's tensors) "
+            f"and {memory / 1e9:.3g} GB is available: at most {by_memory}"
         )
     else:
         why = (

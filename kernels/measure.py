@@ -43,6 +43,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -399,9 +400,11 @@ def _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend) -> 
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    from ringsim.cli.args import Parser, arg_type, parse_positive_int
     from ringsim.layouts import LAYOUTS
 
-    parser = parser or argparse.ArgumentParser(
+    positive = lambda name: arg_type(parse_positive_int, name)
+    parser = parser or Parser(
         prog="ringsim measure",
         description="Run the real ring; compare with the simulator.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -411,15 +414,17 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
   torchrun --nproc-per-node 8 -m kernels.ring --seq-len 65536   (NCCL, on GPUs)""",
     )
     parser.add_argument("--backend", choices=MEASURE_BACKENDS, default="gloo")
-    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--hosts", type=positive("hosts"), default=2, help="local ranks (2)")
     parser.add_argument("--seq-len", default="2K", help="tokens (K/M suffixes)")
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--kv-heads", type=int, default=None)
-    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--heads", type=positive("heads"), default=4)
+    parser.add_argument("--kv-heads", type=positive("kv_heads"), default=None)
+    parser.add_argument("--head-dim", type=positive("head_dim"), default=64)
     parser.add_argument("--layout", choices=LAYOUTS, default="contiguous")
     parser.add_argument("--causal", action="store_true")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    parser.add_argument("--repeats", type=positive("repeats"), default=5)
+    parser.add_argument(
+        "--threads", type=positive("threads"), default=1, help="torch threads per rank"
+    )
     parser.add_argument("--calibration", default=None, help="calibration data JSON to reuse")
     parser.add_argument("--trace", default=None, help="prefix for Chrome traces")
     parser.add_argument("--json", action="store_true")
@@ -430,23 +435,105 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
+def check_measure_args(args: argparse.Namespace) -> tuple[int, Calibration | None]:
+    """Every flag of ``ringsim measure`` checked before any rank starts (``ValueError`` naming
+    the flag): the ring's shape as ``simulate`` checks it (``check_ring_shape``), at least two
+    ranks, the backend's device, how many ranks this machine holds, the ``--trace`` files and
+    the ``--calibration`` file. Returns the sequence length and the calibration (or None)."""
+    from kernels.launch import check_backend, check_local_ranks
+    from ringsim.cli.args import check_outputs, check_ring_shape, parse_seq_len
+
+    seq_len = parse_seq_len(args.seq_len)
+    if args.hosts < 2:
+        raise ValueError(
+            f"--hosts must be at least 2 for a real ring (ranks exchange blocks), got {args.hosts}"
+        )
+    check_ring_shape(
+        hosts=args.hosts, seq_len=seq_len, heads=args.heads, kv_heads=args.kv_heads,
+        head_dim=args.head_dim, layout=args.layout, causal=args.causal,
+    )  # fmt: skip
+    check_backend(args.backend, args.hosts)
+    check_local_ranks(args.hosts, problem_bytes=_rank_tensor_bytes(args, seq_len))
+    if args.trace is not None:
+        if not args.trace.strip() or args.trace.endswith(("/", os.sep)):
+            raise ValueError(f"--trace must be a path prefix such as /tmp/ring, got {args.trace!r}")
+        args.trace_measured = f"{args.trace}-measured.json"
+        args.trace_predicted = f"{args.trace}-predicted.json"
+        check_outputs(args, {"trace_measured": ("--trace", None),
+                             "trace_predicted": ("--trace", None)})  # fmt: skip
+    calibration = None
+    if args.calibration is not None:
+        calibration = load_calibration(args.calibration, args.backend, args, seq_len)
+    return seq_len, calibration
+
+
+def _rank_tensor_bytes(args: argparse.Namespace, seq_len: int) -> float:
+    """Bytes of one rank's tensors, roughly: ``RunConfig.inputs`` draws the whole q, k, v and
+    dout in float32 on every rank (twice: drawn, then cast), and the block kernel holds fp32
+    scores of a ``TILE`` of queries against the block's keys per head."""
+    from kernels.torch_block import TILE
+
+    kv_heads = args.kv_heads or args.heads
+    whole = (2 * args.heads + 2 * kv_heads) * seq_len * args.head_dim * 4
+    block = seq_len // args.hosts
+    return 2.0 * whole + args.heads * min(block, TILE) * block * 4
+
+
+def load_calibration(
+    path: str, backend: str, args: argparse.Namespace, seq_len: int
+) -> Calibration:
+    """The ``--calibration`` data (``<stem>-calibration.json`` beside a profile), checked by
+    building this run's profile from it; every failure a ``ValueError`` naming the file."""
+    flag = f"--calibration {path!r}"
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{flag} could not be read: {err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{flag} is not valid JSON (empty or truncated?): {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{flag} must hold a JSON object (the calibration data that `ringsim calibrate` "
+            f"writes beside its profile), got a {type(data).__name__}"
+        )
+    try:
+        calibration = Calibration.from_json(data)
+    except TypeError as err:
+        raise ValueError(
+            f"{flag} is not calibration data (a profile? pass the -calibration.json written "
+            f"beside it): {err}"
+        ) from None
+    if calibration.backend != backend:
+        raise ValueError(
+            f"{flag} was measured on backend {calibration.backend!r}; this run uses {backend!r}"
+        )
+    try:
+        calibration.hardware(block_tokens=seq_len // args.hosts, heads=args.heads,
+                             head_dim=args.head_dim)  # fmt: skip
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(
+            f"{flag} does not give a profile for this run: {type(err).__name__}: {err}"
+        ) from None
+    return calibration
+
+
 def measure_main(argv: Sequence[str] | None = None) -> int:
     """``ringsim measure --backend gloo --hosts P --seq-len N [...] [--json]``."""
-    from ringsim.timer import parse_length
+    from ringsim._io import json_text
 
     args = build_parser().parse_args(argv)
-    calibration = None
-    if args.calibration:
-        calibration = Calibration.from_json(json.loads(Path(args.calibration).read_text()))
+    seq_len, calibration = check_measure_args(args)  # every flag, before any rank starts
     report = measure(
-        hosts=args.hosts, seq_len=parse_length(args.seq_len), heads=args.heads,
+        hosts=args.hosts, seq_len=seq_len, heads=args.heads,
         kv_heads=args.kv_heads, head_dim=args.head_dim, layout=args.layout, causal=args.causal,
         repeats=args.repeats, backend=args.backend, calibration=calibration,
         threads=args.threads, trace=args.trace,
         progress=not args.json if args.progress is None else args.progress,
     )  # fmt: skip
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json_text(report, indent=2))
         return 0
     t_lo, t_hi = report["overlap_threshold_ci95"]
     print(

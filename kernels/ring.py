@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from kernels.block import block_attention, block_attention_backward
 from kernels.rank_timeline import RankClock, RankTimeline
-from ringsim._checks import check_segment_ids
+from ringsim._checks import check_bool, check_segment_ids
 from ringsim.layouts import check_layout, host_positions
 from ringsim.schedule import BlockKind, Schedule, build_schedule
 
@@ -154,10 +154,15 @@ def _digest(segment_ids: np.ndarray | None) -> str | None:
 
 
 def check_agreement(ring: Ring, header: dict) -> None:
-    """All ranks exchange ``header`` and raise ``ValueError`` (on every rank) if any differs:
-    before any block moves, so a mismatch cannot hang or corrupt a transfer."""
-    headers: list = [None] * ring.hosts
-    dist.all_gather_object(headers, header, group=ring.group)
+    """All ranks exchange ``header`` and raise ``ValueError`` (on every rank) if any differs,
+    or if any rank's header is ``{"error": message}`` (its local checks failed: every rank
+    raises that rank's message, instead of its peers waiting for a transfer that never comes):
+    before any block moves, so a mismatch cannot hang or corrupt a transfer. A peer that
+    died during the exchange is a ``RingError``."""
+    headers = _exchange_headers(ring.group, ring.hosts, header)
+    errors = [(r, h["error"]) for r, h in enumerate(headers) if "error" in h]
+    if errors:
+        raise ValueError("; ".join(f"rank {r}: {message}" for r, message in errors))
     for rank, other in enumerate(headers):
         diff = {key: (headers[0][key], other.get(key)) for key in headers[0]}
         diff = {key: pair for key, pair in diff.items() if pair[0] != pair[1]}
@@ -166,6 +171,29 @@ def check_agreement(ring: Ring, header: dict) -> None:
                 f"{key}: rank 0 has {a!r}, rank {rank} has {b!r}" for key, (a, b) in diff.items()
             )
             raise ValueError(f"ring ranks disagree before the first transfer: {details}")
+
+
+def _exchange_headers(group, hosts: int, header: dict) -> list:
+    headers: list = [None] * hosts
+    try:
+        dist.all_gather_object(headers, header, group=group)
+    except RuntimeError as err:  # gloo/NCCL: a peer left (crashed, killed) mid-exchange
+        raise RingError(
+            f"rank {dist.get_rank(group)}: the header exchange before the first transfer "
+            f"failed; a peer probably died: {err}"
+        ) from err
+    return headers
+
+
+def _check_finite(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Refuse NaN or inf in this rank's shard, as the NumPy ``ring_attention`` does: attention
+    of non-finite inputs is undefined (and a NaN would spread to every rank's output)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(
+                f"{name} contains NaN or inf on rank {dist.get_rank()}; attention of non-finite "
+                "inputs is undefined"
+            )
 
 
 class _Transfer:
@@ -395,14 +423,25 @@ def ring_attention(
         raise ValueError("ring_attention needs torch.distributed initialised (see launch)")
     hosts = dist.get_world_size(group)
     seq_len = q.shape[-2] * hosts
-    if ring is None:
-        ring = Ring(check_layout(layout), bool(causal), seq_len, group, block_backend, timeout_s)
-    if ring.seq_len != seq_len:
-        raise ValueError(f"ring.seq_len must be {seq_len} (hosts * block), got {ring.seq_len}")
-    if segment_ids is not None:
-        ring.segment_ids = check_segment_ids(segment_ids, seq_len)
-    host_positions(ring.layout, hosts, seq_len)  # validates divisibility (zigzag needs 2P)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    try:  # local checks; with ``check`` every rank hears of a failure in the header exchange
+        if ring is None:
+            ring = Ring(
+                check_layout(layout), check_bool("causal", causal), seq_len, group,
+                block_backend, timeout_s,
+            )  # fmt: skip
+        if ring.seq_len != seq_len:
+            raise ValueError(f"ring.seq_len must be {seq_len} (hosts * block), got {ring.seq_len}")
+        if segment_ids is not None:
+            ring.segment_ids = check_segment_ids(segment_ids, seq_len)
+        host_positions(ring.layout, hosts, seq_len)  # validates divisibility (zigzag needs 2P)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        if check:
+            _check_finite(q, k, v)
+    except ValueError as err:
+        if not check:
+            raise
+        _exchange_headers(group, hosts, {"error": str(err)})
+        raise
     if check:
         check_agreement(ring, agreement_header(ring, q, k, v, scale))
     return RingAttention.apply(q, k, v, ring, scale)

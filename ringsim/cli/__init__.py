@@ -17,7 +17,7 @@ import importlib
 import sys
 
 from ringsim.cli import memory, plan, presets, simulate, sweep, validate
-from ringsim.cli.args import Parser
+from ringsim.cli.args import Parser, check_outputs
 from ringsim.cli.output import guarded, to_jsonable
 
 __all__ = ["build_parser", "guarded", "main", "to_jsonable"]
@@ -59,7 +59,10 @@ def run_forwarded(command: str, argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    return guarded(f"ringsim {command}", lambda: entry(argv))
+    try:
+        return guarded(f"ringsim {command}", lambda: entry(argv))
+    except SystemExit as exit_:  # its parser's verdict (--help: 0, a bad flag: 2), as main's
+        return exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
 
 
 EPILOG = """examples:
@@ -113,4 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 2
-    return guarded(f"ringsim {args.command}", lambda: args.run(args))
+
+    def run() -> int | None:
+        check_outputs(args)  # every output path, before any work or any file written
+        return args.run(args)
+
+    return guarded(f"ringsim {args.command}", run)

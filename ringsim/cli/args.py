@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 from collections.abc import Callable
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -53,6 +54,21 @@ def parse_quantity(name: str, text: str, *, allow_zero: bool = False) -> float:
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         kind = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{name} must be a finite {kind} number (e.g. 50e9 or 50G), got {text!r}")
+    if 0 < value < sys.float_info.min:  # subnormal: every time computed from it overflows
+        raise ValueError(
+            f"{name} must be zero or at least {sys.float_info.min:.3g} (a normal float), got "
+            f"{text!r}"
+        )
+    return value
+
+
+def parse_non_negative_int(name: str, text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise ValueError(f"{name} must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {text!r}")
     return value
 
 
@@ -95,11 +111,44 @@ def arg_type(parse: Callable, *names) -> Callable[[str], object]:
     return convert
 
 
+# output flags of the in-process subcommands: flag, and the formats it takes (None: any)
+OUTPUT_FLAGS = {"trace": ("--trace", None), "plot": ("--plot", "figure")}
+
+
+def check_outputs(args: argparse.Namespace, flags: dict | None = None) -> None:
+    """Every output path the flags name, checked before any work and before any file is
+    written (``ringsim._io.check_output_path``): a bad ``--plot`` must not cost the
+    ``--trace`` file written before it. Two flags naming one file are refused too."""
+    from ringsim._io import check_output_path
+    from ringsim.views.plots import FIGURE_FORMATS
+
+    seen: dict = {}
+    for attr, (flag, kind) in (OUTPUT_FLAGS if flags is None else flags).items():
+        path = getattr(args, attr, None)
+        if path is None:
+            continue
+        suffixes = FIGURE_FORMATS if kind == "figure" else kind
+        target = check_output_path(flag, path, suffixes=suffixes).resolve()
+        if target in seen:
+            raise ValueError(f"{seen[target]} and {flag} name the same file {path!r}")
+        seen[target] = flag
+
+
 class Parser(argparse.ArgumentParser):
     """Errors in one line: ``ringsim simulate: error: ...`` (usage only with --help)."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def check_ring_shape(**fields) -> None:
+    """The checks ``ringsim simulate`` makes on a ring's shape (``RingConfig``: hosts, seq_len
+    against the layout, heads and kv_heads, head_dim, ...), for a command that runs a real
+    ring (``measure``, ``calibrate``): one path, one set of messages, before any rank starts."""
+    from ringsim.timer import RingConfig
+    from ringsim.timer.hardware import custom_hardware
+
+    RingConfig(hardware=custom_hardware(1e12, 1e9, dtype="fp32"), dtype="fp32", **fields)
 
 
 # -- building a configuration from flags ----------------------------------------------------
@@ -158,7 +207,11 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         "--kv-heads", type=positive("kv_heads"), help="key/value heads, GQA (default: --heads)"
     )
     p.add_argument("--head-dim", type=positive("head_dim"), default=128, help="head dim (128)")
-    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="element type (bf16)")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="element type (bf16; a calibrated profile's own, e.g. fp32 for cpu-calibrated)",
+    )
     p.add_argument("--batch", type=positive("batch"), default=1, help="sequences (1)")
     p.add_argument(
         "--pass", dest="pass_", choices=PASSES, default="forward", help="what runs (forward)"
@@ -263,12 +316,28 @@ def add_noise_flags(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="random relative spread of each block's compute time (0)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the jitter (0)")
+    p.add_argument(
+        "--seed",
+        type=arg_type(parse_non_negative_int, "seed"),
+        default=0,
+        help="seed of the jitter (0)",
+    )
 
 
 def resolve_hardware(args: argparse.Namespace):
-    """The preset, with any of --flops/--bandwidth/--latency/--memory-bytes replacing its own."""
-    from ringsim.timer.hardware import custom_hardware, get_hardware
+    """The preset, with any of --flops/--bandwidth/--latency/--memory-bytes replacing its own.
+    Without --dtype, ``args.dtype`` becomes the hardware's default (``default_dtype``: bf16, or
+    the only dtype a calibrated profile was measured at)."""
+    from ringsim.timer.hardware import default_dtype
+
+    hw = _resolve_hardware(args)
+    if getattr(args, "dtype", "") is None:
+        args.dtype = default_dtype(hw)
+    return hw
+
+
+def _resolve_hardware(args: argparse.Namespace):
+    from ringsim.timer.hardware import custom_hardware, default_dtype, get_hardware
 
     flops = getattr(args, "flops", None)
     bandwidth = getattr(args, "bandwidth", None)
@@ -282,7 +351,8 @@ def resolve_hardware(args: argparse.Namespace):
                 + ("--flops" if flops is not None else "--bandwidth")
             )
         extra = {} if memory is None else {"memory": memory}
-        return custom_hardware(flops, bandwidth, latency or 0.0, dtype=args.dtype, **extra)
+        dtype = getattr(args, "dtype", None) or "bf16"
+        return custom_hardware(flops, bandwidth, latency or 0.0, dtype=dtype, **extra)
     cluster = getattr(args, "cluster", None)
     if args.hardware is None and cluster is not None:  # the preset's own device
         from ringsim.timer.topology import get_cluster
@@ -292,7 +362,8 @@ def resolve_hardware(args: argparse.Namespace):
         hw = get_hardware(args.hardware or DEFAULT_HARDWARE)
     changes = {}
     if flops is not None:  # the given rate is what the kernel achieves
-        changes.update(flops={**hw.flops, args.dtype: flops}, efficiency=1.0)
+        dtype = getattr(args, "dtype", None) or default_dtype(hw)
+        changes.update(flops={**hw.flops, dtype: flops}, efficiency=1.0)
     if bandwidth is not None:
         changes["link_bandwidth"] = bandwidth
     if latency is not None:
@@ -318,10 +389,11 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
                 raise ValueError(f"straggler host must be below hosts={hosts}, got host {host}")
             factors[host] = 1.0 / slowdown
         speed = tuple(factors)
+    hardware = resolve_hardware(args)  # first: it fills in args.dtype when not given
     fields = dict(
         hosts=hosts,
         seq_len=seq_len,
-        hardware=resolve_hardware(args),
+        hardware=hardware,
         heads=args.heads,
         kv_heads=args.kv_heads,
         head_dim=args.head_dim,
@@ -340,8 +412,6 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
         seed=getattr(args, "seed", 0),
     )
     fields.update(_implementation_fields(args, fields["hardware"], fields["dtype"]))
-    fields.update(overrides)
-    return RingConfig(**fields)
     fields.update(overrides)
     return RingConfig(**fields)
 
@@ -444,6 +514,51 @@ def resolve_cluster(args: argparse.Namespace, hardware):
 
 
 def run_config(config, strategy: str = "ring", *, keep_timeline: bool | None = None, args=None):
+    """Time ``config`` with ``strategy``; a result whose times overflowed is a ``ValueError``
+    naming the extreme flags (``check_finite_times``)."""
+    result = _run_config(config, strategy, keep_timeline=keep_timeline, args=args)
+    check_finite_times(result.summary(), args)
+    return result
+
+
+# flags whose extreme (finite) values can push a run's times past float64's range
+EXTREME_FLAGS = (
+    *("flops", "bandwidth", "latency", "jitter", "straggler", "inter_bandwidth"),
+    "inter_latency",
+)
+
+
+# the longest time a run may report: a Chrome trace counts microseconds, in float64
+MAX_SECONDS = sys.float_info.max / 1e6
+
+
+def check_finite_times(summary: dict, args: argparse.Namespace | None = None) -> None:
+    """Refuse a summary with a NaN, infinite or unrepresentable time (``..._s`` beyond
+    ``MAX_SECONDS``): inputs that are finite but so extreme (``--latency 1e308``,
+    ``--flops 1e-300``, ``--jitter 1e308``) that float64 overflowed, or would in microseconds.
+    The message names the flags given among ``EXTREME_FLAGS``, so the user knows what to
+    change."""
+    bad = {k: v for k, v in summary.items() if k.endswith("_s") and _out_of_range(v)}
+    if not bad:
+        return
+    given = [
+        f"--{name.replace('_', '-')} {getattr(args, name)!r}"
+        for name in EXTREME_FLAGS
+        if getattr(args, name, None) not in (None, 0.0, [])
+    ]
+    key, value = next(iter(bad.items()))
+    hint = f"check {', '.join(given)}" if given else "the configuration is too large"
+    raise ValueError(
+        f"the run's times leave float64's range ({key} = {value:.3g} s; at most "
+        f"{MAX_SECONDS:.3g} s, as traces count microseconds): {hint}"
+    )
+
+
+def _out_of_range(value: object) -> bool:
+    return isinstance(value, float) and not abs(value) <= MAX_SECONDS  # NaN fails <= too
+
+
+def _run_config(config, strategy: str, *, keep_timeline: bool | None, args):
     cluster = None if args is None else resolve_cluster(args, config.hardware)
     degree = getattr(args, "ulysses_degree", None)
     if strategy == "ring" and cluster is None and degree is None:

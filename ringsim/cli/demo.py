@@ -16,7 +16,7 @@ import argparse
 import math
 import sys
 
-from ringsim.cli.args import Parser, arg_type, parse_positive_int, parse_seq_len
+from ringsim.cli.args import DTYPES, Parser, arg_type, parse_positive_int, parse_seq_len
 from ringsim.cli.output import (
     format_length,
     format_seconds,
@@ -29,16 +29,21 @@ from ringsim.cli.output import (
 from ringsim.layouts import LAYOUTS
 
 
-def layout_rows(hosts: int, seq_len: int, hardware, pass_: str = "forward") -> tuple[list, dict]:
+def layout_rows(
+    hosts: int, seq_len: int, hardware, pass_: str = "forward", dtype: str = "bf16"
+) -> tuple[list, dict]:
     """Simulate the causal ring under each layout; rows with makespan, idle and speedup."""
+    from ringsim.cli.args import check_finite_times
     from ringsim.timer import RingConfig, simulate
 
     results = {}
     for layout in LAYOUTS:
         config = RingConfig(
-            hosts=hosts, seq_len=seq_len, hardware=hardware, layout=layout, causal=True, pass_=pass_
-        )
+            hosts=hosts, seq_len=seq_len, hardware=hardware, layout=layout, causal=True,
+            pass_=pass_, dtype=dtype,
+        )  # fmt: skip
         results[layout] = simulate(config)
+        check_finite_times(results[layout].summary())
     base = results["contiguous"].summary()["total_time_s"]
     rows = []
     for layout, result in results.items():
@@ -54,19 +59,20 @@ def layout_rows(hosts: int, seq_len: int, hardware, pass_: str = "forward") -> t
     return rows, {layout: r.timeline for layout, r in results.items()}
 
 
-def overlap_rows(hosts: int, seq_len: int, hardware) -> tuple[float, list]:
+def overlap_rows(hosts: int, seq_len: int, hardware, dtype: str = "bf16") -> tuple[float, list]:
     """The run's own block and one well below the threshold: is communication hidden?"""
     from ringsim.timer import RingConfig, simulate
     from ringsim.timer.cost import overlap_threshold
 
-    threshold = overlap_threshold(hardware, heads=32, kv_heads=32, head_dim=128, dtype="bf16")
+    threshold = overlap_threshold(hardware, heads=32, kv_heads=32, head_dim=128, dtype=dtype)
     own = seq_len // hosts
     small = 2 ** max(1, math.floor(math.log2(max(threshold / 8, 2))))  # ~c*/8, a power of two
     rows = []
     for block in sorted({small, own}):
         config = RingConfig(
-            hosts=hosts, seq_len=block * hosts, hardware=hardware, layout="zigzag", causal=True
-        )
+            hosts=hosts, seq_len=block * hosts, hardware=hardware, layout="zigzag", causal=True,
+            dtype=dtype,
+        )  # fmt: skip
         s = simulate(config).summary()
         rows.append(
             {
@@ -99,18 +105,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seq-len", default="64K", help="tokens, K/M suffixes (64K)")
     p.add_argument("--hardware", default="h100-nvlink", help="preset (h100-nvlink)")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="element type (bf16; a calibrated profile's own, e.g. fp32 for cpu-calibrated)",
+    )
     p.add_argument("--no-plot", action="store_true", help="skip the figure")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from ringsim.timer.hardware import get_hardware
+    from ringsim.timer.hardware import default_dtype, get_hardware
 
+    if not args.no_plot:  # before the work: a bad path must not cost the run
+        from ringsim.views.plots import check_figure_path
+
+        check_figure_path("--out", args.out)
     hardware = get_hardware(args.hardware)
+    dtype = args.dtype or default_dtype(hardware)
     seq_len = parse_seq_len(args.seq_len)
-    rows, timelines = layout_rows(args.hosts, seq_len, hardware)
-    threshold, overlap = overlap_rows(args.hosts, seq_len, hardware)
+    rows, timelines = layout_rows(args.hosts, seq_len, hardware, dtype=dtype)
+    threshold, overlap = overlap_rows(args.hosts, seq_len, hardware, dtype)
     figure = None
     if not args.no_plot:
         from ringsim.views.plots import plot_timelines
@@ -127,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
                 "hosts": args.hosts,
                 "seq_len": seq_len,
                 "hardware": hardware.name,
+                "dtype": dtype,
                 "layouts": rows,
                 "overlap_threshold_tokens": threshold,
                 "overlap": overlap,
@@ -136,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     p = args.hosts
     print_table(
-        f"1. causal attention, {format_length(seq_len)} tokens on {p} hosts, {hardware.name}",
+        f"1. causal attention, {format_length(seq_len)} tokens on {p} hosts, {hardware.name}, "
+        f"{dtype}",
         ("layout", "makespan", "idle", "speedup"),
         [
             (

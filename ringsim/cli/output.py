@@ -3,32 +3,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 
+from ringsim._io import to_jsonable
 from ringsim.views.plots import format_tokens as format_length
 from ringsim.views.plots import percent
-
-
-def to_jsonable(value: object) -> object:
-    """Plain JSON types: numpy scalars become numbers, NaN/inf become null, tuples lists."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    if hasattr(value, "tolist"):  # numpy scalar or array
-        return to_jsonable(value.tolist())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_jsonable(dataclasses.asdict(value))
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
 
 
 def print_json(data: object) -> None:
@@ -142,11 +125,20 @@ def describe(config, strategy: str = "ring") -> str:
     )
 
 
+def np_errstate():
+    """NumPy's overflow/invalid warnings off (a context manager); ``check_finite_times`` turns
+    an overflowed run into one line naming the flags instead of warnings and ``inf``."""
+    import numpy as np
+
+    return np.errstate(over="ignore", invalid="ignore")
+
+
 def guarded(prog: str, run: Callable[[], int | None]) -> int:
     """Run a command; bad values (ValueError) end in one line on stderr and exit code 2."""
     try:
-        return int(run() or 0)
-    except ValueError as err:
+        with np_errstate():  # overflow is not warned about: results are checked for finiteness
+            return int(run() or 0)
+    except (ValueError, OverflowError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `ringsim ... | head`: the reader left; say nothing more

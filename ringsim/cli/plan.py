@@ -31,7 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model of `ringsim memory` (e.g. 7b)")
     p.add_argument("--seq-len", required=True, help="tokens, K/M suffixes (powers of two)")
     p.add_argument("--hosts", type=positive("hosts"), help="devices (default: all --nodes)")
-    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="element type (bf16)")
+    p.add_argument(
+        "--dtype", choices=DTYPES, help="element type (bf16; a calibrated profile's own)"
+    )
     p.add_argument("--batch", type=positive("batch"), default=1, help="sequences (1)")
     p.add_argument(
         "--causal",

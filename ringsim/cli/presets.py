@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ringsim.cli.output import format_length, print_json, print_table
+from ringsim.cli.output import format_length, note, print_json, print_table
 
 HELP = "list the hardware and cluster presets and where their numbers come from"
 EXAMPLES = """examples:
@@ -33,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
         rows[-1].update(name=name, threshold_dtype=dtype)
     for row in rows:
         row["kind"] = "hardware"
+    from ringsim.timer.hardware import CALIBRATION_ERRORS
+
+    for name, problem in CALIBRATION_ERRORS.items():  # a corrupt profile is said, not hidden
+        note(f"{name} is not available: {problem}")
     clusters = _cluster_rows()
     if args.json:
         print_json(rows + clusters)

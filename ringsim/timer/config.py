@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ringsim._checks import check_positive_int, check_segment_ids
+from ringsim._checks import check_bool, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len
 from ringsim.schedule import Schedule, build_schedule
 from ringsim.timer.hardware import Hardware, check_dtype
@@ -107,6 +107,8 @@ class RingConfig:
         if self.pass_ not in PASSES:
             raise ValueError(f"pass must be one of {', '.join(PASSES)}, got {self.pass_!r}")
         put("layout", check_layout(self.layout))
+        put("causal", check_bool("causal", self.causal))
+        put("overlap", check_bool("overlap", self.overlap))
         if self.pass_ == "decode":
             check_positive_int("seq_len", self.seq_len)
             if self.seq_len % hosts:

@@ -18,20 +18,30 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from dataclasses import asdict, dataclass, replace
+import re
+import sys
+from dataclasses import MISSING, asdict, dataclass, replace
 from pathlib import Path
+
+from ringsim._io import write_text_atomic
 
 DTYPES = ("bf16", "fp16", "fp32")
 
 
 def _check_rate(name: str, value: object, *, allow_zero: bool = False) -> float:
-    """A finite, positive (or non-negative) real number; bools and NaN are refused."""
+    """A finite, positive (or non-negative) real number; bools, NaN and subnormal numbers (below
+    ``sys.float_info.min``, ~2.2e-308: every time computed from such a rate is inf) are refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number, got {value!r}")
     value = float(value)
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         kind = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{name} must be a finite {kind} number, got {value!r}")
+    if 0 < value < sys.float_info.min:
+        raise ValueError(
+            f"{name} must be zero or at least {sys.float_info.min:.3g} (a normal float), got "
+            f"{value!r}: a subnormal rate makes every time computed from it infinite"
+        )
     return value
 
 
@@ -233,46 +243,109 @@ _BUILTIN = [
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "results"
 
 
+PROFILE_GLOB = "cpu-profile*.json"  # the files that become ``cpu-calibrated``
+SAVED_KEY = "saved"  # when the profile was written (ISO date-time); not a ``Hardware`` field
+
+
 def save_profile(hw: Hardware, path: str | Path) -> None:
-    """Write ``hw`` as JSON (the fields of ``Hardware``) to ``path``."""
-    data = asdict(hw)
-    Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Write ``hw`` as JSON (the fields of ``Hardware`` and the ``saved`` date-time) to
+    ``path``, atomically: a temporary file renamed over ``path``, so a reader (or a crash
+    half-way) never leaves half a profile."""
+    from datetime import datetime
+
+    data = {**asdict(hw), SAVED_KEY: datetime.now().isoformat(timespec="seconds")}
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _read_profile(path: Path) -> dict:
+    """The JSON object in ``path``; every failure a ``ValueError`` naming the file and why."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"profile {str(path)!r} could not be read: {exc}") from None
+    if not text.strip():
+        raise ValueError(f"profile {str(path)!r} is empty")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"profile {str(path)!r} is not valid JSON (truncated?): {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"profile {str(path)!r} must hold a JSON object, got a {type(data).__name__}"
+        )
+    return data
 
 
 def load_profile(path: str | Path) -> Hardware:
-    """Read a profile written by ``save_profile``; a bad file is a ``ValueError`` naming it.
-    Fields added to ``Hardware`` later (with defaults) may be missing: older profiles load."""
+    """Read a profile written by ``save_profile``; a bad file (unreadable, empty, truncated, not
+    an object, unknown or missing fields, a bad value) is a ``ValueError`` naming it and the
+    cause. Fields added to ``Hardware`` later (with defaults) may be missing: older profiles
+    load."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"profile {str(path)!r} could not be read as JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"profile {str(path)!r} must hold a JSON object, got {type(data)}")
-    known = set(Hardware.__dataclass_fields__)
-    unknown = set(data) - known
+    data = _read_profile(path)
+    data.pop(SAVED_KEY, None)
+    fields = Hardware.__dataclass_fields__
+    unknown = set(data) - set(fields)
     if unknown:
         raise ValueError(f"profile {str(path)!r} has unknown keys {sorted(unknown)}")
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in data and f.default is MISSING and f.default_factory is MISSING
+    ]
+    if missing:
+        raise ValueError(f"profile {str(path)!r} is missing the fields {missing}")
     try:
         return Hardware(**data)
-    except TypeError as exc:
-        raise ValueError(f"profile {str(path)!r} is incomplete: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"profile {str(path)!r} has a bad value: {exc}") from None
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2})?)?")
+
+
+def profile_date(path: str | Path) -> str:
+    """When the profile at ``path`` was made, from its content: its ``saved`` date-time, else
+    the date in its ``source`` (``calibrated 2026-11-29 on ...``); ``""`` when it names none
+    (such a profile is older than any dated one). Not the file name: ``cpu-profile-test.json``
+    must not beat a dated profile by sorting after it."""
+    data = _read_profile(Path(path))
+    for text in (data.get(SAVED_KEY), data.get("source")):
+        found = _DATE.search(text) if isinstance(text, str) else None
+        if found:
+            return found.group(0)
+    return ""
+
+
+def scan_profiles(directory: str | Path | None = None) -> tuple[dict[str, Hardware], dict]:
+    """``({"cpu-calibrated": Hardware}, {})`` from the newest ``cpu-profile*.json`` in
+    ``directory`` (default ``RESULTS_DIR``), newest by the date inside each file
+    (``profile_date``); ``({}, {"cpu-calibrated": message})`` when any of those files is
+    corrupt (it might be the newest: using an older one instead would be silently wrong), the
+    message naming the file and the cause; ``({}, {})`` when there is none."""
+    directory = Path(RESULTS_DIR if directory is None else directory)
+    paths = sorted(directory.glob(PROFILE_GLOB)) if directory.is_dir() else []
+    dated = []
+    for path in paths:
+        try:
+            dated.append((profile_date(path), path.name, load_profile(path)))
+        except ValueError as exc:
+            return {}, {"cpu-calibrated": f"{exc}; fix or remove it to use cpu-calibrated"}
+    if not dated:
+        return {}, {}
+    newest = max(dated, key=lambda row: row[:2])[2]
+    return {"cpu-calibrated": replace(newest, name="cpu-calibrated")}, {}
 
 
 def _calibrated_presets() -> dict[str, Hardware]:
-    """``cpu-calibrated`` from the newest ``results/cpu-profile*.json``, if there is one."""
-    found = sorted(RESULTS_DIR.glob("cpu-profile*.json")) if RESULTS_DIR.is_dir() else []
-    for path in reversed(found):
-        try:
-            hw = load_profile(path)
-        except ValueError:
-            continue  # a half-written or foreign file must not break `import ringsim`
-        return {"cpu-calibrated": replace(hw, name="cpu-calibrated")}
-    return {}
+    """``cpu-calibrated`` from the newest ``results/cpu-profile*.json``, if there is one (and
+    none of them is corrupt: see ``scan_profiles``)."""
+    return scan_profiles(RESULTS_DIR)[0]
 
 
 PRESETS: dict[str, Hardware] = {hw.name: hw for hw in _BUILTIN}
-CALIBRATED: dict[str, Hardware] = _calibrated_presets()
+# a corrupt profile must not break `import ringsim`: its error is kept for `get_hardware`
+CALIBRATED, CALIBRATION_ERRORS = scan_profiles(RESULTS_DIR)
 
 
 def all_hardware() -> dict[str, Hardware]:
@@ -282,10 +355,20 @@ def all_hardware() -> dict[str, Hardware]:
 
 def get_hardware(name: str) -> Hardware:
     """The preset (or calibrated profile) called ``name``."""
+    if not isinstance(name, str):
+        raise ValueError(f"hardware must be a preset name (a string), got {name!r}")
     known = all_hardware()
-    if name not in known:
-        raise ValueError(f"unknown hardware preset {name!r}; known: {', '.join(known)}")
-    return known[name]
+    if name in known:
+        return known[name]
+    if name in CALIBRATION_ERRORS:
+        raise ValueError(f"hardware {name!r}: {CALIBRATION_ERRORS[name]}")
+    raise ValueError(f"unknown hardware preset {name!r}; known: {', '.join(known)}")
+
+
+def default_dtype(hw: Hardware) -> str:
+    """The dtype to time ``hw`` at when none is asked for: bf16 (the paper's convention) if it
+    has a rate for it, else its first (a calibrated CPU profile knows only its own, fp32)."""
+    return "bf16" if "bf16" in hw.flops else next(iter(hw.flops))
 
 
 def custom_hardware(

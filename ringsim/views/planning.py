@@ -19,7 +19,7 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
     """Draw ``plan`` (a ``Plan``): x = GB per host, y = step time; candidates that do not fit
     sit right of the memory wall at the bottom (they were never timed). Returns the figure;
     writes it to ``path`` if given."""
-    from ringsim.views.plots import _pyplot
+    from ringsim.views.plots import _finish, _pyplot
 
     plt = _pyplot()
     fig = None
@@ -69,6 +69,4 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
+    return _finish(plt, fig, path, dpi=120)  # atomic; the figure stays open without a path

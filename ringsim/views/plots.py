@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -47,6 +48,9 @@ LABELS = {
 KV_LABELS = {"send": "send k,v", "recv": "receive k,v"}  # names of the block in a backward run
 LABELLED_STEPS = 32  # above this, bars are too thin for step numbers
 LANES = {"recv": (0.08, 0.16), "compute": (0.28, 0.44), "send": (0.76, 0.16)}  # (offset, height)
+# what matplotlib's Agg, PDF, PS, SVG and PGF backends write (its get_supported_filetypes())
+FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "svgz", "tif", "tiff", "webp",
+                  "gif", "avif", "pgf", "raw", "rgba")  # fmt: skip
 
 
 def _pyplot():
@@ -447,12 +451,23 @@ def _token_formatter(plain: bool = False):
     return FuncFormatter(lambda v, _: f"{v:g}" if plain else format_tokens(v))
 
 
-def _finish(plt, fig, path):
+def check_figure_path(name: str, path: str | os.PathLike) -> None:
+    """Refuse (``ValueError`` naming ``name``) a figure path that cannot be written or whose
+    suffix is no format matplotlib writes; call it before the work that makes the figure."""
+    from ringsim._io import check_output_path
+
+    check_output_path(name, path, suffixes=FIGURE_FORMATS)
+
+
+def _finish(plt, fig, path, dpi: int = 130):
+    """Save ``fig`` to ``path`` (format by suffix) atomically: the old file stays if it fails."""
     if path is not None:
-        path = os.fspath(path)
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
+        from ringsim._io import atomic_open
+
+        try:
+            check_figure_path("path", path)
+            with atomic_open(path, "wb") as fh:
+                fig.savefig(fh, format=Path(path).suffix.lower().lstrip("."), dpi=dpi)
+        finally:
+            plt.close(fig)
     return fig

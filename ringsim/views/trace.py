@@ -13,12 +13,12 @@ Traces are for looking at small runs: a timeline with more than ``max_events`` e
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ringsim._io import check_output_path, write_json
 from ringsim.timer import grad_rows, kv_messages
 from ringsim.timer.timeline import Timeline
 
@@ -98,7 +98,9 @@ def chrome_trace(
 
 
 def write_chrome_trace(timeline: Timeline, path: str | Path, **kwargs) -> None:
-    """Write ``chrome_trace(timeline, **kwargs)`` to ``path`` as JSON."""
+    """Write ``chrome_trace(timeline, **kwargs)`` to ``path`` as strict JSON, atomically: a
+    bad path is a ``ValueError`` before any work, a failed write leaves the old file, and a
+    non-finite time (an overflowed run) is refused rather than written as ``Infinity``."""
+    check_output_path("path", path)
     trace = chrome_trace(timeline, **kwargs)
-    with open(path, "w") as f:
-        json.dump(trace, f, separators=(",", ":"))
+    write_json(path, trace, indent=None, separators=(",", ":"))

@@ -1,0 +1,158 @@
+"""Output files that nothing breaks and nothing loses: checked before the work, written whole.
+
+Every file ringsim writes (traces, figures, profiles, the JSON of ``measure``/``calibrate``/
+``gpu_check``) goes through here:
+
+* ``check_output_path`` refuses, before any work, a path that cannot be written (empty, a
+  folder, a device such as ``/dev/full``, a folder that is not writable, a format nobody can
+  write), with a ``ValueError`` naming the flag or argument. A command checks *all* its outputs
+  first, so a bad second output never costs the first one.
+* ``atomic_open`` writes to a temporary file beside the target and renames it over the target
+  (``os.replace``) only once complete: a write that fails half-way (disk full, a crash, an
+  exception) leaves the old file as it was.
+* ``write_json`` is strict JSON (no ``NaN``/``Infinity``, which strict parsers reject): a
+  non-finite number is refused, naming where it sits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+
+def check_output_path(name: str, path: object, *, suffixes: Sequence[str] | None = None) -> Path:
+    """``path`` as a ``Path`` if a file can be written there, else a ``ValueError`` naming
+    ``name`` (``--trace``, ``path``): an empty path, a folder, an existing file that is not a
+    regular file (``/dev/full``, a pipe) or is read-only, a suffix not in ``suffixes`` (without
+    the dot), or a parent that is not a writable folder (missing folders are created)."""
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path).strip():
+        raise ValueError(f"{name} must be a file path, got {path!r}")
+    text = os.fspath(path)
+    target = Path(text)
+    if target.is_dir() or text.endswith(("/", os.sep)):
+        example = os.path.join(text, "out" + ("." + suffixes[0] if suffixes else ""))
+        raise ValueError(f"{name} {text!r} is a folder; give a file path (e.g. {example!r})")
+    if suffixes is not None and target.suffix.lower().lstrip(".") not in suffixes:
+        raise ValueError(
+            f"{name} {text!r} has an unsupported format {target.suffix or '(no suffix)'!r}; "
+            f"use one of {', '.join('.' + s for s in suffixes)}"
+        )
+    if target.exists() and not target.is_file():  # is_file follows a link to its target
+        raise ValueError(
+            f"{name} {text!r} is not a regular file (a device or a pipe); give a file path"
+        )
+    if target.is_file() and not os.access(target, os.W_OK):
+        raise ValueError(f"{name} {text!r} is a read-only file")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:  # missing folders are created
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{name} {text!r}: {str(parent)!r} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {text!r}: the folder {str(parent)!r} is not writable")
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary file beside ``path`` for writing (``mode`` ``"w"`` or ``"wb"``); when
+    the ``with`` block ends without an exception, the data is flushed to disk and the file
+    renamed over ``path``. On any failure the temporary file is removed and ``path`` is
+    untouched; an ``OSError`` names ``path``. Missing parent folders are created."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as err:
+        raise OSError(err.errno, f"could not write {str(target)!r}: {err.strerror}") from None
+    try:
+        keep = target.stat().st_mode & 0o777 if target.is_file() else 0o666 & ~_umask()
+        os.chmod(tmp, keep)  # mkstemp makes 0600; the file gets the mode open() would give
+        with open(fd, mode) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(err, OSError) and not isinstance(err, FileNotFoundError | IsADirectoryError):
+            raise OSError(err.errno, f"could not write {str(target)!r}: {err.strerror}") from err
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (``atomic_open``)."""
+    with atomic_open(path) as fh:
+        fh.write(text)
+
+
+def first_non_finite(value: object, where: str = "") -> str | None:
+    """Where the first NaN or infinity in a JSON-like ``value`` sits (``steps[3].ratio``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "the value"
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for key, item in items:
+        found = first_non_finite(item, key)
+        if found is not None:
+            return found
+    return None
+
+
+def json_text(data: object, *, what: str = "the output", **dump_kw) -> str:
+    """Strict JSON of ``data``: a NaN or infinity is a ``ValueError`` saying where it is (a
+    result that overflowed must not become ``Infinity``, which strict parsers reject)."""
+    try:
+        return json.dumps(data, allow_nan=False, **dump_kw)
+    except ValueError:
+        where = first_non_finite(to_jsonable(data, finite=False)) or "a value"
+        raise ValueError(
+            f"refusing to write {what}: {where} is not finite (a result overflowed?); strict "
+            "JSON has no NaN or Infinity"
+        ) from None
+
+
+def write_json(path: str | os.PathLike, data: object, *, indent: int | None = 2, **dump_kw) -> None:
+    """Write ``data`` to ``path`` as strict JSON (``json_text``), atomically (``atomic_open``):
+    the file is either the old one or the whole new one, and never holds NaN or Infinity."""
+    text = json_text(data, what=repr(os.fspath(path)), indent=indent, **dump_kw)
+    write_text_atomic(path, text + ("\n" if indent is not None else ""))
+
+
+def to_jsonable(value: object, *, finite: bool = True) -> object:
+    """Plain JSON types: numpy scalars become numbers, tuples lists, dataclasses dicts; with
+    ``finite``, NaN/inf become null (for a report printed to people and scripts)."""
+    import dataclasses
+
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v, finite=finite) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v, finite=finite) for v in value]
+    if hasattr(value, "tolist"):  # numpy scalar or array
+        return to_jsonable(value.tolist(), finite=finite)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value), finite=finite)
+    if isinstance(value, float) and finite and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
