@@ -102,10 +102,9 @@ class Report:
         self.write()
 
     def write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=_jsonable) + "\n")
-        os.replace(tmp, self.path)
+        from ringsim._io import to_jsonable, write_json
+
+        write_json(self.path, to_jsonable(self.data))  # atomic, strict (a NaN is null)
 
     def run(self, name: str, fn: Callable[[], dict], budget: Budget, estimate_s: float) -> None:
         """Run one section: its result, or its error, or why it was skipped."""
@@ -261,8 +260,9 @@ def plot_report(data: dict, path: str | Path) -> Path:
                  f"Triton {data.get('triton', '?')}  {data.get('date', '')}")  # fmt: skip
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    from ringsim.views.plots import _finish
+
+    _finish(plt, fig, path)  # atomic, the format from the suffix
     return path
 
 
