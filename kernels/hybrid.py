@@ -39,7 +39,8 @@ import torch.distributed as dist
 from kernels.launch import RunConfig, _device, _sync, launch, start_line
 from kernels.ring import DEFAULT_TIMEOUT_S, ring_attention
 from ringsim._checks import check_segment_ids
-from ringsim.numerics.hybrid import Grid, check_ulysses_degree, head_groups
+from ringsim.grid import Grid, check_ulysses_degree
+from ringsim.numerics.hybrid import head_groups
 
 
 @dataclass

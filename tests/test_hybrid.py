@@ -43,7 +43,9 @@ from ringsim import (
     ulysses_attention,
     ulysses_attention_backward,
 )
-from ringsim.numerics.hybrid import METHODS, PLACEMENTS, Grid
+from ringsim.grid import PLACEMENTS, Grid
+from ringsim.layouts import host_positions
+from ringsim.numerics.hybrid import METHODS
 
 
 @st.composite
@@ -285,13 +287,14 @@ def test_named_strategies_are_the_hybrid_with_their_method() -> None:
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize(("ulysses", "ring"), [(1, 4), (2, 2), (2, 3), (4, 1), (3, 2)])
-def test_grid_numbers_ranks_as_the_timer(placement, ulysses, ring) -> None:
-    from ringsim.timer.hybrid import Grid as TimerGrid
-
-    ours, timer = Grid(ulysses, ring, placement), TimerGrid(ulysses, ring, placement)
-    assert [ours.ulysses_group(j) for j in range(ring)] == timer.ulysses_groups
-    assert [ours.ring_group(u) for u in range(ulysses)] == timer.ring_groups
-    assert sorted(r for g in timer.ring_groups for r in g) == list(range(ulysses * ring))
+def test_grid_groups_partition_the_hosts(placement, ulysses, ring) -> None:
+    grid = Grid(ulysses, ring, placement)
+    assert grid.ulysses_groups == [grid.ulysses_group(j) for j in range(ring)]
+    assert grid.ring_groups == [grid.ring_group(u) for u in range(ulysses)]
+    assert sorted(r for g in grid.ring_groups for r in g) == list(range(ulysses * ring))
+    for u, ring_members in enumerate(grid.ring_groups):
+        for j, ulysses_members in enumerate(grid.ulysses_groups):
+            assert set(ring_members) & set(ulysses_members) == {grid.rank(u, j)}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -301,7 +304,7 @@ def test_all_to_all_hands_each_host_its_heads_of_its_slot(layout) -> None:
     x = np.arange(heads * n, dtype=float).reshape(heads, n, 1)  # value = head * n + token
     pos = grid.positions(layout, n)
     assert sorted(pos.reshape(-1)) == list(range(n))
-    slots = hybrid.host_positions(layout, grid.ring, n)
+    slots = host_positions(layout, grid.ring, n)
     groups = hybrid.head_groups(heads, heads, grid.ulysses)
     moved = hybrid.scatter_heads({r: x[:, p] for r, p in enumerate(pos)}, grid,
                                  [h for h, _ in groups])  # fmt: skip

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ringsim.grid import Grid, check_ulysses_degree
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.hardware import custom_hardware, get_hardware
-from ringsim.timer.hybrid import Grid, check_degree
 from ringsim.timer.strategies import ALL_STRATEGIES, simulate_strategy
 from ringsim.timer.topology import get_cluster
 
@@ -93,11 +93,11 @@ def test_grid_places_ulysses_groups_on_consecutive_ranks_or_across():
 
 def test_bad_degrees_name_the_argument():
     with pytest.raises(ValueError, match="must divide hosts=8, got ulysses_degree=3"):
-        check_degree(8, 32, 8, 3)
+        check_ulysses_degree(8, 8, 3)
     with pytest.raises(ValueError, match="ulysses_degree=16 exceeds kv_heads=8"):
-        check_degree(16, 32, 8, 16)
+        check_ulysses_degree(16, 8, 16)
     with pytest.raises(ValueError, match="ulysses_degree=4 must divide kv_heads=6"):
-        check_degree(8, 12, 6, 4)
+        check_ulysses_degree(8, 6, 4)
     with pytest.raises(ValueError, match=r"hosts=24 does not fit cluster"):
         summary(config(hosts=24, seq_len=24 * 1024), "hybrid", ulysses_degree=2,
                 cluster=DGX.with_nodes(2))  # fmt: skip

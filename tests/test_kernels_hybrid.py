@@ -20,7 +20,7 @@ from kernels.hybrid import (
     seq_to_heads,
 )
 from kernels.launch import RunConfig, launch
-from ringsim.numerics.hybrid import Grid
+from ringsim.grid import Grid
 
 pytestmark = pytest.mark.torch
 TOL = dict(atol=2e-5, rtol=2e-5)

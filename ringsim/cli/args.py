@@ -9,6 +9,8 @@ import math
 import sys
 from collections.abc import Callable
 
+from ringsim.grid import PLACEMENTS
+
 DTYPES = ("bf16", "fp16", "fp32")
 
 
@@ -23,7 +25,6 @@ STRATEGIES = (
     "double-ring",
 )  # ringsim.timer.strategies.ALL_STRATEGIES, without importing it
 
-PLACEMENTS = ("ulysses-inner", "ring-inner")  # ringsim.timer.hybrid.PLACEMENTS
 
 
 DEFAULT_HARDWARE = "a100-nvlink"

@@ -39,49 +39,19 @@ from ringsim._checks import (
     check_scale,
     check_segment_ids,
 )
-from ringsim.layouts import check_layout, check_seq_len, host_positions
+from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
+from ringsim.layouts import check_layout, check_seq_len
 from ringsim.numerics.attention import work_dtype
 from ringsim.numerics.context_parallel import BACKWARD, FORWARD, _place, _shard
 from ringsim.numerics.ring import _raise_if_overflow
 from ringsim.schedule import Schedule, build_schedule
 
 METHODS = ("ring", "double-ring", "allgather")
-PLACEMENTS = ("ulysses-inner", "ring-inner")
 
 
 # --------------------------------------------------------------------------------------------
 # The grid and its two all-to-alls
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Grid:
-    """``U x R`` hosts: Ulysses group ``j`` holds ring slot ``j``'s tokens, ring group ``u``
-    head group ``u``. The same numbering as ``ringsim.timer.hybrid.Grid``."""
-
-    ulysses: int
-    ring: int
-    placement: str = "ulysses-inner"
-
-    def rank(self, u: int, j: int) -> int:
-        return j * self.ulysses + u if self.placement == "ulysses-inner" else u * self.ring + j
-
-    def ulysses_group(self, j: int) -> list[int]:
-        return [self.rank(u, j) for u in range(self.ulysses)]
-
-    def ring_group(self, u: int) -> list[int]:
-        return [self.rank(u, j) for j in range(self.ring)]
-
-    def positions(self, layout: str, seq_len: int) -> np.ndarray:
-        """``(P, N / P)`` token positions each rank starts with (sorted): piece ``u`` of slot
-        ``j``'s tokens for rank ``(u, j)``."""
-        slots = host_positions(layout, self.ring, seq_len)
-        pieces = slots.reshape(self.ring, self.ulysses, -1)
-        out = np.empty((self.ring * self.ulysses, pieces.shape[-1]), np.int64)
-        for j in range(self.ring):
-            for u in range(self.ulysses):
-                out[self.rank(u, j)] = pieces[j, u]
-        return out
 
 
 def head_groups(heads: int, kv_heads: int, ulysses: int) -> list[tuple[slice, slice]]:
@@ -130,27 +100,6 @@ def gather_heads(blocks: dict[int, np.ndarray], grid: Grid):
 # --------------------------------------------------------------------------------------------
 # The hybrid: all-to-all, ring groups, all-to-all back
 # --------------------------------------------------------------------------------------------
-
-
-def check_ulysses_degree(hosts: int, kv_heads: int, ulysses_degree: object) -> int:
-    """``U`` must divide ``hosts`` and give each host whole kv heads (``U <= kv_heads``); beside
-    a ring (``1 < U < hosts``) it must divide ``kv_heads`` so every ring group has equal heads
-    (the timer's rule, ``ringsim.timer.hybrid.check_degree``)."""
-    if isinstance(ulysses_degree, bool) or not isinstance(ulysses_degree, int | np.integer):
-        raise ValueError(f"ulysses_degree must be a positive integer, got {ulysses_degree!r}")
-    u = int(ulysses_degree)
-    if u <= 0 or hosts % u:
-        raise ValueError(f"ulysses_degree must divide hosts={hosts}, got ulysses_degree={u}")
-    if u > kv_heads:
-        raise ValueError(
-            f"ulysses_degree={u} exceeds kv_heads={kv_heads}: Ulysses gives each host whole "
-            f"key/value heads; use ulysses_degree <= {kv_heads}"
-        )
-    if 1 < u < hosts and kv_heads % u:
-        raise ValueError(
-            f"ulysses_degree={u} must divide kv_heads={kv_heads} when a ring runs beside it"
-        )
-    return u
 
 
 @dataclass

@@ -35,10 +35,11 @@ all-to-all starts when the slowest ring group has finished (the all-to-alls sync
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
 from ringsim.timer.clock import HostClock
 from ringsim.timer.config import RingConfig
 from ringsim.timer.cost import DTYPE_BYTES, attention_flops, grad_block_bytes, kv_block_bytes
@@ -52,51 +53,8 @@ from ringsim.timer.timeline import Timeline
 from ringsim.timer.topology import Cluster
 
 METHODS = ("ring", "double-ring", "allgather")
-PLACEMENTS = ("ulysses-inner", "ring-inner")
 _KEYS = ("cs", "ce", "ss", "se", "rs", "re")
 _KV_KEYS = ("ks", "ke", "krs", "kre")
-
-
-@dataclass(frozen=True)
-class Grid:
-    """``U x R`` ranks: ``ulysses_groups[j]`` (``U`` ranks each) and ``ring_groups[u]``
-    (``R`` ranks each, in ring order)."""
-
-    ulysses: int
-    ring: int
-    placement: str = "ulysses-inner"
-
-    def rank(self, u: int, j: int) -> int:
-        return j * self.ulysses + u if self.placement == "ulysses-inner" else u * self.ring + j
-
-    @property
-    def ulysses_groups(self) -> list[list[int]]:
-        return [[self.rank(u, j) for u in range(self.ulysses)] for j in range(self.ring)]
-
-    @property
-    def ring_groups(self) -> list[list[int]]:
-        return [[self.rank(u, j) for j in range(self.ring)] for u in range(self.ulysses)]
-
-
-def check_degree(hosts: int, heads: int, kv_heads: int, ulysses_degree: object) -> int:
-    """``ulysses_degree`` if it divides ``hosts`` and fits the key/value heads (``ValueError``
-    naming it otherwise). With a ring part (``R > 1``) it must divide ``kv_heads``, so every
-    ring group runs whole, equal heads."""
-    if isinstance(ulysses_degree, bool) or not isinstance(ulysses_degree, int | np.integer):
-        raise ValueError(f"ulysses_degree must be a positive integer, got {ulysses_degree!r}")
-    u = int(ulysses_degree)
-    if u <= 0 or hosts % u:
-        raise ValueError(f"ulysses_degree must divide hosts={hosts}, got ulysses_degree={u}")
-    if u > kv_heads:
-        raise ValueError(
-            f"ulysses_degree={u} exceeds kv_heads={kv_heads} (heads={heads}): Ulysses gives each "
-            f"host whole key/value heads; use ulysses_degree <= {kv_heads}"
-        )
-    if u < hosts and u > 1 and kv_heads % u:
-        raise ValueError(
-            f"ulysses_degree={u} must divide kv_heads={kv_heads} when a ring runs beside it"
-        )
-    return u
 
 
 def simulate_hybrid(
@@ -119,7 +77,7 @@ def simulate_hybrid(
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     P = config.hosts
-    U = check_degree(P, config.heads, config.kv_heads, ulysses_degree)
+    U = check_ulysses_degree(P, config.kv_heads, ulysses_degree)
     cluster = Cluster.switch(config.hardware, P) if cluster is None else cluster
     cluster.check_hosts(P)
     if U > 1 and config.segment_ids is not None:

@@ -32,9 +32,10 @@ import dataclasses
 import time
 from dataclasses import dataclass, replace
 
+from ringsim.grid import check_ulysses_degree
 from ringsim.timer.config import RingConfig
 from ringsim.timer.cost import DTYPE_BYTES, ffn_flops, projection_flops
-from ringsim.timer.hybrid import check_degree, hybrid_memory_bytes
+from ringsim.timer.hybrid import hybrid_memory_bytes
 from ringsim.timer.memory import ModelSpec, bytes_per_host, get_model
 from ringsim.timer.strategies import simulate_strategy
 from ringsim.timer.topology import Cluster
@@ -149,7 +150,7 @@ def enumerate_candidates(model: ModelSpec, hosts: int, seq_len: int, causal: boo
 
 def _valid(hosts: int, heads: int, kv_heads: int, u: int) -> bool:
     try:
-        check_degree(hosts, heads, kv_heads, u)
+        check_ulysses_degree(hosts, kv_heads, u)
     except ValueError:
         return False
     return True
