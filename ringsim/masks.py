@@ -44,32 +44,35 @@ def count_visible(
     tile: int | None = None,
     q_seg: np.ndarray | None = None,
     k_seg: np.ndarray | None = None,
+    tile_n: int | None = None,
 ) -> int:
     """Number of (query, key) pairs a kernel computes for one block.
 
     ``tile=None`` (or 1) counts visible pairs exactly: an ideal kernel. With ``tile=T`` the block
     is cut into ``T x T`` tiles along the hosts' *local* order, a tile with at least one visible
     pair costs the whole tile and an empty tile is skipped: what a real tiled kernel pays.
+    ``tile_n`` makes the tiles rectangular, ``tile`` queries x ``tile_n`` keys (default
+    ``tile``; it needs ``tile``).
 
     Causal counts are ``O(c log c)`` with ``searchsorted`` (positions must be sorted, as every
     layout stores them); segment ids fall back to the explicit mask.
     """
     cq, ck = len(q_pos), len(k_pos)
-    tile = None if tile in (None, 1) else int(tile)
+    tile, tile_n = tile_shape(tile, tile_n)
     if q_seg is not None and k_seg is not None:
         mask = visible_mask(q_pos, k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
         if tile is None:
             return int(mask.sum())
-        return _tiled_count_from_mask(mask, tile)
+        return _tiled_count_from_mask(mask, tile, tile_n)
     if not causal:
         return cq * ck
     if tile is None:
         # keys at or before each query; k_pos sorted
         return int(np.searchsorted(k_pos, q_pos, side="right").sum())
     q_edges = np.arange(0, cq, tile)
-    k_edges = np.arange(0, ck, tile)
+    k_edges = np.arange(0, ck, tile_n)
     q_sizes = np.minimum(q_edges + tile, cq) - q_edges
-    k_sizes = np.minimum(k_edges + tile, ck) - k_edges
+    k_sizes = np.minimum(k_edges + tile_n, ck) - k_edges
     q_tile_max = q_pos[q_edges + q_sizes - 1]
     k_tile_min = k_pos[k_edges]
     # a tile is non-empty iff its earliest key is at or before its latest query
@@ -78,12 +81,23 @@ def count_visible(
     return int((q_sizes * k_cum[live]).sum())
 
 
-def _tiled_count_from_mask(mask: np.ndarray, tile: int) -> int:
+def tile_shape(tile: int | None, tile_n: int | None = None) -> tuple[int | None, int | None]:
+    """``(M, N)`` of a kernel tile (``tile`` queries x ``tile_n`` keys, ``tile_n`` default
+    ``tile``), or ``(None, None)`` for an exact count (no tile, or a 1 x 1 one)."""
+    if tile_n is not None and tile is None:
+        raise ValueError(f"tile_n needs tile (the query side), got tile=None, tile_n={tile_n!r}")
+    tile_n = tile if tile_n is None else int(tile_n)
+    if tile is None or (tile == 1 and tile_n == 1):
+        return None, None
+    return int(tile), tile_n
+
+
+def _tiled_count_from_mask(mask: np.ndarray, tile: int, tile_n: int) -> int:
     cq, ck = mask.shape
     total = 0
     for a in range(0, cq, tile):
-        for b in range(0, ck, tile):
-            sub = mask[a : a + tile, b : b + tile]
+        for b in range(0, ck, tile_n):
+            sub = mask[a : a + tile, b : b + tile_n]
             if sub.any():
                 total += sub.size
     return total

@@ -30,7 +30,7 @@ import numpy as np
 
 from ringsim._checks import check_bool, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len, host_positions
-from ringsim.masks import count_visible
+from ringsim.masks import count_visible, tile_shape
 
 PASSES = ("forward", "backward")
 
@@ -69,6 +69,7 @@ class Schedule:
     seq_len: int
     tile: int | None = None
     segment_ids: np.ndarray | None = field(default=None, repr=False, compare=False)
+    tile_n: int | None = None
 
     # -- geometry ---------------------------------------------------------------------------
     @property
@@ -120,7 +121,7 @@ class Schedule:
                 for j in range(self.hosts):
                     kw = dict(causal=self.causal, q_seg=seg[pos[i]], k_seg=seg[pos[j]])
                     exact[i, j] = count_visible(pos[i], pos[j], **kw) / c**2
-                    tiled[i, j] = count_visible(pos[i], pos[j], tile=self.tile, **kw) / c**2
+                    tiled[i, j] = count_visible(pos[i], pos[j], **kw, **self._tile_kw) / c**2
             return exact, tiled
         exact, tiled = np.zeros(3), np.zeros(3)
         for rel, (i, j) in enumerate([(1, 0), (0, 0), (0, 1)]):
@@ -128,8 +129,12 @@ class Schedule:
                 continue  # a one-host ring has only the diagonal relation
             args = (self.layout, self.hosts, c, i, j, self.causal)
             exact[rel] = visible_pairs(*args) / c**2
-            tiled[rel] = visible_pairs(*args, tile=self.tile) / c**2
+            tiled[rel] = visible_pairs(*args, **self._tile_kw) / c**2
         return exact, tiled
+
+    @property
+    def _tile_kw(self) -> dict:
+        return dict(tile=self.tile, tile_n=self.tile_n)
 
     def _lookup(self, table: np.ndarray, step: int) -> np.ndarray:
         if table.ndim == 2:
@@ -145,8 +150,8 @@ class Schedule:
     def work_at(self, step: int) -> np.ndarray:
         """``(P,)`` fraction of the ``c x c`` block each host computes at ``step``.
 
-        Exact (an ideal kernel) unless the schedule was built with ``tile``, in which case a
-        partially visible tile counts whole.
+        Exact (an ideal kernel) unless the schedule was built with ``tile`` (queries) and
+        ``tile_n`` (keys, default ``tile``), in which case a partially visible tile counts whole.
         """
         return self._lookup(self._work_tables[1], step)
 
@@ -218,6 +223,7 @@ def visible_pairs(
     kv_host: int,
     causal: bool,
     tile: int | None = None,
+    tile_n: int | None = None,
 ) -> int:
     """``count_visible`` for the blocks of two hosts of a ``layout`` with ``c`` tokens each,
     without building their ``c`` positions (the timer runs blocks of half a billion tokens).
@@ -228,10 +234,11 @@ def visible_pairs(
     ours); a later host's 0, ``c (c - 1) / 2`` or ``c^2 / 2``. A tiled count sums, over query
     tiles, the query tile's size times the keys of the key tiles that start at or before its
     last position; the key tiles that do are a prefix (positions are sorted), counted in
-    closed form from the layout's position formula, one vector over query tiles at a time."""
+    closed form from the layout's position formula, one vector over query tiles at a time.
+    Tiles are ``tile`` queries x ``tile_n`` keys (``tile_n`` default ``tile``)."""
     if not causal:
         return c * c
-    tile = None if tile in (None, 1) else int(tile)
+    tile, tile_n = tile_shape(tile, tile_n)
     if tile is None:
         if q_host == kv_host:
             return c * (c + 1) // 2
@@ -241,14 +248,14 @@ def visible_pairs(
         if layout == "striped":
             return c * (c + 1) // 2 if before else c * (c - 1) // 2
         return c * c // 2
-    n = -(-c // tile)  # key (and query) tiles
+    n_q, n_k = -(-c // tile), -(-c // tile_n)  # query and key tiles
     total = 0
-    for first in range(0, n, _TILE_CHUNK):
-        a = np.arange(first, min(first + _TILE_CHUNK, n), dtype=np.int64)
+    for first in range(0, n_q, _TILE_CHUNK):
+        a = np.arange(first, min(first + _TILE_CHUNK, n_q), dtype=np.int64)
         ends = np.minimum((a + 1) * tile, c)  # one past each query tile's last local index
         last_q = _position(layout, hosts, c, q_host, ends - 1)
-        live = _tiles_starting_by(layout, hosts, c, kv_host, tile, n, last_q)
-        total += int(((ends - a * tile) * np.minimum(live * tile, c)).sum())
+        live = _tiles_starting_by(layout, hosts, c, kv_host, tile_n, n_k, last_q)
+        total += int(((ends - a * tile) * np.minimum(live * tile_n, c)).sum())
     return total
 
 
@@ -287,11 +294,13 @@ def build_schedule(
     seq_len: int | None = None,
     tile: int | None = None,
     segment_ids: np.ndarray | None = None,
+    tile_n: int | None = None,
 ) -> Schedule:
     """Build the ring schedule for ``hosts`` hosts.
 
     ``seq_len`` defaults to ``2 * hosts`` tokens (enough to classify blocks, which is all a
-    schedule needs without timing); ``tile`` sets the kernel tile for ``work_at``;
+    schedule needs without timing); ``tile`` sets the kernel tile for ``work_at`` (``tile``
+    queries x ``tile_n`` keys; ``tile_n`` default ``tile``, and it needs ``tile``);
     ``segment_ids`` ``(seq_len,)`` make the work per block data dependent (packed documents).
     """
     hosts = check_positive_int("hosts", hosts)
@@ -301,5 +310,9 @@ def build_schedule(
     seq_len = check_seq_len(2 * hosts if seq_len is None else seq_len, hosts, layout)
     if tile is not None:
         tile = check_positive_int("tile", tile)
+    if tile_n is not None:
+        tile_n = check_positive_int("tile_n", tile_n)
+        tile_shape(tile, tile_n)  # refuses tile_n without tile
     segment_ids = check_segment_ids(segment_ids, seq_len)
-    return Schedule(hosts, layout, check_bool("causal", causal), pass_, seq_len, tile, segment_ids)
+    causal = check_bool("causal", causal)
+    return Schedule(hosts, layout, causal, pass_, seq_len, tile, segment_ids, tile_n)

@@ -158,6 +158,31 @@ def test_heap_and_vectorized_engines_agree_exactly(
     assert np.all(tl.compute_end[done] >= tl.compute_start[done])
 
 
+@given(
+    hosts=st.integers(1, 9),
+    layout=st.sampled_from(LAYOUTS),
+    pass_=st.sampled_from(["forward", "backward", "train-step"]),
+    block=st.sampled_from([8, 32, 128]),
+    tile=st.sampled_from([2, 4, 16]),
+    tile_n=st.sampled_from([1, 4, 8, 64]),
+    jitter=st.sampled_from([0.0, 0.3]),
+    overlap=st.booleans(),
+)
+def test_engines_agree_on_rectangular_tiles(
+    hosts, layout, pass_, block, tile, tile_n, jitter, overlap
+):  # fmt: skip
+    """The ideal timer on ``tile x tile_n`` tiles: both engines agree exactly, and a lone
+    host's forward lasts the schedule's tiled work times a full block."""
+    kw = dict(layout=layout, causal=True, pass_=pass_, tile=tile, tile_n=tile_n)
+    cfg = config(hosts, block, 1e12, 1e9, 1e-6, overlap=overlap, jitter=jitter, **kw)
+    fast, slow = simulate(cfg), simulate(cfg, engine="heap")
+    for name in ARRAYS:
+        np.testing.assert_array_equal(getattr(fast.timeline, name), getattr(slow.timeline, name))
+    one = config(1, block, 1e12, 1e9, 0.0, layout=layout, causal=True, tile=tile, tile_n=tile_n)
+    work = one.schedule().work_at(0)[0]
+    assert simulate(one).makespan == pytest.approx(block_time(one, work=work), rel=1e-12)
+
+
 # -- closed forms (uniform ring, dense attention) ---------------------------------------------
 @pytest.mark.parametrize("hosts", [1, 2, 5, 8])
 @pytest.mark.parametrize("latency", [0.0, 3e-6])

@@ -129,6 +129,21 @@ def test_contiguous_ring_is_near_half_of_ideal_and_zigzag_above_it(results):
             assert zigzag > ring + 0.2
 
 
+def test_striped_saves_nothing_on_one_a100_key_tile_and_more_with_bigger_blocks(results):
+    """The paper's A100 tile is 2048 queries x 4096 keys: a 4096-token block is one key tile,
+    every tile runs in both layouts and striped ties the ring (the paper: it saves nothing
+    there); the speedup then grows with the block (more tiles, more skipped), as measured."""
+    a100 = [r for r in results if r["experiment"] in ("striped-t3", "striped-t5")]
+    for r in a100:
+        if r["config"]["block"] == 4096:
+            assert r["predicted"] == pytest.approx(1.0, abs=1e-9), r["key"]
+        else:
+            assert r["predicted"] > 1.05, r["key"]
+    for sp in (2, 4, 8):
+        t5 = [r["predicted"] for r in results if f"tp1xsp{sp}/" in r["key"]]
+        assert t5 == sorted(t5) and len(t5) == 4
+
+
 def test_framework_brings_table3_ring_rows_closer(results):
     """The framework term lowers every GPU context; the 8-GPU ring rows (2.1-3.0x too high as
     pure tensor bounds) come closer to the paper."""

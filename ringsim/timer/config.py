@@ -63,11 +63,12 @@ class RingConfig:
     A real implementation (all neutral by default, so the timer stays the paper's model):
     ``implementation`` a kernel family name or ``KernelFamily`` (``ringsim.timer.kernel_model``:
     ``"ideal"``, ``"fa2"``, ``"fa3"``, ``"cudnn"``, ``"triton"``, ``"torch"``); ``tile`` and
-    ``tile_n`` the kernel's ``M x N`` tile (``tile`` alone: square; ``tile`` also sets the
-    schedule's tile granularity, as before); ``overlap_efficiency`` overrides the hardware's (or
-    the NCCL model's) ``f``; ``attention_flops``/``linear_flops`` FLOP/s of attention and of the
-    projections + MLP (e.g. TF32 attention beside bf16 matmuls); ``recompute`` a ``train-step``
-    with full activation checkpointing (the block's forward runs again before its backward)."""
+    ``tile_n`` the kernel's ``M x N`` tile (``tile`` alone: square; with ``tile`` set, both
+    also set the schedule's tile granularity, ``M`` queries x ``N`` keys);
+    ``overlap_efficiency`` overrides the hardware's (or the NCCL model's) ``f``;
+    ``attention_flops``/``linear_flops`` FLOP/s of attention and of the projections + MLP (e.g.
+    TF32 attention beside bf16 matmuls); ``recompute`` a ``train-step`` with full activation
+    checkpointing (the block's forward runs again before its backward)."""
 
     hosts: int
     seq_len: int
@@ -209,4 +210,5 @@ class RingConfig:
             seq_len=self.seq_len,
             tile=self.tile,
             segment_ids=self.segment_ids,
+            tile_n=None if self.tile is None else self.tile_n,  # tile_n alone: the kernel's
         )

@@ -146,8 +146,14 @@ def predict_zhuzilin(row: Published, implementation: str | None = None) -> tuple
 def predict_striped(row: Published, implementation: str | None = None) -> tuple[float, str]:
     """Speedup = ``T(contiguous) / T(striped)`` of one transformer block's training step on
     one device of the SP ring, tensor parallelism dividing its heads and MLP (``tp``), at the
-    source's tile shape; the paper's TF32 attention and full recomputation where this timer has
-    them."""
+    source's tile shape (``tile`` queries x ``tile_n`` keys: the schedule skips exactly the
+    tiles the paper's kernel skips); the paper's TF32 attention and full recomputation where
+    this timer has them.
+
+    Every computed tile costs the same: the paper's kernel (exists-forall/striped_attention
+    at 0c3ef0f, ``bpt.py``) skips a tile under ``lax.cond`` iff its first key comes after its
+    last query and otherwise runs the same ops on every tile, adding the causal bias
+    (``_chunk_attention_bias``) whether the tile is masked or not: no masked-tile penalty."""
     c = row.config
     impl = _implementation("ideal", implementation)
     tp = c["tp"]
