@@ -113,7 +113,25 @@ BAD = [
     (["memory", "--model", "7b", "--hosts", "0"], "'0'"),
     (["sweep", "--vary", "block", "--values", "1K,0"], "1K,0"),
     (["sweep", "--vary", "hosts", "--layouts", "zigzag,diag"], "diag"),
+    (
+        ["simulate", "--hosts", "4", "--seq-len", "4K", "--model", "llama3-8b", "--heads", "16"],
+        "--heads",
+    ),
+    (
+        ["sweep", "--vary", "block", "--values", "1K", "--model", "7b", "--kv-heads", "32"],
+        "--kv-heads",
+    ),
 ]
+
+
+def test_model_sets_the_shape_and_explicit_flags_without_it(capsys):
+    """--model alone sets heads, kv heads and head dim; --heads/--kv-heads/--head-dim alone are
+    taken as given (the two together exit 2, in BAD: nothing is silently overridden)."""
+    base = ["simulate", "--hosts", "4", "--seq-len", "16K"]
+    model = run_json(capsys, *base, "--model", "llama3-8b")
+    flags = run_json(capsys, *base, "--heads", "16", "--kv-heads", "4", "--head-dim", "64")
+    assert (model["heads"], model["kv_heads"], model["head_dim"]) == (32, 8, 128)
+    assert (flags["heads"], flags["kv_heads"], flags["head_dim"]) == (16, 4, 64)
 
 
 @pytest.mark.parametrize(("argv", "named"), BAD, ids=[" ".join(a) for a, _ in BAD])

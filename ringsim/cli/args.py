@@ -184,13 +184,34 @@ def parse_model(name: str, text: str) -> str:
     return get_model(text).name
 
 
+class _StoreGiven(argparse.Action):
+    """Store the value and remember that the flag was given (``args.given``), so that
+    ``--model`` can refuse a shape flag it would override."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
+MODEL_SETS = {"heads": "--heads", "kv_heads": "--kv-heads", "head_dim": "--head-dim"}
+
+
 def apply_model(args: argparse.Namespace) -> None:
-    """With ``--model``, set heads, kv heads, head dim, d_model and ffn from the model."""
+    """With ``--model``, set heads, kv heads, head dim, d_model and ffn from the model;
+    ``ValueError`` if ``--heads``/``--kv-heads``/``--head-dim`` were given too (the model
+    would silently override them)."""
     if getattr(args, "model", None) is None:
         return
     from ringsim.timer.models import model_fields
 
-    for key, value in model_fields(args.model).items():
+    fields = model_fields(args.model)
+    given = [flag for dest, flag in MODEL_SETS.items() if dest in getattr(args, "given", ())]
+    if given:
+        mine = ", ".join(f"{flag} {fields[dest]}" for dest, flag in MODEL_SETS.items())
+        raise ValueError(
+            f"--model {args.model} sets {mine}; drop {' and '.join(given)} or drop --model"
+        )
+    for key, value in fields.items():
         setattr(args, key, value)
 
 
@@ -201,13 +222,19 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         type=arg_type(parse_model, "model"),
         metavar="NAME",
         help="set heads, kv heads, head dim, d_model, ffn from a model (llama3-8b, llama3-70b, "
-        "llama3-405b, 3b, 7b, ...; overrides --heads/--kv-heads/--head-dim)",
+        "llama3-405b, 3b, 7b, ...; not together with --heads/--kv-heads/--head-dim)",
     )
-    p.add_argument("--heads", type=positive("heads"), default=32, help="query heads (32)")
+    given = dict(action=_StoreGiven)
+    p.add_argument("--heads", type=positive("heads"), default=32, help="query heads (32)", **given)
     p.add_argument(
-        "--kv-heads", type=positive("kv_heads"), help="key/value heads, GQA (default: --heads)"
+        "--kv-heads",
+        type=positive("kv_heads"),
+        help="key/value heads, GQA (default: --heads)",
+        **given,
     )
-    p.add_argument("--head-dim", type=positive("head_dim"), default=128, help="head dim (128)")
+    p.add_argument(
+        "--head-dim", type=positive("head_dim"), default=128, help="head dim (128)", **given
+    )
     p.add_argument(
         "--dtype",
         choices=DTYPES,
