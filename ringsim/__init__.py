@@ -46,17 +46,27 @@ from ringsim.schedule import BlockKind, Schedule, build_schedule
 from ringsim.timer import RingConfig, SimResult, parse_length, simulate
 from ringsim.timer.cost import attention_flops, kv_block_bytes, overlap_threshold
 from ringsim.timer.hardware import PRESETS, Hardware, custom_hardware, get_hardware
+from ringsim.timer.kernel_model import (
+    KERNELS,
+    KernelFamily,
+    attention_call_seconds,
+    get_family,
+    waterfall,
+)
 from ringsim.timer.memory import MODELS, ModelSpec, attention_working_set_bytes, memory_report
+from ringsim.timer.models import get_model
 from ringsim.timer.planner import plan
 from ringsim.timer.strategies import STRATEGIES, simulate_strategy
 from ringsim.timer.timeline import Timeline
 from ringsim.timer.topology import CLUSTERS, Cluster, get_cluster
+from ringsim.timer.validate import validate
 from ringsim.views.trace import chrome_trace, write_chrome_trace
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CLUSTERS",
+    "KERNELS",
     "LAYOUTS",
     "MODELS",
     "PRESETS",
@@ -64,6 +74,7 @@ __all__ = [
     "BlockKind",
     "Cluster",
     "Hardware",
+    "KernelFamily",
     "ModelSpec",
     "Partial",
     "RingConfig",
@@ -74,6 +85,7 @@ __all__ = [
     "TransformerParams",
     "allgather_attention",
     "allgather_attention_backward",
+    "attention_call_seconds",
     "attention_flops",
     "attention_working_set_bytes",
     "block_attention",
@@ -88,7 +100,9 @@ __all__ = [
     "ffn_peak_bytes",
     "from_layout",
     "get_cluster",
+    "get_family",
     "get_hardware",
+    "get_model",
     "host_positions",
     "hybrid_attention",
     "hybrid_attention_backward",
@@ -112,5 +126,7 @@ __all__ = [
     "to_layout",
     "ulysses_attention",
     "ulysses_attention_backward",
+    "validate",
+    "waterfall",
     "write_chrome_trace",
 ]

@@ -172,3 +172,14 @@ def test_cli_bad_experiment_exits_2(capsys):
     assert main(["validate", "--experiment", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0]
+
+
+def test_validation_and_kernel_model_are_public_api():
+    """What users reach for is importable from ``ringsim`` itself (NumPy only)."""
+    import ringsim
+    from ringsim.timer import kernel_model
+
+    assert ringsim.validate is validate
+    assert ringsim.KERNELS is kernel_model.KERNELS and ringsim.get_family("fa2").tile == (128, 64)
+    for name in ("attention_call_seconds", "waterfall", "KernelFamily", "get_model", "plan"):
+        assert name in ringsim.__all__ and hasattr(ringsim, name)
