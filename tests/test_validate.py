@@ -16,7 +16,7 @@ import pytest
 
 from ringsim.cli import main
 from ringsim.timer.published import DATASET, EXPERIMENTS, Published
-from ringsim.timer.validate import summarize, validate
+from ringsim.timer.validate import describe, summarize, validate
 
 CONFIG_KEYS = {
     "zhuzilin": {
@@ -183,3 +183,20 @@ def test_validation_and_kernel_model_are_public_api():
     assert ringsim.KERNELS is kernel_model.KERNELS and ringsim.get_family("fa2").tile == (128, 64)
     for name in ("attention_call_seconds", "waterfall", "KernelFamily", "get_model", "plan"):
         assert name in ringsim.__all__ and hasattr(ringsim, name)
+
+
+def test_describe_counts_what_the_results_say(results):
+    """Lesson captions print these sentences: each is computed from the rows it describes."""
+    lines = describe(results)
+    summary = summarize(results)
+    assert [line.split(":")[0] for line in lines] == list(summary)
+    for line in lines:
+        name = line.split(":")[0]
+        rows = [r for r in results if r["experiment"] == name]
+        above = sum(r["predicted"] > r["published"] for r in rows)
+        below = sum(r["predicted"] < r["published"] for r in rows)
+        s = summary[name]
+        assert f"{s['in_band']} of {s['rows']} rows in band" in line
+        assert f"above the published value on {above}, below on {below}" in line
+    fake = [dict(results[0], predicted=0.5, published=1.0, ratio=0.5, below=1.0)]
+    assert "of 1 published values below 1, 1 predicted below it" in describe(fake)[0]

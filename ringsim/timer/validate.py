@@ -17,6 +17,8 @@ import dataclasses
 import math
 from collections.abc import Iterable
 
+import numpy as np
+
 from ringsim.timer.config import RingConfig
 from ringsim.timer.cost import overlap_threshold
 from ringsim.timer.hardware import get_hardware
@@ -284,3 +286,31 @@ def summarize(results: list[dict]) -> dict[str, dict]:
         s["in_band"] += int(r["in_band"])
         s["max_abs_error"] = max(s["max_abs_error"], abs(r["error"]))
     return out
+
+
+def describe(results: list[dict]) -> list[str]:
+    """One sentence per experiment, computed from ``results``: rows in band, how many
+    predictions sit above and below the published values (the y = x line), the range and
+    median of predicted / published, and, where the source measured values below a bound
+    (``below``), how many predictions are below it too. For captions that must never
+    contradict the numbers."""
+    lines = []
+    for name, s in summarize(results).items():
+        rows = [r for r in results if r["experiment"] == name]
+        ratios = sorted(r["ratio"] for r in rows)
+        above = sum(r["predicted"] > r["published"] for r in rows)
+        below = sum(r["predicted"] < r["published"] for r in rows)
+        text = (
+            f"{name}: {s['in_band']} of {s['rows']} rows in band; predicted above the "
+            f"published value on {above}, below on {below}; predicted / published "
+            f"{ratios[0]:.2f}-{ratios[-1]:.2f} (median {float(np.median(ratios)):.2f})"
+        )
+        bounded = [r for r in rows if r["below"] is not None]
+        if bounded:
+            held = sum(r["predicted"] < r["below"] for r in bounded)
+            text += (
+                f"; of {len(bounded)} published values below {bounded[0]['below']:g}, "
+                f"{held} predicted below it"
+            )
+        lines.append(text + ".")
+    return lines
