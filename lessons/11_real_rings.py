@@ -38,9 +38,9 @@ import matplotlib.pyplot as plt
 
 from ringsim.timer import RingConfig
 from ringsim.timer.hardware import get_hardware
-from ringsim.timer.kernel_model import waterfall
 from ringsim.timer.published import DATASET, ZHUZILIN_SOURCE
 from ringsim.timer.validate import describe, summarize, validate
+from ringsim.timer.waterfall import waterfall
 from ringsim.views.lessons_support import (
     Exercise,
     Markdown,

@@ -51,7 +51,6 @@ from ringsim.timer.kernel_model import (
     KernelFamily,
     attention_call_seconds,
     get_family,
-    waterfall,
 )
 from ringsim.timer.memory import MODELS, ModelSpec, attention_working_set_bytes, memory_report
 from ringsim.timer.models import get_model
@@ -60,6 +59,7 @@ from ringsim.timer.strategies import STRATEGIES, simulate_strategy
 from ringsim.timer.timeline import Timeline
 from ringsim.timer.topology import CLUSTERS, Cluster, get_cluster
 from ringsim.timer.validate import validate
+from ringsim.timer.waterfall import waterfall
 from ringsim.views.trace import chrome_trace, write_chrome_trace
 
 __version__ = "0.1.0"

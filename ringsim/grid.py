@@ -82,3 +82,9 @@ def check_ulysses_degree(hosts: int, kv_heads: int, ulysses_degree: object) -> i
             f"ulysses_degree={u} must divide kv_heads={kv_heads} when a ring runs beside it"
         )
     return u
+
+
+def heads_per_host(heads: int, hosts: int) -> np.ndarray:
+    """``(P,)`` query heads on each Ulysses host: the first ``heads % P`` hosts get one more."""
+    base, extra = divmod(heads, hosts)
+    return base + (np.arange(hosts) < extra)

@@ -16,14 +16,13 @@ from ringsim.timer.hardware import PRESETS, custom_hardware
 from ringsim.timer.kernel_model import (
     KERNELS,
     MASKS,
-    WATERFALL_TERMS,
     attention_call_seconds,
     get_family,
     kind_rate,
     tile_work,
-    waterfall,
 )
 from ringsim.timer.ring_steps import StepModel, grad_seconds, merge_seconds
+from ringsim.timer.waterfall import WATERFALL_TERMS, waterfall
 
 H100, A100 = PRESETS["h100-nvlink"], PRESETS["a100-nvlink"]
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ringsim.grid import heads_per_host
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import attention_flops, overlap_threshold
 from ringsim.timer.hardware import custom_hardware, get_hardware
@@ -15,7 +16,6 @@ from ringsim.timer.strategies import (
     allgather_overlap_block,
     compare_strategies,
     crossover_bandwidth,
-    heads_per_host,
     simulate_strategy,
     with_bandwidth,
 )

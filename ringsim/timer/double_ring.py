@@ -23,6 +23,7 @@ import numpy as np
 from ringsim.timer.clock import Costs, HostClock
 from ringsim.timer.config import RingConfig
 from ringsim.timer.engines import RING_ENGINES
+from ringsim.timer.pieces import Piece
 from ringsim.timer.topology import Cluster
 
 
@@ -59,10 +60,8 @@ def double_ring(
     window: int | None,
     engine: str,
 ):
-    """Time one ring group's double-ring pass; returns ``(_Part, flops)`` with one column per
+    """Time one ring group's double-ring pass; returns ``(Piece, flops)`` with one column per
     member. ``all_groups`` are every ring group running at once (they share links)."""
-    from ringsim.timer.hybrid import _Part
-
     R = config.hosts
     w = default_window(cluster, members) if window is None else window
     if isinstance(w, bool) or not isinstance(w, int) or w <= 0 or R % w:
@@ -90,7 +89,7 @@ def double_ring(
         labels.append(f"outer k, v {o}")
         if backward:
             labels.append(f"outer dk, dv {o}")
-    part = _Part(labels, R, kv=early_kv)
+    part = Piece(labels, R, kv=early_kv)
     per_round = w + 1 + backward
     kv_bytes = Costs(sub).kv_bytes
     grad_bytes = Costs(sub).grad_bytes

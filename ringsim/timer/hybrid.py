@@ -39,22 +39,23 @@ from dataclasses import replace
 
 import numpy as np
 
-from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
+from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree, heads_per_host
 from ringsim.timer.clock import HostClock
 from ringsim.timer.config import RingConfig
 from ringsim.timer.cost import DTYPE_BYTES, attention_flops, grad_block_bytes, kv_block_bytes
+from ringsim.timer.double_ring import double_ring
 from ringsim.timer.memory import (
     allgather_working_set_bytes,
     attention_working_set_bytes,
     ulysses_working_set_bytes,
 )
+from ringsim.timer.pieces import Piece, place
+from ringsim.timer.result import StrategyResult
 from ringsim.timer.run import simulate
 from ringsim.timer.timeline import Timeline
 from ringsim.timer.topology import Cluster
 
 METHODS = ("ring", "double-ring", "allgather")
-_KEYS = ("cs", "ce", "ss", "se", "rs", "re")
-_KV_KEYS = ("ks", "ke", "krs", "kre")
 
 
 def simulate_hybrid(
@@ -70,8 +71,6 @@ def simulate_hybrid(
     """Time ``config`` (``hosts = U x R``, ``pass_`` forward or backward) as ``U``-way Ulysses
     by ``R``-way ``method`` placed on ``cluster`` (see the module docstring); returns a
     ``StrategyResult`` whose timeline has one column per rank."""
-    from ringsim.timer.strategies import StrategyResult
-
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if placement not in PLACEMENTS:
@@ -100,62 +99,8 @@ def _with_hops(config: RingConfig, bw: np.ndarray, lat: np.ndarray) -> RingConfi
 
 
 # -- a part of the timeline: (rows, hosts) arrays ----------------------------------------------
-class _Part:
-    def __init__(self, labels: list[str], hosts: int, kv: bool = False):
-        self.labels = labels
-        shape = (len(labels), hosts)
-        keys = _KEYS + (_KV_KEYS if kv else ())
-        self.a = {k: np.full(shape, np.nan) for k in keys}
-        self.grad_rows = np.zeros(len(labels), bool)
-
-    @classmethod
-    def of(cls, tl: Timeline) -> _Part:
-        part = cls(list(tl.step_labels), tl.hosts, kv="kv_send_start" in tl.meta)
-        arrays = (tl.compute_start, tl.compute_end, tl.send_start, tl.send_end)
-        arrays += (tl.recv_start, tl.recv_end)
-        for key, arr in zip(_KEYS, arrays, strict=True):
-            part.a[key][...] = arr
-        if "kv_send_start" in tl.meta:
-            names = ("kv_send_start", "kv_send_end", "kv_recv_start", "kv_recv_end")
-            for key, name in zip(_KV_KEYS, names, strict=True):
-                part.a[key][...] = tl.meta[name]
-            part.grad_rows[:] = np.asarray(tl.meta.get("grad_rows", True), bool)
-        return part
-
-    @staticmethod
-    def stack(parts: list[_Part]) -> _Part:
-        kv = any("ks" in p.a for p in parts)
-        out = _Part([x for p in parts for x in p.labels], parts[0].a["cs"].shape[1], kv)
-        row = 0
-        for p in parts:
-            rows = slice(row, row + len(p.labels))
-            for key, arr in p.a.items():
-                out.a[key][rows] = arr
-            out.grad_rows[rows] = p.grad_rows
-            row += len(p.labels)
-        return out
-
-    def end(self) -> float:
-        ends = [np.fmax.reduce(self.a[k], axis=None) for k in ("ce", "se", "ke") if k in self.a]
-        return float(np.nanmax([0.0, *ends]))
-
-
-def _place(parts: list[_Part], groups: list[list[int]], hosts: int, offset: float) -> _Part:
-    """The ring groups' parts (same rows) side by side in their ranks' columns, shifted by
-    ``offset`` seconds."""
-    kv = any("ks" in p.a for p in parts)
-    out = _Part(parts[0].labels, hosts, kv)
-    for part, group in zip(parts, groups, strict=True):
-        for key, arr in part.a.items():
-            out.a[key][:, group] = arr + offset if offset else arr
-        out.grad_rows |= part.grad_rows
-    return out
-
-
 # -- the run -----------------------------------------------------------------------------------
 def _run(config, grid: Grid, method, cluster, window, engine):
-    from ringsim.timer.strategies import StrategyResult
-
     P, U, R = config.hosts, grid.ulysses, grid.ring
     H, H_kv, d = config.heads, config.kv_heads, config.head_dim
     e, backward = DTYPE_BYTES[config.dtype], config.pass_ == "backward"
@@ -167,7 +112,7 @@ def _run(config, grid: Grid, method, cluster, window, engine):
         name_in, width_in = (
             ("q, k, v, dout", 2 * H + 2 * H_kv) if backward else ("q, k, v", H + 2 * H_kv)
         )
-        first = _Part([f"all-to-all {name_in}"], P)
+        first = Piece([f"all-to-all {name_in}"], P)
         start = _collective(first, 0, np.zeros(P), clock.transfer(share * width_in, 1, links))
         parts.append(first)
     if R == 1:
@@ -194,7 +139,7 @@ def _run(config, grid: Grid, method, cluster, window, engine):
                 simulate(_with_hops(s, bw[g], lat[g]), engine=engine)
                 for s, g in zip(sub, groups, strict=True)
             ]
-            group_parts = [_Part.of(r.timeline) for r in runs]
+            group_parts = [Piece.of(r.timeline) for r in runs]
             flops = sum(r.flops_total for r in runs)
         elif method == "allgather":
             links = cluster.allgather_links(groups, P)
@@ -203,22 +148,20 @@ def _run(config, grid: Grid, method, cluster, window, engine):
             ]
             group_parts, flops = [p for p, _ in done], sum(f for _, f in done)
         else:
-            from ringsim.timer.double_ring import double_ring
-
             done = [
                 double_ring(s, g, groups, cluster, window, engine)
                 for s, g in zip(sub, groups, strict=True)
             ]
             group_parts, flops = [p for p, _ in done], sum(f for _, f in done)
-        inner = _place(group_parts, groups, P, start)
+        inner = place(group_parts, groups, P, start)
     parts.append(inner)
     if U > 1:
         name_out, width_out = ("dq, dk, dv", H + 2 * H_kv) if backward else ("out", H)
-        last = _Part([f"all-to-all {name_out}"], P)
+        last = Piece([f"all-to-all {name_out}"], P)
         ready = np.full(P, max(inner.end(), start))
         _collective(last, 0, ready, clock.transfer(share * width_out, 1, links))
         parts.append(last)
-    part = _Part.stack(parts)
+    part = Piece.stack(parts)
     strategy = {"ring": "hybrid", "double-ring": "double-ring", "allgather": "allgather"}[method]
     if R == 1:
         strategy = "ulysses"
@@ -259,7 +202,7 @@ def _speeds(config: RingConfig, group: list[int]):
     return None if config.speed is None else tuple(config.speed[r] for r in group)
 
 
-def _collective(part: _Part, row: int, start: np.ndarray, seconds: np.ndarray) -> float:
+def _collective(part: Piece, row: int, start: np.ndarray, seconds: np.ndarray) -> float:
     """Every host sends for ``seconds`` from ``start``; the collective ends for all at the
     latest end (each host needs every other host's data). Returns that end."""
     end = start + seconds
@@ -272,8 +215,6 @@ def _collective(part: _Part, row: int, start: np.ndarray, seconds: np.ndarray) -
 def _ulysses_attention(config: RingConfig, clock: HostClock, start: float):
     """Every host attends all ``N`` tokens of its heads (``heads_per_host``): the Ulysses
     compute. The causal work is the ``P``-host contiguous ring's mean block work."""
-    from ringsim.timer.strategies import heads_per_host
-
     P, N = config.hosts, config.seq_len
     schedule = config.schedule(layout="contiguous")
     work = float(sum(schedule.work_at(s).sum() for s in range(P))) / P**2
@@ -285,13 +226,13 @@ def _ulysses_attention(config: RingConfig, clock: HostClock, start: float):
             for h in heads_per_host(config.heads, P)
         ]
     )
-    part = _Part([f"attention, {config.heads}/{P} heads"], P)
+    part = Piece([f"attention, {config.heads}/{P} heads"], P)
     begin = np.full(P, start)
     part.a["cs"][0], part.a["ce"][0] = begin, begin + clock.compute(flops)
     return part, float(flops.sum())
 
 
-def _allgather(config: RingConfig, links: tuple) -> tuple[_Part, float]:
+def _allgather(config: RingConfig, links: tuple) -> tuple[Piece, float]:
     """All-gather context parallelism on one group (``config.hosts`` ranks): gather k, v while
     computing the own block, attend to the rest; backward reduce-scatters dk, dv."""
     P, c = config.hosts, config.block_tokens
@@ -305,7 +246,7 @@ def _allgather(config: RingConfig, links: tuple) -> tuple[_Part, float]:
     labels = ["all-gather k, v + own block", "attention to the gathered k, v"]
     if config.pass_ == "backward":
         labels.append("reduce-scatter dk, dv")
-    part = _Part(labels, P)
+    part = Piece(labels, P)
     gathered = np.full(
         P, _collective(part, 0, np.zeros(P), clock.transfer((P - 1) * kv, P - 1, links))
     )

@@ -81,7 +81,6 @@ __all__ = [  # the kernel families live in ringsim.timer.kernel_families
     "MERGES",
     "SMS",
     "TRITON",
-    "WATERFALL_TERMS",
     "Curve",
     "KernelFamily",
     "TileWork",
@@ -93,7 +92,6 @@ __all__ = [  # the kernel families live in ringsim.timer.kernel_families
     "kind_rate",
     "tile_work",
     "torch_family",
-    "waterfall",
 ]
 
 MASKS = ("full", "causal-diagonal", "offset-causal", "zigzag-half", "documents")
@@ -267,21 +265,3 @@ def kind_rate(hardware: Hardware, value: str | float, dtype: str = "bf16") -> fl
     if not math.isfinite(value):
         raise ValueError(f"rate must be finite, got {value!r}")
     return float(value)
-
-
-WATERFALL_TERMS = (
-    "ideal ring",
-    "+ kernel efficiency",
-    "+ per-step merge",
-    "+ collective contention",
-    "+ launch overhead",
-)
-
-
-def waterfall(config) -> list[tuple[str, float]]:
-    """The makespan of ``config`` (a ``RingConfig`` with a real ``implementation``) going from
-    the ideal ring to the real one term by term (``WATERFALL_TERMS``), each by running the
-    timer: see ``ringsim.timer.ring_steps.waterfall``."""
-    from ringsim.timer.ring_steps import waterfall as run_waterfall  # it imports this module
-
-    return run_waterfall(config)

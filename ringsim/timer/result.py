@@ -346,3 +346,27 @@ def check_fits(config: RingConfig, rows: int, *, keep: bool, engine: str) -> Non
             f"{_gib(need)}, more than this machine's {_gib(budget)} of memory"
             + (f"; without the timeline it needs {_gib(need - timeline)}" if keep else "")
         )
+
+
+@dataclass
+class StrategyResult(SimResult):
+    """A ``SimResult`` that knows its strategy; ``summary()`` has the ring's keys plus
+    ``strategy`` and, for the peers, their own memory per host and overlap block, and the
+    ``ulysses_degree``, ``ring_degree`` and ``placement`` they ran with."""
+
+    strategy: str = "ring"
+    memory_bytes: float | None = None  # None: the ring's attention working set
+    overlap_block: float | None = None
+    peer: bool = False
+
+    def summary(self) -> dict:
+        result = super().summary()
+        result["strategy"] = self.strategy
+        meta = self.timeline.meta if self.peer else {}
+        for key in ("ulysses_degree", "ring_degree", "placement"):
+            if key in meta:
+                result[key] = meta[key]
+        if self.peer:
+            result["memory_per_host_bytes"] = self.memory_bytes
+            result["min_block_for_overlap"] = self.overlap_block
+        return result

@@ -39,11 +39,9 @@ import numpy as np
 from ringsim.schedule import BlockKind, Schedule
 from ringsim.timer.kernel_model import (
     HBM_FRACTION,
-    WATERFALL_TERMS,
     KernelFamily,
     attention_call_seconds,
     for_hardware,
-    get_family,
 )
 
 FORWARD_BYTES = {"first": 6, "merge": 38, "slice": 8, "final": 6}
@@ -194,40 +192,3 @@ class StepModel:
                 total += grad_seconds(fam, hbm, op="final", q_rows=c, kv_rows=c,
                                       kv_heads=cfg.kv_heads, **shape)  # fmt: skip
         return total
-
-
-def waterfall(config) -> list[tuple[str, float]]:
-    """The makespan of ``config`` (a ``RingConfig`` with a real ``implementation``) going from
-    the ideal ring to the real one, one term at a time, each by running the timer:
-    ``[(term, seconds), ...]`` in ``WATERFALL_TERMS`` order, the last the full model's time.
-
-    * ideal ring: peak rate, free merges, ideal links, perfect overlap;
-    * + kernel efficiency: the family's achieved-rate curves (short rows, masks, memory floor);
-    * + per-step merge: the ``(out, lse)`` merges, ``dq, dk, dv`` accumulation and casts;
-    * + collective contention: NCCL-like transfers (protocol, achieved bandwidth) and the SMs
-      they take from compute;
-    * + launch overhead: the fixed cost of each kernel call and elementwise op."""
-    from dataclasses import replace
-
-    from ringsim.timer.run import simulate  # the timer (which imports this module) runs it
-
-    family = for_hardware(get_family(config.implementation), config.hardware)
-    bare = replace(
-        family,
-        merge="none",
-        gqa_expand_backward=False,
-        collectives=False,
-        call_overhead_s=0.0,
-        elementwise_overhead_s=0.0,
-    )
-    stages = [
-        "ideal",
-        bare,
-        replace(bare, merge=family.merge, gqa_expand_backward=family.gqa_expand_backward),
-        replace(family, call_overhead_s=0.0, elementwise_overhead_s=0.0),
-        family,
-    ]
-    return [
-        (term, simulate(replace(config, implementation=stage), keep_timeline=False).makespan)
-        for term, stage in zip(WATERFALL_TERMS, stages, strict=True)
-    ]

@@ -57,42 +57,17 @@ The timelines use the ``Timeline`` type of the ring, one row per phase instead o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
-import numpy as np
+from dataclasses import replace
 
 from ringsim.timer import RingConfig, SimResult
 from ringsim.timer.cost import DTYPE_BYTES, attention_flops, hiding_block, kv_block_bytes
+from ringsim.timer.hybrid import simulate_hybrid
 
 STRATEGIES = ("ring", "ulysses", "allgather")
 """The three flat strategies (every host in one group)."""
 ALL_STRATEGIES = (*STRATEGIES, "hybrid", "double-ring")
 """With the two-level ones of ``ringsim.timer.hybrid`` (Ulysses x ring, the double ring)."""
 PEER_PASSES = ("forward", "backward")
-
-
-@dataclass
-class StrategyResult(SimResult):
-    """A ``SimResult`` that knows its strategy; ``summary()`` has the ring's keys plus
-    ``strategy`` and, for the peers, their own memory per host and overlap block, and the
-    ``ulysses_degree``, ``ring_degree`` and ``placement`` they ran with."""
-
-    strategy: str = "ring"
-    memory_bytes: float | None = None  # None: the ring's attention working set
-    overlap_block: float | None = None
-    peer: bool = False
-
-    def summary(self) -> dict:
-        result = super().summary()
-        result["strategy"] = self.strategy
-        meta = self.timeline.meta if self.peer else {}
-        for key in ("ulysses_degree", "ring_degree", "placement"):
-            if key in meta:
-                result[key] = meta[key]
-        if self.peer:
-            result["memory_per_host_bytes"] = self.memory_bytes
-            result["min_block_for_overlap"] = self.overlap_block
-        return result
 
 
 def check_strategy(strategy: object) -> str:
@@ -130,8 +105,6 @@ def simulate_strategy(
     support ``pass_`` forward and backward; per-host ``speed`` and ``jitter`` act as in the
     ring's timer (compute divided by speed; every duration times ``1 + jitter * u``).
     """
-    from ringsim.timer.hybrid import simulate_hybrid
-
     strategy = check_strategy(strategy)
     if not isinstance(config, RingConfig):
         raise ValueError(f"config must be a RingConfig, got {config!r}")
@@ -167,12 +140,6 @@ def simulate_strategy(
     if strategy == "allgather" and u == 1 and config.overlap:
         result.overlap_block = allgather_overlap_block(config)
     return result
-
-
-def heads_per_host(heads: int, hosts: int) -> np.ndarray:
-    """``(P,)`` query heads on each Ulysses host: the first ``heads % P`` hosts get one more."""
-    base, extra = divmod(heads, hosts)
-    return base + (np.arange(hosts) < extra)
 
 
 def allgather_overlap_block(config: RingConfig) -> float:
