@@ -1,0 +1,566 @@
+"""The hostile sweep of issue 14, repeatable: every case it found, one verdict line each.
+
+    python benchmarks/hostile_sweep.py            (all cases; a few minutes on 2 loaded cores)
+    python benchmarks/hostile_sweep.py --only measure,profile     (cases whose name has these)
+    python benchmarks/hostile_sweep.py --list
+
+A command-line case runs ``python -m ringsim ...`` and expects its exit code and, for bad
+input, one line on stderr naming the flag, no traceback, within a time limit (a ``measure``
+or ``calibrate`` refused before any rank starts takes a few seconds: the interpreter and
+torch). A Python case runs one function of this file in a fresh process (``--case NAME``),
+which prints ``OK ...`` or ``FAIL ...`` as its last line. Each verdict says what happened:
+
+    OK    measure --hosts 0         exit 2 in 2.1 s: ringsim measure: error: argument --hosts...
+    FAIL  launcher SIGTERM          ranks [1234] alive 5 s after the launcher died
+
+Exit code: the number of FAIL verdicts (0 when everything held).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class Cli:
+    """``ringsim argv``: ``exit`` expected; with exit 2, one stderr line naming ``named``."""
+
+    name: str
+    argv: list[str]
+    exit: int | tuple[int, ...] = 2
+    named: str = ""
+    limit_s: float = 30.0
+    setup: Callable[[Path], None] | None = None  # prepares files in the case's folder
+    check: Callable[[Path], str | None] | None = None  # after the run: None or what failed
+    preexec: Callable[[], None] | None = None
+
+
+@dataclass
+class Py:
+    """A function of this file run in its own process; its last line is the verdict."""
+
+    name: str
+    function: str
+    limit_s: float = 120.0
+
+
+# -- the command-line cases ----------------------------------------------------------------------
+def _keep(tmp: Path) -> None:
+    (tmp / "keep.json").write_text(json.dumps({"traceEvents": [{"name": "x" * 50_000}]}))
+
+
+def _keep_unchanged(tmp: Path) -> str | None:
+    text = (tmp / "keep.json").read_text()
+    ok = text == json.dumps({"traceEvents": [{"name": "x" * 50_000}]})
+    left = sorted(p.name for p in tmp.iterdir() if p.name != "keep.json")
+    if not ok:
+        return "keep.json was changed"
+    return f"left files behind: {left}" if left else None
+
+
+def _no_file(name: str) -> Callable[[Path], str | None]:
+    return lambda tmp: f"{name} was written" if (tmp / name).exists() else None
+
+
+def _strict_json(name: str) -> Callable[[Path], str | None]:
+    def check(tmp: Path) -> str | None:
+        path = tmp / name
+        if not path.exists():
+            return None
+        try:
+            json.loads(path.read_text(), parse_constant=_refuse_constant)
+        except ValueError as err:
+            return f"{name} is not strict JSON: {err}"
+        return None
+
+    return check
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} in JSON")
+
+
+def _disk_full(*args) -> None:
+    raise OSError(28, "No space left on device")
+
+
+def _calibration(kind: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        real = (ROOT / "results" / "cpu-calibration-2026-11-29.json").read_text()
+        text = {
+            "wrong fields": json.dumps({"backend": "gloo", "colour": 1}),
+            "a list": "[1, 2]",
+            "truncated": real[: len(real) // 3],
+        }[kind]
+        (tmp / "cal.json").write_text(text)
+
+    return setup
+
+
+def _small_files() -> None:  # a write past 20 KB fails half-way (EFBIG), as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+
+SIM = ["simulate", "--hosts", "4", "--seq-len", "4K"]
+CLI_CASES = [
+    # item 2: measure and calibrate, refused before any rank starts
+    *(
+        Cli(f"measure {' '.join(a)}", ["measure", *a], named=n, limit_s=20)
+        for a, n in [
+            (["--hosts", "0"], "--hosts"),
+            (["--hosts", "-1"], "--hosts"),
+            (["--hosts", "1"], "--hosts"),
+            (["--hosts", "3"], "hosts = 3"),
+            (["--layout", "zigzag", "--seq-len", "6"], "seq_len=6"),
+            (["--heads", "0"], "--heads"),
+            (["--head-dim", "0"], "--head-dim"),
+            (["--kv-heads", "3"], "kv_heads=3"),
+            (["--repeats", "0"], "--repeats"),
+            (["--threads", "0"], "--threads"),
+            (["--backend", "nccl"], "--backend nccl"),
+            (["--hosts", "64", "--seq-len", "64K"], "--hosts 64"),
+            (["--seq-len", "1G"], "--hosts 2"),
+            (["--trace", "/etc/passwd/x"], "--trace"),
+            (["--trace", ""], "--trace"),
+        ]
+    ),
+    *(
+        Cli(f"calibrate {' '.join(a)}", ["calibrate", *a], named=n, limit_s=20)
+        for a, n in [
+            (["--hosts", "0"], "--hosts"),
+            (["--hosts", "1"], "--hosts"),
+            (["--heads", "0"], "--heads"),
+            (["--repeats", "0"], "--repeats"),
+            (["--threads", "0"], "--threads"),
+            (["--backend", "nccl"], "--backend nccl"),
+            (["--backend", "cuda"], "--backend cuda"),
+            (["--hosts", "100"], "--hosts 100"),
+            (["--out", "/etc/passwd/x.json"], "--out"),
+            (["--out", "."], "--out"),
+        ]
+    ),
+    *(
+        Cli(
+            f"measure --calibration ({kind})",
+            ["measure", "--calibration", "{tmp}/cal.json"],
+            named="cal.json",
+            limit_s=20,
+            setup=_calibration(kind),
+        )
+        for kind in ("wrong fields", "a list", "truncated")
+    ),
+    # item 3: configurations that cannot fit (helper E's issue 15 makes the timer lean)
+    Cli(
+        "simulate 1M hosts x 1G",
+        ["simulate", "--hosts", "1048576", "--seq-len", "1G"],
+        exit=(0, 2),
+        limit_s=120,
+    ),
+    Cli(
+        "demo 1M hosts x 1G",
+        ["demo", "--hosts", "1048576", "--seq-len", "1G", "--no-plot"],
+        exit=(0, 2),
+        limit_s=120,
+    ),
+    Cli(
+        "sweep 1M hosts",
+        ["sweep", "--vary", "block", "--hosts", "1048576"],
+        exit=(0, 2),
+        limit_s=120,
+    ),
+    Cli(
+        "simulate 8 hosts x 4G",
+        ["simulate", "--hosts", "8", "--seq-len", "4G"],
+        exit=(0, 2),
+        limit_s=120,
+    ),
+    Cli(
+        "simulate 1 host x 1G causal",
+        ["simulate", "--hosts", "1", "--seq-len", "1G", "--causal"],
+        exit=(0, 2),
+        limit_s=120,
+    ),
+    # item 6: the follow-up calibrate suggests
+    Cli(
+        "simulate --hardware cpu-calibrated",
+        ["simulate", "--hardware", "cpu-calibrated", "--hosts", "2", "--seq-len", "4K"],
+        exit=0,
+    ),
+    Cli("demo --dtype fp32", ["demo", "--dtype", "fp32", "--no-plot"], exit=0),
+    # item 7: output files
+    Cli(
+        "trace write fails half-way",
+        [*SIM, "--hosts", "16", "--trace", "{tmp}/keep.json"],
+        exit=1,
+        named="keep.json",
+        setup=_keep,
+        check=_keep_unchanged,
+        preexec=_small_files,
+    ),
+    Cli(
+        "--trace keep --plot t.badext",
+        [*SIM, "--trace", "{tmp}/keep.json", "--plot", "{tmp}/t.badext"],
+        named="--plot",
+        setup=_keep,
+        check=_keep_unchanged,
+    ),
+    Cli(
+        "--latency 1e308 --trace f.json",
+        [*SIM, "--latency", "1e308", "--trace", "{tmp}/f.json"],
+        named="--latency",
+        check=_strict_json("f.json"),
+    ),
+    Cli("--flops 1e-320", [*SIM, "--flops", "1e-320", "--bandwidth", "1G"], named="flops"),
+    Cli("--flops 1e-300", [*SIM, "--flops", "1e-300", "--bandwidth", "1G"], named="--flops"),
+    Cli("--latency 1e308", [*SIM, "--latency", "1e308"], named="--latency"),
+    Cli("--jitter 1e308", [*SIM, "--jitter", "1e308"], named="--jitter"),
+    # item 8: messages that name the flag or file
+    Cli("--seed -1", [*SIM, "--seed", "-1", "--jitter", "0.1"], named="--seed"),
+    Cli(
+        "huge --seq-len",
+        ["simulate", "--hosts", "4", "--seq-len", "99999999999999999999999"],
+        named="seq_len",
+    ),
+    Cli("--trace /dev/full", [*SIM, "--trace", "/dev/full"], named="/dev/full"),
+    Cli("--plot <folder>", [*SIM, "--plot", "{tmp}"], named="folder"),
+    Cli("--trace ''", [*SIM, "--trace", ""], named="--trace"),
+]
+
+
+# -- the Python cases (each runs in its own process: --case NAME) --------------------------------
+def sleeping_rank(rank: int, hosts: int, pid_dir: str) -> int:
+    Path(pid_dir, f"rank{rank}.tmp").write_text(str(os.getpid()))
+    os.replace(Path(pid_dir, f"rank{rank}.tmp"), Path(pid_dir, f"rank{rank}"))
+    time.sleep(120)
+    return rank
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _launcher_killed_by(sig: int) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        code = (
+            f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'benchmarks')!r}]\n"
+            "from kernels.launch import launch\nfrom hostile_sweep import sleeping_rank\n"
+            f"launch(sleeping_rank, 2, args=({tmp!r},), timeout_s=300)\n"
+        )
+        launcher = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+        pids: list[int] = []
+        try:
+            deadline = time.monotonic() + 90
+            while len(pids) < 2 and time.monotonic() < deadline and launcher.poll() is None:
+                pids = [int(p.read_text()) for p in sorted(Path(tmp).glob("rank[0-9]"))]
+                time.sleep(0.1)
+            if len(pids) < 2:
+                return f"FAIL the ranks did not start (launcher exit {launcher.poll()})"
+            launcher.send_signal(sig)
+            launcher.wait(timeout=10)
+            time.sleep(5)
+            alive = [pid for pid in pids if _alive(pid)]
+            if alive:
+                return f"FAIL ranks {alive} alive 5 s after the launcher died"
+            return f"OK no rank alive 5 s after {signal.Signals(sig).name} to the launcher"
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+            for pid in pids:
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def case_launcher_sigterm() -> str:
+    return _launcher_killed_by(signal.SIGTERM)
+
+
+def case_launcher_sigkill() -> str:
+    return _launcher_killed_by(signal.SIGKILL)
+
+
+def case_tied_large_scores_dv() -> str:
+    """Item 4: dv of the NumPy ring backward at tied large scores (q = k = a constant)."""
+    import numpy as np
+
+    import ringsim
+
+    worst = []
+    for dtype, score in ((np.float32, 1e7), (np.float32, 1e8), (np.float64, 1e16)):
+        n, d = 16, 4
+        value = np.sqrt(score * np.sqrt(d) / d)  # q.k * scale = score
+        q = np.full((n, d), value, dtype)
+        v = np.random.default_rng(0).standard_normal((n, d)).astype(dtype)
+        dout = np.ones((n, d), dtype)
+        _, _, dv = ringsim.ring_attention_backward(q, q, v, dout, hosts=4, causal=True)
+        _, _, ref = ringsim.reference_attention_grad(q, q, v, dout, causal=True)
+        err = float(np.abs(dv - ref).max() / np.abs(ref).max())
+        worst.append(f"{np.dtype(dtype).name} {score:g}: {err:.1e}")
+        if err > (1e-3 if dtype == np.float32 else 1e-9):
+            return f"FAIL dv relative error {', '.join(worst)}"
+    return f"OK dv relative error {', '.join(worst)}"
+
+
+def case_corrupt_profiles() -> str:
+    """Item 5: every corrupt profile named with its cause; none silently skipped."""
+    from dataclasses import asdict, replace
+
+    from ringsim.timer import hardware
+
+    good = replace(
+        hardware.custom_hardware(2e10, 1e9, 2e-4, dtype="fp32"), source="calibrated 2026-01-01"
+    )
+    text = json.dumps(asdict(good))
+    corrupt = {
+        "truncated": text[: len(text) // 2],
+        "empty": "",
+        "unknown key": json.dumps({**asdict(good), "colour": 1}),
+        "missing field": json.dumps({k: v for k, v in asdict(good).items() if k != "flops"}),
+        "negative bandwidth": json.dumps({**asdict(good), "link_bandwidth": -1}),
+        "a list": "[]",
+        "true as a rate": json.dumps({**asdict(good), "link_latency": True}),
+        "denormal rate": json.dumps({**asdict(good), "flops": {"fp32": 1e-320}}),
+    }
+    said = []
+    for kind, content in corrupt.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            hardware.save_profile(good, Path(tmp, "cpu-profile-2026-01-01.json"))
+            bad = Path(tmp, "cpu-profile-2026-01-02.json")
+            bad.write_text(content)
+            found, errors = hardware.scan_profiles(tmp)
+            message = errors.get("cpu-calibrated", "")
+            if found or str(bad) not in message:
+                return f"FAIL {kind}: found={list(found)}, message={message!r}"
+            said.append(f"{kind}: {message.split(str(bad), 1)[1][2:50]!r}")
+    return "OK each named with its file; " + "; ".join(said[:3]) + " ..."
+
+
+def case_profile_newest_by_content() -> str:
+    from dataclasses import asdict, replace
+
+    from ringsim.timer import hardware
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hardware.save_profile(
+            hardware.custom_hardware(1e10, 1e9, dtype="fp32"), Path(tmp, "cpu-profile-test.json")
+        )  # saved now
+        old = replace(
+            hardware.custom_hardware(3e10, 1e9, dtype="fp32"), source="calibrated 2020-01-01"
+        )
+        Path(tmp, "cpu-profile-2099-12-31.json").write_text(json.dumps(asdict(old)))
+        found = hardware.scan_profiles(tmp)[0]["cpu-calibrated"]
+    if found.flops["fp32"] != 1e10:
+        return "FAIL the file name decided: the 2020 profile named 2099 was used"
+    return "OK the profile saved today beats cpu-profile-2099-12-31.json (dated 2020 inside)"
+
+
+def case_save_profile_atomic() -> str:
+    from ringsim.timer import hardware
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "cpu-profile.json")
+        hardware.save_profile(hardware.custom_hardware(1e10, 1e9, dtype="fp32"), path)
+        before = path.read_text()
+        real = os.replace
+        os.replace = _disk_full
+        try:
+            hardware.save_profile(hardware.custom_hardware(5e10, 1e9, dtype="fp32"), path)
+            return "FAIL a failed save raised nothing"
+        except OSError:
+            pass
+        finally:
+            os.replace = real
+        if path.read_text() != before or len(os.listdir(tmp)) != 1:
+            return "FAIL a failed save changed the profile or left a temporary file"
+    return "OK a save that fails leaves the old profile whole and no temporary file"
+
+
+def case_small_api_holes() -> str:
+    """Item 8: zero heads, float64 overflow in the reference, causal='false', get_hardware."""
+    import warnings
+
+    import numpy as np
+
+    import ringsim
+    from ringsim.timer.hardware import get_hardware
+
+    warnings.simplefilter("ignore")
+    x = np.random.default_rng(0).random((8, 4))
+    big = np.full((8, 4), 1e200)
+    empty = np.zeros((0, 8, 4))
+    checks = [
+        ("zero heads", lambda: ringsim.ring_attention(empty, empty, empty, hosts=2), "empty"),
+        ("reference overflow", lambda: ringsim.reference_attention(big, big, big), "overflow"),
+        (
+            "causal='false'",
+            lambda: ringsim.ring_attention(x, x, x, hosts=2, causal="false"),
+            "causal",
+        ),
+        (
+            "causal='false' ref",
+            lambda: ringsim.reference_attention(x, x, x, causal="false"),
+            "causal",
+        ),
+        ("get_hardware(['a'])", lambda: get_hardware(["a"]), "hardware"),
+    ]
+    for name, call, named in checks:
+        try:
+            call()
+            return f"FAIL {name}: no error"
+        except ValueError as err:
+            if named not in str(err):
+                return f"FAIL {name}: ValueError without {named!r}: {err}"
+        except Exception as err:
+            return f"FAIL {name}: {type(err).__name__}: {err}"
+    return "OK " + ", ".join(name for name, _, _ in checks) + ": ValueError naming it"
+
+
+def one_rank_misbehaves(rank: int, hosts: int) -> list[str]:
+    import torch
+
+    from kernels.ring import RingError, ring_attention
+
+    x = torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(rank))
+    nan_q = x.clone()
+    if rank == 1:
+        nan_q[0, 0, 1, 2] = float("nan")
+    answers = []
+    for q, layout in ((nan_q, "contiguous"), (x, "diagonal" if rank == 1 else "contiguous")):
+        try:
+            ring_attention(q, x, x, layout=layout, timeout_s=20)
+            answers.append("no error")
+        except (ValueError, RingError) as err:
+            answers.append(f"{type(err).__name__}: {err}")
+    return answers
+
+
+def case_real_ring_nan_and_local_check() -> str:
+    """Item 8: a NaN in one rank's q, and one rank's failed local check, on the real ring."""
+    from kernels.launch import launch
+
+    per_rank = launch(one_rank_misbehaves, 2, timeout_s=30)
+    for rank, (nan, local) in enumerate(per_rank):
+        if not nan.startswith("ValueError") or "NaN" not in nan:
+            return f"FAIL rank {rank}, NaN in rank 1's q: {nan[:150]}"
+        if not local.startswith("ValueError") or "diagonal" not in local:
+            return f"FAIL rank {rank}, rank 1's bad layout: {local[:150]}"
+    return f"OK every rank: {per_rank[0][0][:60]!r}; {per_rank[0][1][:60]!r}"
+
+
+PY_CASES = [
+    Py("launcher SIGTERM", "case_launcher_sigterm"),
+    Py("launcher SIGKILL", "case_launcher_sigkill"),
+    Py("tied large scores dv", "case_tied_large_scores_dv"),
+    Py("corrupt profiles", "case_corrupt_profiles"),
+    Py("profile newest by content", "case_profile_newest_by_content"),
+    Py("save_profile atomic", "case_save_profile_atomic"),
+    Py("small API holes", "case_small_api_holes"),
+    Py("real ring NaN / local check", "case_real_ring_nan_and_local_check"),
+]
+
+
+# -- running -------------------------------------------------------------------------------------
+def _run(cmd: list[str], cwd: Path, limit_s: float, preexec=None):
+    """``subprocess.run`` in a session of its own: past ``limit_s`` the whole session (the
+    command and any rank it started) is killed and ``None`` returned."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=preexec, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def run_cli(case: Cli) -> tuple[bool, str]:
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+        tmp = Path(tmp)
+        if case.setup:
+            case.setup(tmp)
+        argv = [a.replace("{tmp}", str(tmp)) for a in case.argv]
+        start = time.monotonic()
+        run = _run([sys.executable, "-m", "ringsim", *argv], tmp, case.limit_s, case.preexec)
+        if run is None:
+            return False, f"still running after {case.limit_s:g} s (killed with its children)"
+        took = time.monotonic() - start
+        err = run.stderr.strip()
+        last = err.splitlines()[-1] if err else "(no stderr)"
+        said = f"exit {run.returncode} in {took:.1f} s: {last[:160]}"
+        expected = case.exit if isinstance(case.exit, tuple) else (case.exit,)
+        if run.returncode not in expected:
+            return False, said
+        if "Traceback" in run.stderr:
+            return False, f"traceback: {said}"
+        if run.returncode != 0 and case.named and case.named not in err:
+            return False, f"does not name {case.named!r}: {said}"
+        if run.returncode == 2 and err.count("\n") != 0:
+            return False, f"{err.count(chr(10)) + 1} lines on stderr: {said}"
+        problem = case.check(tmp) if case.check else None
+        if problem:
+            return False, f"{problem}; {said}"
+        return True, said
+
+
+def run_py(case: Py) -> tuple[bool, str]:
+    start = time.monotonic()
+    run = _run([sys.executable, __file__, "--case", case.function], ROOT, case.limit_s)
+    if run is None:
+        return False, f"still running after {case.limit_s:g} s (killed with its children)"
+    lines = run.stdout.strip().splitlines()
+    last = lines[-1] if lines else f"(no verdict; exit {run.returncode}: {run.stderr[-300:]})"
+    took = time.monotonic() - start
+    return last.startswith("OK"), f"{last.removeprefix('OK ').removeprefix('FAIL ')} ({took:.1f} s)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated parts of case names to run")
+    parser.add_argument("--list", action="store_true", help="list the cases")
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # one Python case, in this process
+    args = parser.parse_args(argv)
+    if args.case:
+        try:
+            print(globals()[args.case]())
+        except Exception as err:
+            print(f"FAIL {type(err).__name__}: {str(err)[:300]}")
+        return 0
+    cases = [*CLI_CASES, *PY_CASES]
+    if args.only:
+        parts = [p.strip() for p in args.only.split(",")]
+        cases = [c for c in cases if any(p in c.name for p in parts)]
+    if args.list:
+        print("\n".join(c.name for c in cases))
+        return 0
+    failed = 0
+    width = max(len(c.name) for c in cases)
+    for case in cases:
+        ok, said = run_cli(case) if isinstance(case, Cli) else run_py(case)
+        failed += not ok
+        print(f"{'OK  ' if ok else 'FAIL'}  {case.name:<{width}}  {said}", flush=True)
+    print(f"{len(cases) - failed} of {len(cases)} cases held")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
