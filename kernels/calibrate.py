@@ -310,7 +310,7 @@ def check_calibrate_args(args: argparse.Namespace) -> Path | None:
     this machine holds, and the profile and data files it will write. Returns the profile path
     (None with ``--no-save``)."""
     from kernels.launch import check_backend, check_local_ranks
-    from ringsim.cli.args import check_outputs
+    from ringsim.cli.checks import check_outputs
 
     if args.backend != "cuda":
         if args.hosts < 2:

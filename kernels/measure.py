@@ -441,7 +441,8 @@ def check_measure_args(args: argparse.Namespace) -> tuple[int, Calibration | Non
     ranks, the backend's device, how many ranks this machine holds, the ``--trace`` files and
     the ``--calibration`` file. Returns the sequence length and the calibration (or None)."""
     from kernels.launch import check_backend, check_local_ranks
-    from ringsim.cli.args import check_outputs, check_ring_shape, parse_seq_len
+    from ringsim.cli.args import parse_seq_len
+    from ringsim.cli.checks import check_outputs, check_ring_shape
 
     seq_len = parse_seq_len(args.seq_len)
     if args.hosts < 2:

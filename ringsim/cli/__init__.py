@@ -17,7 +17,8 @@ import importlib
 import sys
 
 from ringsim.cli import memory, plan, presets, simulate, sweep, validate
-from ringsim.cli.args import Parser, check_outputs
+from ringsim.cli.args import Parser
+from ringsim.cli.checks import check_outputs
 from ringsim.cli.output import guarded, to_jsonable
 
 __all__ = ["build_parser", "guarded", "main", "to_jsonable"]

@@ -33,7 +33,7 @@ def layout_rows(
     hosts: int, seq_len: int, hardware, pass_: str = "forward", dtype: str = "bf16"
 ) -> tuple[list, dict]:
     """Simulate the causal ring under each layout; rows with makespan, idle and speedup."""
-    from ringsim.cli.args import check_finite_times
+    from ringsim.cli.checks import check_finite_times
     from ringsim.timer import RingConfig, simulate
 
     results = {}
