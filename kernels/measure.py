@@ -146,7 +146,7 @@ def measure(
                  head_dim=head_dim, layout=layout, causal=causal)  # fmt: skip
     launch_kw = dict(backend=backend, timeout_s=timeout_s, threads=threads)
     paired = calibration is None
-    steps = paired_steps(config, hosts) if paired else ["ring"]
+    steps = paired_steps(config, hosts, cpu=backend == "gloo") if paired else ["ring"]
     total = (config.warmup + repeats) * len(steps) if paired else 1
     with Progress(total, "measure", enabled=progress) as bar:
         bar.advance(f"starting {hosts} {backend} ranks", 0)
@@ -294,21 +294,22 @@ def compute_sizes(block_tokens: int) -> list[int]:
     return sorted(sizes)
 
 
-PROBE_REPEATS = 5  # samples per probe and size in a paired calibration (the link: 4x)
+PROBE_REPEATS = 5  # samples per probe and size in a paired calibration (the link: 2x)
 
 
-def paired_steps(config, hosts: int) -> list[str]:
-    """The probes of one repeat of a paired calibration, in order (the ring last)."""
+def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
+    """The probes of one repeat of a paired calibration, in order (the ring last); the lone
+    rank, overlap and ring-pass probes run on local gloo ranks only (``cpu``)."""
     from ringsim.schedule import BlockKind, build_schedule
 
     kinds = build_schedule(hosts, config.layout, config.causal, seq_len=config.seq_len).kind
     steps = ["block compute"]
     if (kinds == BlockKind.PARTIAL).any():
         steps.append("masked blocks")
-    if (kinds == BlockKind.SKIP).any():
+    if cpu and (kinds == BlockKind.SKIP).any():
         steps.append("lone rank")
-    steps += ["overlap", "ring pass", "link", "ring"]
-    return steps
+    steps += ["overlap", "ring pass"] if cpu else []
+    return [*steps, "link", "ring"]
 
 
 def _paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> dict:
@@ -337,9 +338,7 @@ def _paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> d
     # one warm-up pass before the timed one: every calibration probe is timed warm too
     once = dataclasses.replace(config, repeats=1, warmup=1)
     device = "cpu" if dist.get_backend() == "gloo" else "cuda"
-    steps = paired_steps(config, hosts)
-    if device != "cpu":
-        steps = [s for s in steps if s not in ("lone rank", "overlap", "ring pass")]
+    steps = paired_steps(config, hosts, cpu=device == "cpu")
     shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype,
                  repeats=PROBE_REPEATS)  # fmt: skip
     received = device == "cpu"

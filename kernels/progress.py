@@ -5,7 +5,7 @@ The probes run in rank processes; they ``report(queue, text, advance)`` into a q
 and nothing waits for it: the ranks never block on the queue (``put_nowait``, and
 ``cancel_join_thread`` so that a rank can exit with messages unsent), and the thread stops
 when the measurement returns or raises. On a terminal the progress is a ``rich`` bar; when
-stderr is a file or a pipe, one plain line per event.
+stderr is a file or a pipe, one plain line per thing that starts, with the steps done.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Progress:
             if self._bar is not None:
                 self._bar.update(self._task, completed=self._done,
                                  description=f"{self.title}: {text}")  # fmt: skip
-            else:
+            elif steps == 0:  # plain lines: what starts (the next start says it is done)
                 elapsed = time.monotonic() - self._start
                 print(f"[{self.title} {self._done}/{self.total} {elapsed:5.1f} s] {text}",
                       file=self.stream, flush=True)  # fmt: skip

@@ -179,11 +179,14 @@ def test_progress_prints_plain_lines_off_a_terminal_and_nothing_when_disabled():
     out = io.StringIO()
     with Progress(3, "measure", stream=out) as bar:
         bar.advance("rank 0 started", 0)
-        report(bar.channel, "repeat 1/2: link", 1)  # as a rank reports it
+        report(bar.channel, "repeat 1/2: link", 0)  # as a rank reports it
+        report(bar.channel, "repeat 1/2: link done", 1)
         report(None, "ignored", 1)  # a rank without a channel: no-op
+        report(bar.channel, "repeat 1/2: ring", 0)
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[measure 0/3") and "rank 0 started" in lines[0]
-    assert any("1/3" in line and "repeat 1/2: link" in line for line in lines)
+    assert "0/3" in lines[1] and "repeat 1/2: link" in lines[1]
+    assert "1/3" in lines[2] and "repeat 1/2: ring" in lines[2] and len(lines) == 3
     quiet = io.StringIO()
     with Progress(3, "measure", enabled=False, stream=quiet) as bar:
         bar.advance("nothing")
@@ -209,7 +212,7 @@ def test_a_real_measurement_reports_progress_on_stderr(capsys):
     report_ = measure(seq_len=128, heads=2, head_dim=16, repeats=1, progress=True, draws=20)
     err = capsys.readouterr().err
     assert "rank 0 of 2 started" in err and "rank 1 of 2 started" in err
-    assert "repeat 2/2: link" in err and "repeat 2/2: ring done" in err
+    assert "repeat 2/2: link" in err and "repeat 2/2: ring" in err
     lo, hi = report_["predicted_ci95"]
     assert lo <= report_["predicted_time_s"] <= hi
     assert report_["regime"] in ("compute-bound", "communication-bound", "near the threshold")
