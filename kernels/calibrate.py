@@ -255,7 +255,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from ringsim.cli.args import Parser, arg_type, parse_positive_int
+    from ringsim.cli.values import Parser, arg_type, parse_positive_int
 
     positive = lambda name: arg_type(parse_positive_int, name)
     parser = parser or Parser(

@@ -399,7 +399,7 @@ def _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend) -> 
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from ringsim.cli.args import Parser, arg_type, parse_positive_int
+    from ringsim.cli.values import Parser, arg_type, parse_positive_int
     from ringsim.layouts import LAYOUTS
 
     positive = lambda name: arg_type(parse_positive_int, name)
@@ -440,8 +440,8 @@ def check_measure_args(args: argparse.Namespace) -> tuple[int, Calibration | Non
     ranks, the backend's device, how many ranks this machine holds, the ``--trace`` files and
     the ``--calibration`` file. Returns the sequence length and the calibration (or None)."""
     from kernels.launch import check_backend, check_local_ranks
-    from ringsim.cli.args import parse_seq_len
     from ringsim.cli.checks import check_outputs, check_ring_shape
+    from ringsim.cli.values import parse_seq_len
 
     seq_len = parse_seq_len(args.seq_len)
     if args.hosts < 2:

@@ -16,7 +16,7 @@ import argparse
 import math
 import sys
 
-from ringsim.cli.args import DTYPES, Parser, arg_type, parse_positive_int, parse_seq_len
+from ringsim.cli.args import DTYPES
 from ringsim.cli.output import (
     format_length,
     format_seconds,
@@ -26,6 +26,7 @@ from ringsim.cli.output import (
     print_json,
     print_table,
 )
+from ringsim.cli.values import Parser, arg_type, parse_positive_int, parse_seq_len
 from ringsim.layouts import LAYOUTS
 
 

@@ -11,13 +11,11 @@ from ringsim.cli.args import (
     add_implementation_flags,
     add_model_flags,
     add_noise_flags,
-    arg_type,
-    parse_positive_int,
-    parse_seq_len,
     ring_config,
     run_config,
 )
 from ringsim.cli.output import describe, human, note, print_json, print_table
+from ringsim.cli.values import arg_type, parse_positive_int, parse_seq_len
 from ringsim.layouts import LAYOUTS
 
 HELP = "time one ring run: makespan, idle, exposed communication"

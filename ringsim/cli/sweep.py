@@ -12,9 +12,6 @@ from ringsim.cli.args import (
     add_implementation_flags,
     add_model_flags,
     apply_model,
-    arg_type,
-    parse_positive_int,
-    parse_seq_len,
     resolve_hardware,
     ring_config,
     run_config,
@@ -28,6 +25,7 @@ from ringsim.cli.output import (
     print_table,
     progress,
 )
+from ringsim.cli.values import arg_type, parse_positive_int, parse_seq_len
 from ringsim.layouts import LAYOUTS
 
 HELP = "sweep block size or hosts and tabulate (and plot) the result"
