@@ -91,26 +91,26 @@ def _aot_seq(seq: int) -> int:
 
 def launches(arch: int) -> list[Launch]:
     """Every (pass, dtype, head dim, heads, mask, tile) the GPU paths launch on ``arch``."""
-    from kernels import gpu_check as g
+    from kernels import gpu_plan as plan
     from kernels.tiles import tile_candidates
 
     out: list[Launch] = []
     # correctness: block_attention / block_attention_backward (fp32 results, default tiles)
-    for c, d, hq, hkv in g.CORRECTNESS_CASES:
-        for dtype in g.CORRECTNESS_DTYPES:
+    for c, d, hq, hkv in plan.CORRECTNESS_CASES:
+        for dtype in plan.CORRECTNESS_DTYPES:
             for causal in (False, True):
                 for pass_ in ("forward", "backward"):
                     out.append(
                         Launch(pass_, dtype, "float32", d, hq, hkv, c, causal, False, None,
                                "gpu_check.correctness")
                     )  # fmt: skip
-    c, d, h = g.ZIGZAG_CASE
+    c, d, h = plan.ZIGZAG_CASE
     out.append(Launch("forward", "float32", "float32", d, h, h, c, True, False, None, "zigzag"))
     # speed: bf16 in and out; the forward with every tile the search may pick on this arch
-    for d in g.SPEED_HEAD_DIMS:
-        heads = g.MODEL_WIDTH // d
+    for d in plan.SPEED_HEAD_DIMS:
+        heads = plan.MODEL_WIDTH // d
         for causal in (False, True):
-            for c in sorted({_aot_seq(c) for c in g.SPEED_SIZES}):
+            for c in sorted({_aot_seq(c) for c in plan.SPEED_SIZES}):
                 tiles = [None] + [tuple(vars(t).values()) for t in tile_candidates(d, arch)]
                 for tile in tiles:
                     out.append(
@@ -123,7 +123,7 @@ def launches(arch: int) -> list[Launch]:
                 )  # fmt: skip
     # ring member, calibration probes and the ring itself: bf16 in, fp32 results; the ring
     # with causal layouts, document ids and GQA
-    h, d = g.RING_HEADS, g.RING_HEAD_DIM
+    h, d = plan.RING_HEADS, plan.RING_HEAD_DIM
     for kv_heads in (h, h // 4):
         for causal in (False, True):
             for segments in (False, True):

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from kernels import gpu_check as plans
+from kernels import gpu_plan as plans
 
 
 def _sdpa(q, k, v, *, causal, backend=None):

@@ -50,7 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.profile import TORCH_DTYPES, Calibration, combine_ranks
+from kernels.paired import paired_calibration, paired_steps, paired_worker
+from kernels.profile import TORCH_DTYPES, Calibration
 from kernels.progress import Progress
 from kernels.uncertainty import (
     BOOTSTRAP_DRAWS,
@@ -151,10 +152,10 @@ def measure(
     with Progress(total, "measure", enabled=progress) as bar:
         bar.advance(f"starting {hosts} {backend} ranks", 0)
         if paired:  # calibrate right before every repeat, in the same ranks
-            per_rank = launch(_paired_worker, hosts, args=(config, dtype, bar.channel),
+            per_rank = launch(paired_worker, hosts, args=(config, dtype, bar.channel),
                               **launch_kw)  # fmt: skip
             own = [
-                _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
+                paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
                 for i in range(repeats)
             ]
             # each repeat's own prediction, its overlap efficiency and pass overhead the
@@ -273,129 +274,6 @@ def _threshold(hw, shape: dict, dtype: str) -> float:
     heads = shape["heads"]
     return float(overlap_threshold(hw, heads=heads, kv_heads=shape["kv_heads"] or heads,
                                    head_dim=shape["head_dim"], dtype=dtype))  # fmt: skip
-
-
-def _link_sizes(config) -> list[int]:
-    """A small message and this run's kv message: the two points of the link's line."""
-    dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[config.dtype]
-    kv_heads = config.kv_heads or config.heads
-    message = 2 * (config.seq_len // 2) * kv_heads * config.head_dim * config.batch * dtype_bytes
-    return [1024, max(4096, message)]
-
-
-def compute_sizes(block_tokens: int) -> list[int]:
-    """Block sizes the paired calibration times: a tiny block (its time is the fixed cost per
-    call), half this run's block and this block; at least two distinct sizes, so the rate and
-    the fixed cost can both be fitted even when the run's block is tiny itself."""
-    c = block_tokens
-    sizes = {16, max(1, c // 2), c}
-    if c <= 16:  # all of them are mostly fixed cost: one block large enough to show the rate
-        sizes.add(32)
-    return sorted(sizes)
-
-
-PROBE_REPEATS = 5  # samples per probe and size in a paired calibration (the link: 2x)
-
-
-def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
-    """The probes of one repeat of a paired calibration, in order (the ring last); the lone
-    rank, overlap and ring-pass probes run on local gloo ranks only (``cpu``)."""
-    from ringsim.schedule import BlockKind, build_schedule
-
-    kinds = build_schedule(hosts, config.layout, config.causal, seq_len=config.seq_len).kind
-    steps = ["block compute"]
-    if (kinds == BlockKind.PARTIAL).any():
-        steps.append("masked blocks")
-    if cpu and (kinds == BlockKind.SKIP).any():
-        steps.append("lone rank")
-    steps += ["overlap", "ring pass"] if cpu else []
-    return [*steps, "link", "ring"]
-
-
-def _paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> dict:
-    """In each rank: ``warmup + repeats`` times, calibrate (block compute at this run's block
-    size and half of it, then the link at a small and at this run's message size) and run the
-    ring once. Pairing in time keeps a drifting machine load out of the comparison. Every
-    probe is re-run while its samples spread too wide (``kernels.probes.reprobe``); rank 0
-    reports each probe to ``channel`` (``kernels.progress``)."""
-    import dataclasses
-
-    import torch.distributed as dist
-
-    from kernels.launch import run_ring
-    from kernels.probes import (
-        measure_compute,
-        measure_link_p2p,
-        measure_masked,
-        measure_overlap,
-        measure_ring_pass,
-        measure_solo,
-        reprobe,
-    )
-    from kernels.progress import report
-
-    c = config.seq_len // hosts
-    # one warm-up pass before the timed one: every calibration probe is timed warm too
-    once = dataclasses.replace(config, repeats=1, warmup=1)
-    device = "cpu" if dist.get_backend() == "gloo" else "cuda"
-    steps = paired_steps(config, hosts, cpu=device == "cpu")
-    shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype,
-                 repeats=PROBE_REPEATS)  # fmt: skip
-    received = device == "cpu"
-    probes = {
-        "block compute": lambda: measure_compute(
-            compute_sizes(c), **shape, device=device, barrier=dist.barrier, received=received
-        ),
-        "masked blocks": lambda: measure_masked(
-            c, **shape, device=device, barrier=dist.barrier, received=received
-        ),
-        "lone rank": lambda: measure_solo([c], **shape, received=True),
-        # at this run's block and message, where it is used; one probe scatters on shared
-        # cores, so 9 samples each and the median over the repeats' probes
-        "overlap": lambda: [
-            measure_overlap(c, **{**shape, "repeats": 9}, kv_heads=config.kv_heads)
-        ],
-        "ring pass": lambda: [measure_ring_pass(layout=config.layout, dtype=dtype)],
-        "link": lambda: measure_link_p2p(_link_sizes(config), repeats=PROBE_REPEATS),
-        "ring": lambda: run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed)),
-    }
-    keys = {"block compute": "compute", "masked blocks": "masked", "lone rank": "solo",
-            "overlap": "overlap", "ring pass": "setup", "link": "link",
-            "ring": "rings"}  # fmt: skip
-    out = {key: [] for key in keys.values()}
-    report(channel, f"rank {rank} of {hosts} started")
-    total = config.warmup + config.repeats
-    for i in range(total):
-        done = {key: [] for key in keys.values()}
-        for name in steps:
-            if rank == 0:
-                report(channel, f"repeat {i + 1}/{total}{' (warm-up)' * (i < config.warmup)}: "
-                                f"{name}")  # fmt: skip
-            done[keys[name]] = probes[name]() if name == "ring" else reprobe(probes[name])
-            if rank == 0:
-                report(channel, f"repeat {i + 1}/{total}: {name} done", 1)
-        if i >= config.warmup:
-            for key, value in done.items():
-                out[key].append(value)
-    return out
-
-
-def _paired_calibration(per_rank, i, config, dtype, hosts, threads, backend) -> Calibration:
-    """Repeat ``i``'s calibration, the slowest rank's time for every measurement."""
-    cal = Calibration(backend, dtype, config.heads, config.head_dim, threads, hosts)
-
-    def slowest(rows_of):
-        rows = [rows_of(r) for r in per_rank]
-        return [combine_ranks(same) for same in zip(*rows, strict=True)]
-
-    cal.compute = slowest(lambda r: r["compute"][i])
-    cal.masked = slowest(lambda r: r["masked"][i])
-    cal.solo = slowest(lambda r: r["solo"][i])
-    cal.ring_pass = slowest(lambda r: r["setup"][i])
-    cal.overlap = slowest(lambda r: r["overlap"][i])
-    cal.exchange = slowest(lambda r: r["link"][i]["exchange"])
-    cal.pingpong = slowest(lambda r: r["link"][i]["pingpong"])
-    return cal
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

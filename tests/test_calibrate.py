@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from kernels.calibrate import calibrate_data, save_calibration
-from kernels.measure import _step_durations, compute_sizes, measure, predict
+from kernels.measure import _step_durations, measure, predict
+from kernels.paired import compute_sizes
 from kernels.probes import MASKED_BLOCKS
 from kernels.profile import Calibration, fit_line
 from ringsim.timer.cost import attention_flops
@@ -151,7 +152,7 @@ def test_ratio_interval_brackets_the_ratio_and_narrows_with_repeats():
     assert bootstrap_intervals([2.0, 2.0, 2.0], fixed)["ratio"] == [2.0, 2.0]
 
 
-def test_paired_calibration_times_at_least_two_block_sizes():
+def testpaired_calibration_times_at_least_two_block_sizes():
     for c in (1, 2, 8, 16, 17, 32, 1024):
         sizes = compute_sizes(c)
         assert c in sizes and len(set(sizes)) >= 2 and sizes == sorted(sizes)
@@ -285,7 +286,8 @@ def test_gpu_check_budget_skips_sections_that_do_not_fit(tmp_path):
 
 
 def test_gpu_check_names_args_and_flops(monkeypatch, tmp_path):
-    from kernels.gpu_check import attention_tflops, default_out, device_slug, parse_args
+    from kernels.gpu_check import default_out, device_slug, parse_args
+    from kernels.gpu_plan import attention_tflops
 
     assert device_slug("NVIDIA H200") == "h200"
     assert device_slug("NVIDIA A100-SXM4-80GB") == "a100"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import gpu_check, gpu_sections
+from kernels import gpu_check, gpu_plan, gpu_sections
 
 pytestmark = pytest.mark.torch
 
@@ -26,11 +26,11 @@ def test_help_and_sections():
 
 def test_plans_cover_what_the_issue_asks():
     """fp32/bf16/fp16 with a stated tolerance each; d in {64, 128}; blocks 1K-16K."""
-    assert set(gpu_check.CORRECTNESS_TOL) == set(gpu_check.CORRECTNESS_DTYPES)
-    assert set(gpu_check.CORRECTNESS_DTYPES) == {"float32", "bfloat16", "float16"}
-    assert gpu_check.SPEED_HEAD_DIMS == (64, 128)
-    assert min(gpu_check.SPEED_SIZES) == 1024 and max(gpu_check.SPEED_SIZES) == 16384
-    assert {c for c, *_ in gpu_check.CORRECTNESS_CASES} >= {300}  # a ragged length
+    assert set(gpu_plan.CORRECTNESS_TOL) == set(gpu_plan.CORRECTNESS_DTYPES)
+    assert set(gpu_plan.CORRECTNESS_DTYPES) == {"float32", "bfloat16", "float16"}
+    assert gpu_plan.SPEED_HEAD_DIMS == (64, 128)
+    assert min(gpu_plan.SPEED_SIZES) == 1024 and max(gpu_plan.SPEED_SIZES) == 16384
+    assert {c for c, *_ in gpu_plan.CORRECTNESS_CASES} >= {300}  # a ragged length
 
 
 def test_bench_asks_do_bench_for_the_median(monkeypatch):
@@ -62,7 +62,7 @@ def test_one_failing_speed_row_does_not_lose_the_section(monkeypatch):
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     result = gpu_sections.section_speed(False, gpu_check.Budget(1000))
     rows = result["rows"]
-    assert len(rows) == len(calls) == 2 * len(gpu_check.SPEED_SIZES) * 2
+    assert len(rows) == len(calls) == 2 * len(gpu_plan.SPEED_SIZES) * 2
     (bad,) = [r for r in rows if "error" in r]
     assert bad["d"] == 128 and bad["c"] == 4096 and "out of resources" in bad["error"]
     assert sum("triton_fwd_tflops" in r for r in rows) == len(rows) - 1
@@ -104,7 +104,7 @@ def _fake_report() -> dict:
     cases = [
         {"c": 256, "d": 64, "causal": causal, "dtype": dtype, "tolerance": tol,
          "triton_max_rel_err": {"out": tol / 5}, "sdpa_max_rel_err": {"out": tol / 4}}
-        for causal in (False, True) for dtype, tol in gpu_check.CORRECTNESS_TOL.items()
+        for causal in (False, True) for dtype, tol in gpu_plan.CORRECTNESS_TOL.items()
     ]  # fmt: skip
     runs = [
         {"block_tokens": c, "measured_time_s": 1e-3 * c / 1024, "predicted_time_s": 1e-3,

@@ -3,14 +3,15 @@
 One module per subcommand (``simulate``, ``sweep``, ``memory``, ``plan``, ``validate``,
 ``presets``, ``demo``), each with ``HELP``, ``EXAMPLES``, ``add_arguments`` and ``run``; the
 values they parse live in ``values``, the flags they share in ``args``, the checks that run
-before any work in ``checks`` and the printing in ``output``. ``calibrate`` and ``measure`` are forwarded to the real backend
-(``kernels``). Every subcommand prints a table for people (rich when installed, plain text
-otherwise) and, with ``--json``, one JSON document for scripts. Bad input ends in one line on
-stderr naming the value, and exit code 2. Only what a command needs is imported: matplotlib
-when it plots, rich when it prints a table to a terminal, torch only for ``calibrate`` and
-``measure``. The command line may import everything below it; only the real backend's own
-command-line entry points (``kernels.measure``, ``kernels.calibrate``) import its parsers and
-checks, so that every subcommand validates its flags the same way.
+before any work in ``checks`` and the printing in ``output``. ``calibrate`` and ``measure``
+are forwarded to the real backend (``kernels``). Every subcommand prints a table for people
+(rich when installed, plain text otherwise) and, with ``--json``, one JSON document for
+scripts. Bad input ends in one line on stderr naming the value, and exit code 2. Only what a
+command needs is imported: matplotlib when it plots, rich when it prints a table to a
+terminal, torch only for ``calibrate`` and ``measure``. The command line may import
+everything below it; only the real backend's own command-line entry points
+(``kernels.measure``, ``kernels.calibrate``) import its parsers and checks, so that every
+subcommand validates its flags the same way.
 """
 
 from __future__ import annotations
