@@ -2,6 +2,12 @@
 
     .venv/bin/python benchmarks/bench_numerics.py            # P=8, N=8192, d=64, float32
     .venv/bin/python benchmarks/bench_numerics.py --quick    # N=2048, fewer repeats
+    .venv/bin/python benchmarks/bench_numerics.py --seq-len 65536 --no-dense --repeats 1
+
+``--no-dense`` (for an N whose N x N scores do not fit: 16 GiB at N = 65536) times the ring
+alone (its first run traced and recorded for memory) and checks 64 random query rows against
+float64; compare with dense at the largest N where it fits (e.g. ``--seq-len 16384``).
+``--mask full`` or ``causal`` runs one mask only.
 
 Both run in the same process on the same inputs, interleaved (dense, ring, dense, ring, ...) so
 that machine noise hits both alike; we report median times and their ratio (target: ring at most
@@ -61,10 +67,14 @@ def peak_bytes(run: Callable[[], object]) -> int:
     return peak
 
 
-def host_working_set(q: np.ndarray, k: np.ndarray, v: np.ndarray, hosts: int, causal: bool) -> int:
-    """Bytes one real host needs: its held blocks at the fullest step, plus one step's temps."""
-    record = RingRecord()
-    ring_attention(q, k, v, hosts=hosts, causal=causal, record=record)
+def host_working_set(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, hosts: int, causal: bool, record=None
+) -> int:
+    """Bytes one real host needs: its held blocks at the fullest step, plus one step's temps.
+    ``record``: the ``RingRecord`` of a run already made (else one is made here)."""
+    if record is None:
+        record = RingRecord()
+        ring_attention(q, k, v, hosts=hosts, causal=causal, record=record)
     held = max(cell["nbytes"] for step in record.steps for cell in step)
     c = q.shape[-2] // hosts
     q_block, k_block, v_block = q[:c], k[:c], v[:c]
@@ -79,11 +89,39 @@ def host_working_set(q: np.ndarray, k: np.ndarray, v: np.ndarray, hosts: int, ca
     return held + peak_bytes(step)
 
 
-def bench(hosts: int, seq_len: int, dim: int, causal: bool, repeats: int) -> dict:
+def sampled_rows_error(out: np.ndarray, q, k, v, causal: bool, rows: int = 64) -> float:
+    """Max error of ``rows`` random query rows of ``out`` against float64 attention."""
+    pick = np.random.default_rng(1).choice(q.shape[0], rows, replace=False)
+    scores = q[pick].astype(np.float64) @ k.T.astype(np.float64) / np.sqrt(q.shape[-1])
+    if causal:
+        scores[np.arange(k.shape[0]) > pick[:, None]] = -np.inf
+    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    ref = (p / p.sum(axis=-1, keepdims=True)) @ v.astype(np.float64)
+    return float(np.abs(out[pick] - ref).max())
+
+
+def bench(hosts: int, seq_len: int, dim: int, causal: bool, repeats: int, dense_too=True) -> dict:
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((seq_len, dim)).astype(np.float32) for _ in range(3))
     dense = lambda: dense_attention(q, k, v, causal)
     ring = lambda: ring_attention(q, k, v, hosts=hosts, causal=causal)
+    if not dense_too:  # one traced, recorded run gives time, peak, held blocks and the error
+        record = RingRecord()
+        tracemalloc.start()
+        start = time.perf_counter()
+        out = ring_attention(q, k, v, hosts=hosts, causal=causal, record=record)
+        t_ring = [time.perf_counter() - start]
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        err = sampled_rows_error(out, q, k, v, causal)
+        assert err < 1e-4 * np.abs(v).max(), f"ring and float64 disagree by {err}"
+        for _ in range(repeats - 1):
+            start = time.perf_counter()
+            ring()
+            t_ring.append(time.perf_counter() - start)
+        return dict(ring_s=statistics.median(t_ring), ring_min_s=min(t_ring),
+                    ring_peak_per_host=peak / hosts, error=err,
+                    host_set=host_working_set(q, k, v, hosts, causal, record))  # fmt: skip
     err = np.abs(ring().astype(np.float64) - dense()).max()  # same answer, or the timing is moot
     assert err < 1e-4 * np.abs(v).max(), f"ring and dense disagree by {err}"
     t_dense, t_ring = interleaved_seconds([dense, ring], repeats)
@@ -105,20 +143,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="default 8192 (quick: 2048)")
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=None, help="default 9 (quick: 3)")
+    parser.add_argument("--no-dense", action="store_true", help="the ring alone (N x N too big)")
+    parser.add_argument("--mask", choices=["both", "full", "causal"], default="both")
     args = parser.parse_args(argv)
     seq_len = args.seq_len or (2048 if args.quick else 8192)
     repeats = args.repeats or (3 if args.quick else 9)
+    masks = {"both": (False, True), "full": (False,), "causal": (True,)}[args.mask]
 
     print(
         f"ring forward vs dense NumPy attention: P={args.hosts}, N={seq_len}, d={args.dim}, "
         f"float32, one head, median of {repeats} interleaved runs"
     )
     mib = 2.0**20
+    if args.no_dense:
+        print(f"{'mask':<7} {'ring s':>8} {'min s':>8} {'ring peak/P':>12} {'one host':>9} "
+              f"{'max error (64 rows vs float64)':>31}")  # fmt: skip
+        for causal in masks:
+            r = bench(args.hosts, seq_len, args.dim, causal, repeats, dense_too=False)
+            print(f"{'causal' if causal else 'full':<7} {r['ring_s']:8.3f} {r['ring_min_s']:8.3f} "
+                  f"{r['ring_peak_per_host'] / mib:8.2f} MiB {r['host_set'] / mib:5.2f} MiB "
+                  f"{r['error']:31.1e}")  # fmt: skip
+        return
     print(
         f"{'mask':<7} {'dense s':>8} {'ring s':>8} {'ratio':>6} {'best':>6} {'target':>6} "
         f"{'dense peak':>11} {'ring peak/P':>12} {'ratio':>7} {'one host':>9}"
     )
-    for causal in (False, True):
+    for causal in masks:
         r = bench(args.hosts, seq_len, args.dim, causal, repeats)
         verdict = "ok" if r["median_ratio"] <= TARGET_RATIO else "MISS"
         print(
