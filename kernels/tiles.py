@@ -31,6 +31,8 @@ import torch
 if TYPE_CHECKING:
     from kernels.block_args import BlockArgs
 
+INT32_LIMIT = 2**31  # offsets inside one head, and the grid's program count, stay below this
+
 
 @dataclass(frozen=True)
 class TileConfig:
@@ -136,3 +138,57 @@ def tile_ranges(live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     lo = torch.where(any_live, first, 0).to(torch.int32).contiguous()
     hi = torch.where(any_live, last + 1, 0).to(torch.int32).contiguous()
     return lo, hi
+
+
+def check_sizes(args: BlockArgs) -> None:
+    """``ValueError`` unless one head's ``c x d`` (q, k, v, out and gradients) stays below
+    2^31 elements: offsets inside a head are 32-bit (a head's base offset is 64-bit)."""
+    head_dim = args.q.shape[3]
+    for name, seq in (("q", args.q.shape[2]), ("k", args.k.shape[2])):
+        if seq * head_dim >= INT32_LIMIT:
+            raise ValueError(
+                f"{name} has {seq} tokens x head dim {head_dim} = {seq * head_dim} elements per "
+                f"head; the Triton kernels need fewer than 2^31 per head (split the block)"
+            )
+
+
+def grid(tiles: int, batch_heads: int) -> tuple[int]:
+    """The launch grid: tiles x (batch, heads) folded into axis 0 (its limit is 2^31 - 1; the
+    second axis of a 2-d grid stops at 65,535)."""
+    programs = tiles * batch_heads
+    if programs >= INT32_LIMIT:
+        raise ValueError(
+            f"{tiles} tiles x {batch_heads} (batch x heads) = {programs} programs; a launch "
+            "takes fewer than 2^31"
+        )
+    return (programs,)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Host-side bookkeeping of a block pair, made once per (block pair, tiles): the tile
+    ranges each program loops over and the mask inputs. Reusable across calls on the same
+    ``BlockArgs`` (a timed loop makes it outside the timed region)."""
+
+    config: TileConfig
+    kv_lo: torch.Tensor  # (query tiles,) int32: key tiles [kv_lo, kv_hi) of each query tile
+    kv_hi: torch.Tensor
+    q_lo: torch.Tensor  # (key tiles,) int32: query tiles [q_lo, q_hi) of each key tile
+    q_hi: torch.Tensor
+    q_seg: torch.Tensor  # int64 document ids (the positions when there are none)
+    k_seg: torch.Tensor
+    has_seg: bool
+
+
+def plan(args: BlockArgs, pass_: str = "forward", config: TileConfig | None = None) -> TilePlan:
+    """Checks sizes, chooses tiles (``default_config`` unless given), finds the live ones."""
+    check_sizes(args)
+    head_dim = args.q.shape[3]
+    cfg = config or default_config(head_dim, args.q.device, pass_, args.q.dtype)
+    live = live_tiles(args, cfg.block_m, cfg.block_n)
+    kv_lo, kv_hi = tile_ranges(live)
+    q_lo, q_hi = tile_ranges(live.T)
+    has_seg = args.q_seg is not None
+    q_seg = args.q_seg.contiguous() if has_seg else args.q_pos
+    k_seg = args.k_seg.contiguous() if has_seg else args.k_pos
+    return TilePlan(cfg, kv_lo, kv_hi, q_lo, q_hi, q_seg, k_seg, has_seg)

@@ -67,8 +67,9 @@ RESULTS = Path("..") / "results"
 # this answer stating one. Two processes on two shared cores compute a few GFLOP/s each and
 # move about a gigabyte per second through loopback TCP, and the calibration also measures
 # fixed costs (per block call, per message). Whether a block counts as compute- or
-# communication-bound is decided by the calibrated threshold printed with each run: below
-# it the link dominates, above it the compute. The larger block should be predicted more
+# communication-bound is decided by the calibrated threshold printed with each run, with its
+# 95% interval from the probes' spread: below it the link dominates, above it the compute,
+# and inside the interval the run says "near the threshold" rather than guessing. The larger block should be predicted more
 # closely: fixed per-call costs and scheduler noise are a large share of a short step, and
 # two processes on two cores get in each other's way. This is a single live sample on a
 # loaded machine; the committed table further down is the better evidence.
@@ -81,13 +82,18 @@ for seq_len in (scaled(256, multiple=64), scaled(2048, multiple=64)):
     report = measure(hosts=2, seq_len=seq_len, heads=2, head_dim=32, repeats=3)
     runs.append(report)
     ms = {key: report[key] * 1e3 for key in ("measured_time_s", "predicted_time_s")}
+    lo, hi = report["overlap_threshold_ci95"]
+    meas_lo, meas_hi = (x * 1e3 for x in report["measured_ci95"])
+    pred_lo, pred_hi = (x * 1e3 for x in report["predicted_ci95"])
     verdict = "within" if 0.9 <= report["ratio"] <= 1.1 else "outside"
+    agree = "overlap" if report["intervals_overlap"] else "do not overlap"
     print(
         f"block {report['block_tokens']} tokens: calibrated threshold "
-        f"{report['overlap_threshold_tokens']:.0f} tokens, so {report['regime']}\n"
-        f"    measured {ms['measured_time_s']:.2f} ms (median of repeats), "
-        f"predicted {ms['predicted_time_s']:.2f} ms\n"
-        f"    ratio {report['ratio']:.2f}, {verdict} 10%; "
+        f"{report['overlap_threshold_tokens']:.0f} tokens [{lo:.0f}, {hi:.0f}]: "
+        f"{report['regime']}\n"
+        f"    measured {ms['measured_time_s']:.2f} ms [{meas_lo:.2f}, {meas_hi:.2f}], "
+        f"predicted {ms['predicted_time_s']:.2f} ms [{pred_lo:.2f}, {pred_hi:.2f}]\n"
+        f"    ratio {report['ratio']:.2f}, {verdict} 10%; the intervals {agree}; "
         f"error vs exact {report['max_abs_error']:.1e}"
     )
 

@@ -162,7 +162,7 @@ def test_tile_skipping_matches_the_cost_models_tile_count(layout):
     sorted positions that range holds exactly the live tiles, and the live tiles cover exactly
     the pairs ``ringsim.masks.count_visible(tile=T)`` charges."""
     from kernels.block_args import check_block_args
-    from kernels.triton_block import live_tiles, tile_ranges
+    from kernels.tiles import live_tiles, tile_ranges
 
     tile, hosts, seq = 4, 4, 128
     pos = ringsim.host_positions(layout, hosts, seq)
@@ -335,7 +335,7 @@ def test_bf16_dot_shim_is_installed_and_needed():
 def test_grid_folds_batch_and_heads_into_one_axis():
     """A 2-d grid's second axis stops at 65,535 programs; the kernels fold (batch, heads)
     into axis 0, whose limit is 2^31 - 1, and say so beyond it."""
-    from kernels.triton_block import grid
+    from kernels.tiles import grid
 
     assert grid(4, 70_000) == (280_000,)  # 70,000 (batch x heads) would not fit a grid's y
     with pytest.raises(ValueError, match="2\\^31"):
