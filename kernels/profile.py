@@ -382,19 +382,6 @@ class Calibration:
             source=f"calibrated {self.when} on {self.machine or self.backend} at c={c}",
         )
 
-    def kernel_family(self, block_tokens: int | None = None):
-        """The ``"torch"`` kernel family of ``ringsim.timer.kernel_model`` from this fit: the
-        fixed cost per call (``block_overhead()``) and the masked-tile speed at ``block_tokens``
-        (default: the largest block measured); its rate is ``hardware()``'s."""
-        from ringsim.timer.kernel_model import torch_family
-
-        c = block_tokens or max(r["block_tokens"] for r in self.compute)
-        return torch_family(
-            call_overhead_s=self.block_overhead(),
-            masked_speed=self.masked_speed_at(c),
-            source=f"calibrated {self.when} on {self.machine or self.backend} at c={c}",
-        )
-
     def summary(self) -> dict:
         comp, ex, pp = self.compute_fit, self.link_fit("exchange"), self.link_fit("pingpong")
         largest = max(r["block_tokens"] for r in self.compute)
