@@ -4,12 +4,13 @@
 run P virtual hosts in one process and equal dense attention up to rounding.
 
 The folders are the layers, bottom up. This folder holds the core every executor reads: the
-token layouts (``layouts``), the one mask rule (``masks``), the ring schedule (``schedule``) and
-argument checks (``_checks``); the core imports nothing above it. Three rooms build on it:
-``numerics/`` (the exact executor), ``timer/`` (the timed executor) and ``views/`` (plots,
-traces, lesson helpers), and ``cli/`` (the ``ringsim`` command) sits on top. The real backend,
-``kernels/`` beside this package, runs the same schedule on torch. This module is the public
-API: everything a user needs is importable from ``ringsim``.
+token layouts (``layouts``), the one mask rule (``masks``), the ring schedule (``schedule``),
+how U x R hosts are numbered when Ulysses and a ring share them (``grid``), argument checks
+(``_checks``) and atomic, strict output files (``_io``); the core imports nothing above it.
+Three rooms build on it: ``numerics/`` (the exact executor), ``timer/`` (the timed executor)
+and ``views/`` (plots, traces, lesson helpers), and ``cli/`` (the ``ringsim`` command) sits on
+top. The real backend, ``kernels/`` beside this package, runs the same schedule on torch. This
+module is the public API: everything a user needs is importable from ``ringsim``.
 """
 
 from ringsim.layouts import LAYOUTS, from_layout, host_positions, permutation, to_layout
