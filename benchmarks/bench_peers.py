@@ -20,7 +20,7 @@ virtual hosts; forward cases up to ``--numpy-max-seq-len``: it is an exact refer
 slower than the torch ring here), the two peers, and the compute floor (torch's fused SDPA on
 one thread, one core per rank, the two full blocks each rank computes). It prints median
 times, ringsim ÷ JAX, ringsim's fraction of the floor, peak memory per process
-(``ru_maxrss``; the JAX process holds both devices) and, up to N = 8192, the error of every
+(``VmHWM``; the JAX process holds both devices) and, up to N = 8192, the error of every
 output and gradient against float64, per rank and per token. ring-attention-pytorch's dK/dV
 are wrong with two ranks or more: its backward ends with ``dk, dv = ring_pass(..., dkv)``,
 which returns the pair (received, sent) of ``(dk, dv)`` stacks, and autograd sums each stack
@@ -207,6 +207,7 @@ def floor_worker(case: Case, spec: dict) -> dict:
     import torch
     import torch.nn.functional as F
 
+    rss0 = maxrss_bytes()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(1)
     c = case.seq_len // HOSTS
@@ -222,7 +223,7 @@ def floor_worker(case: Case, spec: dict) -> dict:
         if i:
             times.append(HOSTS * (time.perf_counter() - t0))
     flops = 4 * c * c * HEAD_DIM * HEADS * (3.5 if case.backward else 1)  # backward: 2.5x
-    return {"times": times, "rss": [maxrss_bytes()], "rss_start": [0],
+    return {"times": times, "rss": [maxrss_bytes()], "rss_start": [rss0],
             "gflops_per_core": flops * HOSTS / min(times) / 1e9}  # fmt: skip
 
 

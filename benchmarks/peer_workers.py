@@ -3,7 +3,7 @@ so it needs numpy and the standard library only; each peer is imported inside it
 
     PEERS_PYTHON benchmarks/peer_workers.py jax|ring-attention-pytorch SPEC_JSON
 
-prints one JSON line: the timed runs' seconds and each process's peak memory (``ru_maxrss``).
+prints one JSON line: the timed runs' seconds and each process's peak memory (``VmHWM``).
 ``SPEC_JSON`` names the inputs folder (``q, k, v, g`` ``.npy``, ``(B, H, N, d)`` fp32), the
 outputs folder, the mask, forward or forward + backward, repeats and the peers' tile sizes.
 """
@@ -24,6 +24,16 @@ HEADS, HEAD_DIM, HOSTS = 8, 64, 2
 
 
 def maxrss_bytes() -> int:
+    """This process's peak resident memory: ``VmHWM`` of its own address space. (``ru_maxrss``
+    is not: Linux carries it across ``exec``, so a child started by a large parent reports at
+    least the parent's size.)"""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
