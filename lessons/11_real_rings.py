@@ -57,10 +57,12 @@ c = row.config
 measured_s = 1.0 / (
     row.value * c["theoretic_it_s"]
 )  # the README's zigzag it/s, inverted
-print(ZHUZILIN_SOURCE)
+print(textwrap.fill(ZHUZILIN_SOURCE, 88))
+tokens = c["seq_len"] // c["hosts"]
 print(
-    f"8 x {c['hardware']}, {c['seq_len'] // c['hosts']} tokens per GPU, {c['heads']} query / "
-    f"{c['kv_heads']} kv heads x {c['head_dim']}, {c['dtype']}, causal, zigzag, forward: "
+    f"8 x {c['hardware']}, {tokens} tokens per GPU, "
+    f"{c['heads']} query / {c['kv_heads']} kv heads x {c['head_dim']},\n"
+    f"{c['dtype']}, causal, zigzag, forward: "
     f"{row.value:.1%} of ideal, {1e3 * measured_s:.2f} ms per call"
 )
 
@@ -108,8 +110,8 @@ print(
     f"the full model predicts {model_s / measured_s:.0%} of the measured time."
 )
 by_size = sorted(terms, key=lambda x: -x[1])
-print(textwrap.fill("Terms, largest first: " + ", ".join(
-    f"{t.removeprefix('+ ')} {1e3 * dt:+.2f} ms" for t, dt in by_size), 88))  # fmt: skip
+largest = ", ".join(f"{t.removeprefix('+ ')} {1e3 * dt:+.2f} ms" for t, dt in by_size)
+print(textwrap.fill("Terms, largest first: " + largest, 88))
 
 fig, ax = plt.subplots(figsize=(8, 3.8))
 labels = [t for t, _ in steps] + ["measured"]
@@ -151,9 +153,10 @@ for layout in ("ring_attn", "zigzag_ring", "stripe_attn"):
     errors = sorted(r["error"] for r in cells)
     ours = [r["predicted"] for r in cells]
     theirs = [r["published"] for r in cells]
+    spread = f"{errors[0]:+.1f} to {errors[-1]:+.1f} pts"
     print(
-        f"ideal model, {layout}: {min(ours):.1%}-{max(ours):.1%}; published "
-        f"{min(theirs):.1%}-{max(theirs):.1%} ({errors[0]:+.1f} to {errors[-1]:+.1f} pts)"
+        f"ideal model, {layout}: {min(ours):.1%}-{max(ours):.1%}; "
+        f"published {min(theirs):.1%}-{max(theirs):.1%} ({spread})"
     )
 
 # %% [markdown]
