@@ -234,7 +234,9 @@ print(table(rows, {k: "{}" for k in rows[0]}))
 # every transfer at its link's rate. A real ring splits attention into smaller kernel calls,
 # each below peak, and its point-to-point sends use the links less well than collectives;
 # the USP authors name both. The planner's ranking is only as good as those two models.
-# Exposed communication it gets right; kernel efficiency it does not model yet.
+# This figure uses the ideal timer, which gets exposed communication right and knows no
+# kernel efficiency; lesson 11's kernel models add it (`ringsim plan --implementation fa2`
+# on an A100 or H100 cluster), and with them the planner prefers fewer, larger kernel calls.
 #
 # ## Takeaways
 #
@@ -243,7 +245,7 @@ print(table(rows, {k: "{}" for k in rows[0]}))
 # - On fast links with large blocks, the candidates tie at compute time; slow links and
 #   small blocks separate them.
 # - Check the plan against measurements: the ideal timer favours the ring, because it knows
-#   no kernel efficiency.
+#   no kernel efficiency; plan again with `--implementation` to see what real kernels do.
 
 # %% tags=["remove-input"]
 fast = million.candidates[0]

@@ -99,6 +99,12 @@ class Schedule:
         """``(P,)`` owner of the kv block each host holds at ``step``."""
         return (np.arange(self.hosts) - step) % self.hosts
 
+    def relation_at(self, step: int) -> np.ndarray:
+        """``(P,)`` sign of (the kv block's owner - the host) at ``step``: 0 for the host's own
+        block, -1 for one from an earlier host, +1 from a later one (what a causal layout's
+        kernel call depends on)."""
+        return np.sign(self.kv_owner(step) - np.arange(self.hosts))
+
     def payload(self, step: int) -> tuple[str, ...]:
         """What every host sends to ``send_to`` after computing ``step`` (empty: nothing)."""
         if self.hosts == 1:

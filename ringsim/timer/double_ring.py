@@ -28,11 +28,13 @@ from ringsim.timer.topology import Cluster
 
 
 class _RoundSchedule:
-    """What the ring engines read of a ``Schedule`` (hosts, steps, pass, payload, work, kind),
+    """What the ring engines read of a ``Schedule`` (hosts, steps, pass, payload, work, kind,
+    relation),
     for one inner ring in one round: the inner ring's payloads, the flat ring's work."""
 
-    def __init__(self, inner, work: np.ndarray, kind: np.ndarray):
+    def __init__(self, inner, work: np.ndarray, kind: np.ndarray, relation: np.ndarray):
         self.inner, self._work, self._kind = inner, work, kind  # (w, w): step x host
+        self._relation = relation  # (w, w): sign of (key slot - query slot) in the flat ring
         self.hosts = self.steps = inner.hosts
         self.pass_ = inner.pass_
         self.recv_from = inner.recv_from
@@ -45,6 +47,9 @@ class _RoundSchedule:
 
     def kind_at(self, step: int) -> np.ndarray:
         return self._kind[step]
+
+    def relation_at(self, step: int) -> np.ndarray:
+        return self._relation[step]
 
 
 def default_window(cluster: Cluster, members: list[int]) -> int:
@@ -112,9 +117,11 @@ def double_ring(
             q = k * w + i
             step_work = np.empty((w, w))
             step_kind = np.empty((w, w), dtype=np.int8)
+            step_relation = np.empty((w, w), dtype=np.int64)
             for j in range(w):
                 key = ((k - o) % rounds) * w + (i - j) % w
                 step_work[j], step_kind[j] = work[q, key], kind[q, key]
+                step_relation[j] = np.sign(key - q)
             cfg = replace(
                 sub,
                 hop_bandwidth=tuple(in_bw[members_arr[hosts]]),
@@ -132,7 +139,7 @@ def double_ring(
                     if arr is not None:
                         view[name][j] = arr
 
-            schedule = _RoundSchedule(inner, step_work, step_kind)
+            schedule = _RoundSchedule(inner, step_work, step_kind, step_relation)
             RING_ENGINES[engine](
                 schedule, costs.ring_rows(schedule), config.overlap, ready[hosts].copy(),
                 inner_free[hosts].copy(), emit,

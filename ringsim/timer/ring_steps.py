@@ -127,7 +127,7 @@ class StepModel:
     def seconds(self, schedule: Schedule, s: int) -> np.ndarray:
         """``(P,)`` seconds of step ``s`` (before the host's speed and jitter)."""
         P = schedule.hosts
-        relation = np.sign(schedule.kv_owner(s) - np.arange(P))
+        relation = schedule.relation_at(s)
         kind, work = schedule.kind_at(s), np.round(schedule.work_at(s), 12)
         first, last = s == 0, s == schedule.steps - 1
         out = np.empty(P)
