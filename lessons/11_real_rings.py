@@ -99,9 +99,7 @@ for term, seconds in steps:
         {"term": term, "ms": 1e3 * seconds, "added (ms)": 1e3 * (seconds - previous)}
     )
     previous = seconds
-rows.append(
-    {"term": "measured (README)", "ms": 1e3 * measured_s, "added (ms)": float("nan")}
-)
+rows.append({"term": "measured (README)", "ms": 1e3 * measured_s, "added (ms)": None})
 print(table(rows, {"term": "{}", "ms": "{:.2f}", "added (ms)": "{:+.2f}"}))
 ideal_s, model_s = steps[0][1], steps[-1][1]
 terms = [(t, b - a) for (t, b), (_, a) in zip(steps[1:], steps[:-1], strict=True)]

@@ -99,3 +99,13 @@ def test_animation_has_a_frame_per_step_and_no_cdn_link(qkv) -> None:
     html = animation_html(anim)
     assert html.count("data:image/png;base64") == story.steps
     assert "https://" not in html and "http://" not in html
+
+
+def test_table_prints_a_dash_for_a_missing_value() -> None:
+    from ringsim.views.lessons_support import table
+
+    text = table(
+        [{"term": "a", "ms": 1.5}, {"term": "b", "ms": None}], {"term": "{}", "ms": "{:.2f}"}
+    )
+    assert text.splitlines()[-1].split() == ["b", "-"]
+    assert text.splitlines()[-2].split() == ["a", "1.50"]

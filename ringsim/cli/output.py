@@ -119,9 +119,11 @@ def describe(config, strategy: str = "ring") -> str:
         f" ({config.kv_heads} kv)" if config.kv_heads != config.heads else ""
     )
     batch = f", batch {config.batch}" if config.batch > 1 else ""
+    kernel = getattr(config, "implementation", "ideal")
+    kernel = "" if kernel == "ideal" else f", {kernel} kernels"
     return (
         f"{strategy} {config.pass_}, {split}, {config.hardware.name}, {config.dtype}, "
-        f"{heads} x {config.head_dim}{batch}"
+        f"{heads} x {config.head_dim}{batch}{kernel}"
     )
 
 

@@ -437,9 +437,13 @@ def references(*keys: str, notes: dict[str, str] | None = None) -> Markdown:
 
 def table(rows: list[dict], columns: dict[str, str], *, width: int = 88) -> str:
     """A plain-text table of ``rows`` (dicts) for ``print``: ``columns`` maps a key to its
-    format spec (``"{:.2f}"``) with the header being the key. Refuses to exceed ``width``
-    characters, the book's code column, so nothing is cut off at the right edge."""
-    cells = [[fmt.format(row[key]) for key, fmt in columns.items()] for row in rows]
+    format spec (``"{:.2f}"``) with the header being the key (``None`` prints ``-``). Refuses
+    to exceed ``width`` characters, the book's code column, so nothing is cut off at the right
+    edge."""
+    cells = [
+        ["-" if row[key] is None else fmt.format(row[key]) for key, fmt in columns.items()]
+        for row in rows
+    ]
     heads = list(columns)
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
