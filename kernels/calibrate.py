@@ -49,6 +49,7 @@ from dataclasses import asdict
 from datetime import date
 from pathlib import Path
 
+from kernels.paired import attempt_blocks
 from kernels.probes import (
     measure_compute,
     measure_link_h2d,
@@ -66,7 +67,7 @@ from kernels.profile import (
     combine_ranks,
     parameter_intervals,
 )
-from kernels.progress import Progress
+from kernels.progress import Progress, stall_window
 
 BACKENDS = ("gloo", "nccl", "cuda")
 DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048)
@@ -91,7 +92,7 @@ def _rank_worker(rank: int, hosts: int, spec: dict, channel=None) -> dict:
     import torch
     import torch.distributed as dist
 
-    from kernels.progress import report
+    from kernels.progress import pulsing, report
 
     device = "cuda" if spec["backend"] == "nccl" else "cpu"
     received = device == "cpu"  # local ranks: blocks computed as they arrive (_received_samples)
@@ -127,7 +128,7 @@ def _rank_worker(rank: int, hosts: int, spec: dict, channel=None) -> dict:
     for name in _probe_names(spec):
         if rank == 0:
             report(channel, name)
-        done[name] = reprobe(probes[name])
+        done[name] = reprobe(pulsing(probes[name]))  # every attempt: a sign of life
         if rank == 0:
             report(channel, f"{name} done", 1)
     by_kind = lambda prefix: [row for name, rows in done.items()
@@ -136,6 +137,18 @@ def _rank_worker(rank: int, hosts: int, spec: dict, channel=None) -> dict:
             "solo": done.get("lone rank", []), "overlap": by_kind("overlap"),
             "ring_pass": done.get("ring pass", []),
             "threads": torch.get_num_threads()}  # fmt: skip
+
+
+def _stall_s(spec: dict, hosts: int, timeout_s: float) -> float:
+    """How long a calibrating rank may be silent: one attempt of its longest probe at the
+    largest block it times (each attempt says ``alive``; ``kernels.paired.attempt_blocks``)
+    or, the block compute, every size's samples (counted as the largest)."""
+    sizes = [*spec["sizes"], *spec["masked_sizes"], *spec["solo_sizes"], *spec["step_sizes"]]
+    samples = max(spec["repeats"], 3) + 1
+    blocks = max(attempt_blocks(spec["repeats"], hosts, 3 * spec["repeats"]),
+                 len(spec["sizes"]) * (samples + 1))  # fmt: skip
+    return stall_window(timeout_s, block_tokens=max(sizes), heads=spec["heads"],
+                        head_dim=spec["head_dim"], blocks=blocks)  # fmt: skip
 
 
 def _combine(per_rank: list[dict], key: str) -> list[dict]:
@@ -196,7 +209,8 @@ def calibrate_data(
     with Progress(len(_probe_names(spec)), "calibrate", enabled=progress) as bar:
         bar.advance(f"starting {hosts} {backend} ranks", 0)
         per_rank = launch(_rank_worker, hosts, args=(spec, bar.channel), backend=backend,
-                          timeout_s=timeout_s, threads=threads)  # fmt: skip
+                          timeout_s=timeout_s, threads=threads,
+                          stall_s=_stall_s(spec, hosts, timeout_s))  # fmt: skip
     for key in ("compute", "pingpong", "exchange", "masked", "solo", "overlap", "ring_pass"):
         setattr(cal, key, _combine(per_rank, key))
     return cal

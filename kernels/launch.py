@@ -2,9 +2,11 @@
 
 ``launch(fn, hosts, ...)`` starts ``hosts`` rank processes joined by a process group, runs
 ``fn(rank, hosts, *args)`` in each and returns their answers; a rank that fails or hangs ends
-the whole run with a ``RingError`` in bounded time. ``RunConfig`` is one complete problem on
-random inputs (identical on every rank) and ``run_ring`` one rank's part of it, with timelines;
-the tests, ``kernels.measure``, ``kernels.calibrate`` and torchrun all run rings this way.
+the whole run with a ``RingError`` in bounded time (a long run's ranks say they are alive,
+``kernels.progress.alive``, and only a rank silent for ``stall_s`` counts as hung).
+``RunConfig`` is one complete problem on random inputs (identical on every rank) and
+``run_ring`` one rank's part of it, with timelines; the tests, ``kernels.measure``,
+``kernels.calibrate`` and torchrun all run rings this way.
 
 On GPUs: ``torchrun --nproc-per-node P -m kernels.launch --seq-len N ...``.
 """
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from kernels.progress import Limits, Pulses, alive
 from kernels.ring import (
     DEFAULT_TIMEOUT_S,
     Ring,
@@ -179,9 +182,12 @@ def _terminate_cleanly():
 
 
 def _worker_main(
-    rank, hosts, init_file, backend, timeout_s, threads, cores, fn, args, results, parent_pid
-):
+    rank, hosts, init_file, backend, timeout_s, threads, cores, fn, args, results, parent_pid,
+    pulses, slot,
+):  # fmt: skip
     die_with_parent(parent_pid)
+    pulses.attach(slot)
+    alive()
     try:
         if cores is not None:
             os.sched_setaffinity(0, cores)  # before torch starts its threads
@@ -219,6 +225,7 @@ def launch(
     threads: int = 1,
     ranks: Sequence[int] | None = None,
     deadline_s: float | None = None,
+    stall_s: float | None = None,
     pin: bool = True,
 ) -> list:
     """Run ``fn(rank, hosts, *args)`` in ``hosts`` fresh processes joined by ``backend``.
@@ -227,13 +234,19 @@ def launch(
     threads and ``timeout_s`` for the rendezvous and every collective/transfer. ``ranks``
     starts only some ranks (to test a rank that never joins). Returns the results by rank;
     raises ``RingError`` naming every rank that failed, or that did not answer within
-    ``deadline_s`` (default: ``2 * timeout_s + 30``). ``pin``: give each gloo rank cores of
-    its own when there are enough (``rank_cores``).
+    ``deadline_s`` (default: ``2 * timeout_s + 30``). ``stall_s``: a rank that says it is
+    alive (``kernels.progress.alive``, e.g. once per probe or repeat) keeps running past
+    ``deadline_s`` until it falls silent for ``stall_s`` (``stall_window`` sizes it from the
+    work). Once a rank failed, the others get ``timeout_s + 30`` more (their transfers with it
+    time out). ``pin``: give each gloo rank cores of its own when there are enough.
     """
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.Queue()
     ranks = list(range(hosts)) if ranks is None else list(ranks)
-    deadline = time.monotonic() + (2 * timeout_s + 30 if deadline_s is None else deadline_s)
+    limits = Limits(
+        time.monotonic() + (2 * timeout_s + 30 if deadline_s is None else deadline_s),
+        stall_s, timeout_s + 30, Pulses(ctx, len(ranks)),
+    )  # fmt: skip
     cores = rank_cores(hosts, threads, backend) if pin else None
     with tempfile.TemporaryDirectory(prefix="ringsim-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
@@ -252,35 +265,45 @@ def launch(
                     args,
                     results,
                     os.getpid(),
+                    limits.pulses,
+                    slot,
                 ),
                 daemon=True,
             )
-            for r in ranks
+            for slot, r in enumerate(ranks)
         ]
         answers: dict[int, tuple[str, object]] = {}
         with _terminate_cleanly():
-            _run_ranks(procs, ranks, results, answers, deadline)
+            _run_ranks(procs, ranks, results, answers, limits)
     failures = [
         f"rank {r}: {answers[r][1]}" for r in ranks if r in answers and answers[r][0] != "ok"
     ]
     missing = [r for r in ranks if r not in answers]
     if missing:
         failures.append(f"ranks {missing} did not answer (died or hung) before the deadline")
+        now = time.monotonic()
+        failures += [
+            f"rank {r}: last sign of life {now - limits.pulses.last(i):.0f} s ago "
+            f"(allowed silence: {limits.stall_s:g} s)"
+            for i, r in enumerate(ranks) if r in missing and limits.stall_s is not None
+        ]  # fmt: skip
     if failures:
         raise RingError("ring run failed:\n" + "\n".join(failures))
     return [answers[r][1] for r in ranks]
 
 
-def _run_ranks(procs, ranks, results, answers: dict, deadline: float) -> None:
+def _run_ranks(procs, ranks, results, answers: dict, limits: Limits) -> None:
     """Start the ranks and collect their answers into ``answers`` until every rank answered,
-    all died, or the deadline passed; on every way out (an exception, Ctrl-C, SIGTERM's
-    ``SystemExit``) no rank is left running: the finished ones are joined, the rest killed."""
+    all died, or one was given up (``Limits``); on every way out (an exception, Ctrl-C,
+    SIGTERM's ``SystemExit``) no rank is left running: the finished ones are joined, the rest
+    killed."""
     finished = False
     try:
         for p in procs:
             p.start()
         while len(answers) < len(ranks):
-            remaining = deadline - time.monotonic()
+            waiting = [i for i, r in enumerate(ranks) if r not in answers]
+            remaining = min(limits.give_up_at(i) for i in waiting) - time.monotonic()
             if remaining <= 0:
                 break
             try:
@@ -290,11 +313,13 @@ def _run_ranks(procs, ranks, results, answers: dict, deadline: float) -> None:
                     break
                 continue
             answers[rank] = (status, value)
+            if status != "ok" and limits.failed_at is None:
+                limits.failed_at = time.monotonic()
         finished = True
     finally:
-        for p in procs:
-            if finished:  # answered: give it time to leave the process group
-                p.join(timeout=max(0.0, min(5.0, deadline - time.monotonic())))
+        for r, p in zip(ranks, procs, strict=True):
+            if finished and r in answers:  # answered: give it time to leave the process group
+                p.join(timeout=5.0)
             if p.is_alive():
                 p.kill()
                 p.join()
@@ -348,6 +373,7 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
     result: dict = {"rank": rank, "forward_s": [], "backward_s": []}
     scale = 1.0 / math.sqrt(config.head_dim)
     for i in range(config.warmup + config.repeats):
+        alive()
         ring = Ring(
             config.layout, config.causal, config.seq_len, group, config.block_backend,
             config.timeout_s, record=True,

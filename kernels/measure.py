@@ -50,9 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.paired import paired_calibration, paired_steps, paired_worker
+from kernels.paired import paired_calibration, paired_stall_s, paired_steps, paired_worker
 from kernels.profile import TORCH_DTYPES, Calibration
-from kernels.progress import Progress
+from kernels.progress import Progress, stall_window
 from kernels.uncertainty import (
     BOOTSTRAP_DRAWS,
     bootstrap_intervals,
@@ -152,8 +152,10 @@ def measure(
     with Progress(total, "measure", enabled=progress) as bar:
         bar.advance(f"starting {hosts} {backend} ranks", 0)
         if paired:  # calibrate right before every repeat, in the same ranks
+            # no fixed deadline: the probes take minutes at c = 8192; a rank is given up
+            # when it goes silent for longer than one probe could take (kernels.progress)
             per_rank = launch(paired_worker, hosts, args=(config, dtype, bar.channel),
-                              **launch_kw)  # fmt: skip
+                              stall_s=paired_stall_s(config, hosts), **launch_kw)  # fmt: skip
             own = [
                 paired_calibration(per_rank, i, config, dtype, hosts, threads, backend)
                 for i in range(repeats)
@@ -174,7 +176,15 @@ def measure(
             calibration = Calibration.pooled(own)
             results = [r["rings"][-1] for r in per_rank]
         else:
-            per_rank = launch(run_configs, hosts, args=([config],), **launch_kw)
+            stall_s = stall_window(
+                timeout_s,
+                block_tokens=seq_len // hosts,
+                heads=heads,
+                head_dim=head_dim,
+                blocks=hosts + 1,
+            )  # a ring pass
+            per_rank = launch(run_configs, hosts, args=([config],), stall_s=stall_s,
+                              **launch_kw)  # fmt: skip
             results = [r[0] for r in per_rank]
             measured_all = [max(t) for t in zip(*(r["forward_s"] for r in results), strict=True)]
             predicted_all = None

@@ -30,6 +30,28 @@ def compute_sizes(block_tokens: int) -> list[int]:
 
 
 PROBE_REPEATS = 5  # samples per probe and size in a paired calibration (the link: 2x)
+OVERLAP_REPEATS = 9  # the overlap probe's samples (one probe scatters on shared cores)
+
+
+def attempt_blocks(repeats: int, hosts: int, overlap_repeats: int = 0) -> int:
+    """Full blocks one attempt of the longest probe may take a rank (computing them, or waiting
+    while others do), for ``kernels.progress.stall_window``. A received-block probe runs
+    ``max(repeats, 3) + 1`` samples (``kernels.probes``): of the 4 masked blocks (at most a
+    full block each; the block compute's sizes ``c``, ``c/2``, 16 are less), or of each rank's
+    turn (the lone rank); the overlap probe runs 2 blocks ``overlap_repeats`` times and 3
+    more. Each probe also computes one block to start from."""
+    samples = max(repeats, 3) + 1
+    return max(4 * samples + 1, hosts * samples + 1, 2 * overlap_repeats + 3)
+
+
+def paired_stall_s(config, hosts: int) -> float:
+    """How long a rank of the paired calibration may be silent: one attempt of its longest
+    probe (each attempt says ``alive``), or one ring pass of ``hosts`` blocks."""
+    from kernels.progress import stall_window
+
+    blocks = max(attempt_blocks(PROBE_REPEATS, hosts, OVERLAP_REPEATS), hosts + 1)
+    return stall_window(config.timeout_s, block_tokens=config.seq_len // hosts,
+                        heads=config.heads, head_dim=config.head_dim, blocks=blocks)  # fmt: skip
 
 
 def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
@@ -66,7 +88,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
         measure_solo,
         reprobe,
     )
-    from kernels.progress import report
+    from kernels.progress import pulsing, report
 
     c = config.seq_len // hosts
     # one warm-up pass before the timed one: every calibration probe is timed warm too
@@ -87,7 +109,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
         # at this run's block and message, where it is used; one probe scatters on shared
         # cores, so 9 samples each and the median over the repeats' probes
         "overlap": lambda: [
-            measure_overlap(c, **{**shape, "repeats": 9}, kv_heads=config.kv_heads)
+            measure_overlap(c, **{**shape, "repeats": OVERLAP_REPEATS}, kv_heads=config.kv_heads)
         ],
         "ring pass": lambda: [measure_ring_pass(layout=config.layout, dtype=dtype)],
         "link": lambda: measure_link_p2p(_link_sizes(config), repeats=PROBE_REPEATS),
@@ -105,7 +127,9 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
             if rank == 0:
                 report(channel, f"repeat {i + 1}/{total}{' (warm-up)' * (i < config.warmup)}: "
                                 f"{name}")  # fmt: skip
-            done[keys[name]] = probes[name]() if name == "ring" else reprobe(probes[name])
+            # every attempt says the rank is alive (the ring: every pass, in run_ring)
+            probe = pulsing(probes[name])
+            done[keys[name]] = probe() if name == "ring" else reprobe(probe)
             if rank == 0:
                 report(channel, f"repeat {i + 1}/{total}: {name} done", 1)
         if i >= config.warmup:

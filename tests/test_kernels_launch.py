@@ -1,9 +1,11 @@
-"""Rank processes die with their launcher, whatever kills it; real ranks are refused up front
-when the machine cannot hold them or has no device for the backend."""
+"""Rank processes die with their launcher, whatever kills it; a rank that works past the
+deadline while saying it is alive runs on, a silent one is given up in bounded time; real ranks
+are refused up front when the machine cannot hold them or has no device for the backend."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,3 +120,40 @@ def test_gpu_backends_without_a_gpu_are_refused_naming_the_flag(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ValueError, match="needs 2 GPUs"):
         check_backend("nccl", 2)
+
+
+def working_rank(rank: int, hosts: int, work_s: dict, stamp_dir: str) -> int:
+    """Works (sleeps) ``work_s[rank]`` seconds in 0.2 s units, saying ``alive`` after each;
+    a rank listed with ``then_hang`` then hangs, silent, after writing when it fell silent."""
+    from kernels.progress import alive
+
+    seconds, then_hang = work_s[rank]
+    end = time.monotonic() + seconds
+    last = time.monotonic()
+    while last < end:
+        alive()
+        last = time.monotonic()
+        time.sleep(0.2)
+    if then_hang:
+        Path(stamp_dir, f"silent{rank}").write_text(repr(last))
+        time.sleep(600)
+    return rank
+
+
+def test_a_rank_alive_past_the_deadline_runs_on_and_a_silent_one_is_given_up(tmp_path):
+    """Deadline 3 s, silence allowed 2 s: rank 0 works 6 s (plus start-up) and answers; rank 1
+    works 7 s, then hangs and is given up within the 2 s (+ polling and killing)."""
+    from kernels.launch import launch
+    from kernels.ring import RingError
+
+    stall_s = 2.0
+    with pytest.raises(RingError) as err:
+        launch(working_rank, 2, args=({0: (6.0, False), 1: (7.0, True)}, str(tmp_path)),
+               timeout_s=30, deadline_s=3.0, stall_s=stall_s)  # fmt: skip
+    given_up = time.monotonic()
+    message = str(err.value)
+    assert "ranks [1] did not answer" in message
+    assert "rank 0:" not in message  # rank 0 answered although the deadline had passed
+    assert re.search(r"rank 1: last sign of life \d+ s ago \(allowed silence: 2 s\)", message)
+    silent_since = float(Path(tmp_path, "silent1").read_text())
+    assert stall_s <= given_up - silent_since < stall_s + 3.0
