@@ -323,7 +323,7 @@ def check_calibrate_args(args: argparse.Namespace) -> Path | None:
     naming the flag): at least two ranks for gloo/nccl, the backend's device, how many ranks
     this machine holds, and the profile and data files it will write. Returns the profile path
     (None with ``--no-save``)."""
-    from kernels.launch import check_backend, check_local_ranks
+    from kernels.admission import check_backend, check_local_ranks
     from ringsim.cli.checks import check_outputs
 
     if args.backend != "cuda":

@@ -327,7 +327,7 @@ def check_measure_args(args: argparse.Namespace) -> tuple[int, Calibration | Non
     the flag): the ring's shape as ``simulate`` checks it (``check_ring_shape``), at least two
     ranks, the backend's device, how many ranks this machine holds, the ``--trace`` files and
     the ``--calibration`` file. Returns the sequence length and the calibration (or None)."""
-    from kernels.launch import check_backend, check_local_ranks
+    from kernels.admission import check_backend, check_local_ranks
     from ringsim.cli.checks import check_outputs, check_ring_shape
     from ringsim.cli.values import parse_seq_len
 

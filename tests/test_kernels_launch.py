@@ -91,25 +91,25 @@ def test_rank_dies_when_its_launcher_is_already_gone():
 
 
 def test_local_ranks_are_capped_by_memory_and_cores_with_the_reason(monkeypatch):
-    from kernels import launch
+    from kernels import admission
 
-    monkeypatch.setattr(launch, "available_memory", lambda: 2.8e9)  # ten 280 MB ranks
+    monkeypatch.setattr(admission, "available_memory", lambda: 2.8e9)  # ten 280 MB ranks
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    launch.check_local_ranks(10)
+    admission.check_local_ranks(10)
     with pytest.raises(ValueError, match=r"--hosts 11 .*280 MB.*at most 10"):
-        launch.check_local_ranks(11)
+        admission.check_local_ranks(11)
     with pytest.raises(ValueError, match=r"--hosts 3 .*at most 2"):
-        launch.check_local_ranks(3, problem_bytes=1e9)
-    monkeypatch.setattr(launch, "available_memory", lambda: 1e12)
-    launch.check_local_ranks(16)
+        admission.check_local_ranks(3, problem_bytes=1e9)
+    monkeypatch.setattr(admission, "available_memory", lambda: 1e12)
+    admission.check_local_ranks(16)
     with pytest.raises(ValueError, match=r"--hosts 17 .*4 cores.*at most 16"):
-        launch.check_local_ranks(17)
+        admission.check_local_ranks(17)
 
 
 def test_gpu_backends_without_a_gpu_are_refused_naming_the_flag(monkeypatch):
     import torch
 
-    from kernels.launch import check_backend
+    from kernels.admission import check_backend
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     check_backend("gloo", 2)
