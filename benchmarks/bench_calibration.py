@@ -34,7 +34,8 @@ CASES = {
     "small": dict(seq_len=512, heads=2, head_dim=32, tolerance=0.15),
     "1024-token": dict(seq_len=2048, heads=4, head_dim=64, tolerance=0.10),
 }
-KEYS = ("ratio", "ratio_ci95", "measured_time_s", "measured_ci95", "predicted_time_s",
+KEYS = ("ratio", "ratio_ci95", "measured_time_s", "measured_ci95", "measured_times_s",
+        "predicted_times_s", "predicted_time_s",
         "predicted_ci95", "intervals_overlap", "regime", "overlap_threshold_tokens",
         "overlap_threshold_ci95", "probe_quality", "block_tokens")  # fmt: skip
 

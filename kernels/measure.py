@@ -28,8 +28,10 @@ a block that has just arrived over the link, as a ring step computes it) and the
 message and this run's) and, on gloo, whether a transfer progresses while a rank computes
 (``kernels.calibrate.measure_overlap``, at this run's block and message) and the fixed cost
 of a ring call (``measure_ring_pass``: the real ring, on every rank, with near-empty blocks),
-and that repeat is predicted from those numbers (``predicted_times_s``). The timed ring follows
-one untimed pass, as every probe is timed warm. The prediction (``predicted_time_s``) pools
+and that repeat is predicted from those numbers (``predicted_times_s``). The ring is timed
+after every probe (one untimed pass, one timed; ``kernels.paired.ring_between_probes``), so its
+passes are spread through the repeat as the probes' samples are; a repeat's time is the median
+of them (the slowest rank per pass). The prediction (``predicted_time_s``) pools
 the probes of every repeat row by row (medians, ``Calibration.pooled``): one repeat's slow
 probe cannot flip it. Each probe runs again while its samples spread too wide
 (``kernels.probes.reprobe``). The machine's load from other processes drifts over seconds;
@@ -50,7 +52,13 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.paired import paired_calibration, paired_stall_s, paired_steps, paired_worker
+from kernels.paired import (
+    paired_calibration,
+    paired_stall_s,
+    paired_steps,
+    paired_worker,
+    repeat_time,
+)
 from kernels.profile import TORCH_DTYPES, Calibration
 from kernels.progress import Progress, stall_window
 from kernels.uncertainty import (
@@ -168,13 +176,11 @@ def measure(
                 predict(dataclasses.replace(c, **shared), **shape)[0].summary()["total_time_s"]
                 for c in own
             ]
-            measured_all = [
-                max(r["rings"][i]["forward_s"][0] for r in per_rank) for i in range(repeats)
-            ]
+            measured_all = [repeat_time([r["rings"][i] for r in per_rank]) for i in range(repeats)]
             # the prediction: every repeat's probes pooled row by row (medians), so that one
             # repeat's slow link or compute sample cannot move it
             calibration = Calibration.pooled(own)
-            results = [r["rings"][-1] for r in per_rank]
+            results = [r["rings"][-1][-1] for r in per_rank]
         else:
             stall_s = stall_window(
                 timeout_s,

@@ -31,6 +31,33 @@ def compute_sizes(block_tokens: int) -> list[int]:
 
 PROBE_REPEATS = 5  # samples per probe and size in a paired calibration (the link: 2x)
 OVERLAP_REPEATS = 9  # the overlap probe's samples (one probe scatters on shared cores)
+# Where the ring is timed in a repeat. On this 2-core VM a rank's compute runs 1.5-1.8x slow in
+# episodes of 0.3-0.5 s (both ranks or one; 2 episodes in 40 back-to-back 30 ms passes of the
+# 1024-token case, 2026-11-30; a lone process looping the same block shows none in 15 s). The
+# probes' medians over samples spread through the repeat step over such episodes, so the ring
+# is sampled the same way: one timed pass after each probe (after one untimed pass: the first
+# pass after a probe runs ~15% slow), and the repeat's time is the median of those passes. One
+# timed stretch of passes at the end measured every repeat that fell in an episode as slow:
+# 1024-token ratios 1.0-1.3 with the probes saying 1.0.
+RING_WARMUP = 1
+LONG_PASS_FLOPS = 20e9  # over ~0.25 s on one core here: the ring is timed once, at the end
+
+
+def ring_between_probes(config, hosts: int) -> bool:
+    """Whether a repeat times the ring after every probe (short passes) or only once at the
+    end, two passes (a pass over ``LONG_PASS_FLOPS``: c = 8192 stays within minutes)."""
+    c = config.seq_len // hosts
+    pass_flops = 4 * c * c * config.heads * config.head_dim * config.batch * hosts
+    return pass_flops <= LONG_PASS_FLOPS
+
+
+def repeat_time(rings: list[list[dict]]) -> float:
+    """One repeat's measured ring time from every rank's ``run_ring`` results (per rank, one
+    per point where the ring was timed): per pass the slowest rank, then the median."""
+    import numpy as np
+
+    per_rank = [[t for result in mine for t in result["forward_s"]] for mine in rings]
+    return float(np.median(np.max(per_rank, axis=0)))
 
 
 def attempt_blocks(repeats: int, hosts: int, overlap_repeats: int = 0) -> int:
@@ -44,6 +71,13 @@ def attempt_blocks(repeats: int, hosts: int, overlap_repeats: int = 0) -> int:
     return max(4 * samples + 1, hosts * samples + 1, 2 * overlap_repeats + 3)
 
 
+def paired_ring_config(config, hosts: int):
+    """The ring run at each point where a repeat times it: ``RING_WARMUP`` untimed passes and
+    one timed (two where the ring is timed once per repeat)."""
+    passes = 1 if ring_between_probes(config, hosts) else 2
+    return dataclasses.replace(config, repeats=passes, warmup=RING_WARMUP)
+
+
 def paired_stall_s(config, hosts: int) -> float:
     """How long a rank of the paired calibration may be silent: one attempt of its longest
     probe (each attempt says ``alive``), or one ring pass of ``hosts`` blocks."""
@@ -55,8 +89,9 @@ def paired_stall_s(config, hosts: int) -> float:
 
 
 def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
-    """The probes of one repeat of a paired calibration, in order (the ring last); the lone
-    rank, overlap and ring-pass probes run on local gloo ranks only (``cpu``)."""
+    """The steps of one repeat of a paired calibration, in order: the probes, each followed by
+    a timed ring where passes are short (``ring_between_probes``), else the ring once, last.
+    The lone rank, overlap and ring-pass probes run on local gloo ranks only (``cpu``)."""
     from ringsim.schedule import BlockKind, build_schedule
 
     kinds = build_schedule(hosts, config.layout, config.causal, seq_len=config.seq_len).kind
@@ -66,15 +101,19 @@ def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
     if cpu and (kinds == BlockKind.SKIP).any():
         steps.append("lone rank")
     steps += ["overlap", "ring pass"] if cpu else []
-    return [*steps, "link", "ring"]
+    steps.append("link")
+    if ring_between_probes(config, hosts):
+        return [name for probe in steps for name in (probe, "ring")]
+    return [*steps, "ring"]
 
 
 def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> dict:
     """In each rank: ``warmup + repeats`` times, calibrate (block compute at this run's block
-    size and half of it, then the link at a small and at this run's message size) and run the
-    ring once. Pairing in time keeps a drifting machine load out of the comparison. Every
-    probe is re-run while its samples spread too wide (``kernels.probes.reprobe``); rank 0
-    reports each probe to ``channel`` (``kernels.progress``)."""
+    size and half of it, then the link at a small and at this run's message size) and time
+    the ring after each probe (``paired_steps``). Pairing in time keeps a drifting machine
+    load out of the comparison. Every probe is re-run while its samples spread too wide
+    (``kernels.probes.reprobe``); rank 0 reports each probe to ``channel``
+    (``kernels.progress``)."""
 
     import torch.distributed as dist
 
@@ -91,8 +130,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
     from kernels.progress import pulsing, report
 
     c = config.seq_len // hosts
-    # one warm-up pass before the timed one: every calibration probe is timed warm too
-    once = dataclasses.replace(config, repeats=1, warmup=1)
+    ring_config = paired_ring_config(config, hosts)
     device = "cpu" if dist.get_backend() == "gloo" else "cuda"
     steps = paired_steps(config, hosts, cpu=device == "cpu")
     shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype,
@@ -113,7 +151,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
         ],
         "ring pass": lambda: [measure_ring_pass(layout=config.layout, dtype=dtype)],
         "link": lambda: measure_link_p2p(_link_sizes(config), repeats=PROBE_REPEATS),
-        "ring": lambda: run_ring(rank, hosts, dataclasses.replace(once, seed=config.seed)),
+        "ring": lambda: run_ring(rank, hosts, ring_config),
     }
     keys = {"block compute": "compute", "masked blocks": "masked", "lone rank": "solo",
             "overlap": "overlap", "ring pass": "setup", "link": "link",
@@ -123,13 +161,17 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
     total = config.warmup + config.repeats
     for i in range(total):
         done = {key: [] for key in keys.values()}
+        done["rings"] = []
         for name in steps:
             if rank == 0:
                 report(channel, f"repeat {i + 1}/{total}{' (warm-up)' * (i < config.warmup)}: "
                                 f"{name}")  # fmt: skip
             # every attempt says the rank is alive (the ring: every pass, in run_ring)
             probe = pulsing(probes[name])
-            done[keys[name]] = probe() if name == "ring" else reprobe(probe)
+            if name == "ring":
+                done["rings"].append(probe())
+            else:
+                done[keys[name]] = reprobe(probe)
             if rank == 0:
                 report(channel, f"repeat {i + 1}/{total}: {name} done", 1)
         if i >= config.warmup:

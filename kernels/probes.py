@@ -402,9 +402,18 @@ def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
             "block_s": max(b for _, b in every)}  # fmt: skip
 
 
-def measure_link_p2p(sizes: Sequence[int], *, repeats: int = 5, device: str = "cpu") -> dict:
+# Messages one ring step posts: k and v, separately (``kernels.ring._kv_pair``). The exchange
+# probe posts the same, so its fixed cost is the step's: on gloo each message pays ~0.35 ms
+# here, and a probe of one message priced a 256-token step's transfer 0.35 ms too short.
+KV_MESSAGES = 2
+
+
+def measure_link_p2p(
+    sizes: Sequence[int], *, repeats: int = 5, device: str = "cpu", parts: int = KV_MESSAGES
+) -> dict:
     """Ping-pong (rank 0 <-> 1, one message at a time) and ring exchange (every rank sends to
-    ``rank + 1`` and receives from ``rank - 1`` at once) with ``batch_isend_irecv``, each
+    ``rank + 1`` and receives from ``rank - 1`` at once; ``parts`` messages of ``size /
+    parts`` bytes each way, as a ring step sends ``k`` and ``v``) with ``batch_isend_irecv``, each
     sample from ``start_line`` as a timed ring pass starts. Back to back on a loaded 2-core
     machine, about half the exchanges waited a scheduler tick (measured here: 1 KB and 128 KB
     exchanges 0.15-0.35 ms or 3-4 ms, medians anywhere between, while the same 128 KB moved
@@ -420,8 +429,9 @@ def measure_link_p2p(sizes: Sequence[int], *, repeats: int = 5, device: str = "c
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     result = {"pingpong": [], "exchange": []}
     for n in sizes:
-        buf = torch.zeros(max(1, n // 4), dtype=torch.float32, device=device)
+        buf = torch.zeros(max(parts, n // 4), dtype=torch.float32, device=device)
         other = torch.empty_like(buf)
+        sends, recvs = buf.chunk(parts), other.chunk(parts)
 
         def pingpong(buf=buf, other=other):
             if rank == 0:
@@ -431,8 +441,8 @@ def measure_link_p2p(sizes: Sequence[int], *, repeats: int = 5, device: str = "c
                 _batch([("recv", other, 0)])
                 _batch([("send", buf, 0)])
 
-        def exchange(buf=buf, other=other):
-            _batch([("send", buf, nxt), ("recv", other, prv)])
+        def exchange(sends=sends, recvs=recvs):
+            _batch([("send", t, nxt) for t in sends] + [("recv", t, prv) for t in recvs])
 
         count = repeats * (2 if n <= 2**22 else 1)  # the same on every rank
         t_pp = [t / 2 for t in _sample_times(pingpong, count, sync, before=start_line)]  # one way

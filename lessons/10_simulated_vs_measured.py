@@ -51,8 +51,9 @@ RESULTS = Path("..") / "results"
 # %% [markdown]
 # ## A real ring on this machine
 #
-# `kernels.measure.measure` calibrates, runs the ring in `hosts` processes (forward pass,
-# median of a few repeats of the slowest rank), predicts the same run, and reports both with
+# `kernels.measure.measure` calibrates, runs the ring in `hosts` processes (forward pass; in
+# each repeat the ring is timed after every probe and the median pass of the slowest rank
+# kept, then the median over repeats), predicts the same run, and reports both with
 # their ratio and the output's error against the float64 reference. We run two block sizes:
 # one below this machine's overlap threshold and one above it.
 #
@@ -173,6 +174,14 @@ plt.show()
 # show. And each rank is pinned to a core of its own, as a host owns its hardware: unpinned,
 # the OS moves ranks and transport threads between the two cores and a 1 MB send sometimes
 # took 3 ms to post.
+#
+# A third lesson is about *when* the ring is timed. On this virtual machine a rank's compute
+# sometimes runs 1.5-1.8x slow for a few tenths of a second. The probes take many samples
+# spread over seconds, so their medians step over such episodes; a ring timed in one
+# stretch of back-to-back passes either falls into one or not, and the 1024-token
+# repeats that did read 10-30% slow. The ring is now sampled as the probes are (one pass
+# after each probe, the median kept), and the link probe sends `k` and `v` as two messages,
+# as a ring step does, so its per-message cost is the step's.
 #
 # </details>
 

@@ -218,3 +218,67 @@ def test_a_real_measurement_reports_progress_on_stderr(capsys):
     assert report_["regime"] in ("compute-bound", "communication-bound", "near the threshold")
     assert {"compute", "exchange", "overlap"} <= set(report_["probe_quality"])
     assert isinstance(report_["intervals_overlap"], bool)
+
+
+# ---- the ring measured as the probes are ----------------------------------------------------
+
+
+def _config(seq_len: int, heads: int = 2, head_dim: int = 32):
+    from kernels.launch import RunConfig
+
+    return RunConfig(seq_len, heads, None, head_dim, backward=False, repeats=3, warmup=1)
+
+
+def test_short_rings_are_timed_after_every_probe_and_long_ones_once():
+    from kernels.paired import paired_ring_config, paired_steps
+
+    short, long = _config(512), _config(16384, heads=8, head_dim=64)
+    steps = paired_steps(short, 2)
+    probes = [s for s in steps if s != "ring"]
+    assert steps == [name for p in probes for name in (p, "ring")] and len(probes) >= 4
+    assert paired_ring_config(short, 2).repeats == 1 and paired_ring_config(short, 2).warmup == 1
+    steps = paired_steps(long, 2)
+    assert steps.count("ring") == 1 and steps[-1] == "ring"
+    assert paired_ring_config(long, 2).repeats == 2
+
+
+def test_a_repeats_ring_time_is_the_median_pass_of_the_slowest_rank():
+    from kernels.paired import repeat_time
+
+    # rank 0's third pass ran in a slow episode; rank 1's first: the median pass is unmoved
+    rank0 = [{"forward_s": [1.0]}, {"forward_s": [1.1]}, {"forward_s": [3.0]}]
+    rank1 = [{"forward_s": [2.5]}, {"forward_s": [1.2]}, {"forward_s": [0.9]}]
+    assert repeat_time([rank0, rank1]) == pytest.approx(2.5)  # slowest per pass: 2.5, 1.2, 3.0
+    rank0 = [{"forward_s": [1.0, 1.0]}, {"forward_s": [1.0, 5.0]}]
+    rank1 = [{"forward_s": [1.1, 0.9]}, {"forward_s": [0.9, 1.0]}]
+    assert repeat_time([rank0, rank1]) == pytest.approx(1.05)  # passes 1.1, 1.0, 1.0, 5.0
+
+
+def _exchange_rows(rank, hosts):
+    import kernels.probes as probes
+
+    batches, post = [], probes._batch
+    probes._batch = lambda ops: (batches.append([(kind, t.numel()) for kind, t, _ in ops]),
+                                 post(ops))  # fmt: skip
+    pair = probes.measure_link_p2p([1024, 4096], repeats=2)
+    single = probes.measure_link_p2p([4096], repeats=2, parts=1)
+    return pair, single, batches
+
+
+def test_the_link_probe_sends_k_and_v_as_the_ring_does():
+    """The exchange moves the size in two messages each way (a step's k and v), and its bytes
+    are the whole size; one message when asked."""
+    from kernels.launch import launch
+
+    (pair, single, batches), _ = launch(_exchange_rows, 2, timeout_s=30)
+    exchanges = [b for b in batches if len(b) > 1]  # the ping-pong posts one op at a time
+    patterns = [b for i, b in enumerate(exchanges) if i == 0 or b != exchanges[i - 1]]
+    assert patterns == [  # 1024 and 4096 bytes as two float32 messages each way, then one
+        [("send", 128), ("send", 128), ("recv", 128), ("recv", 128)],
+        [("send", 512), ("send", 512), ("recv", 512), ("recv", 512)],
+        [("send", 1024), ("recv", 1024)],
+    ]
+    assert [r["bytes"] for r in pair["exchange"]] == [1024, 4096]
+    assert single["exchange"][0]["bytes"] == 4096
+    for row in pair["exchange"] + single["exchange"] + pair["pingpong"]:
+        assert row["seconds"] > 0 and len(row["samples"]) == 4
