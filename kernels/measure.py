@@ -29,14 +29,14 @@ message and this run's) and, on gloo, whether a transfer progresses while a rank
 (``kernels.calibrate.measure_overlap``, at this run's block and message) and the fixed cost
 of a ring call (``measure_ring_pass``: the real ring, on every rank, with near-empty blocks),
 and that repeat is predicted from those numbers (``predicted_times_s``). The ring is timed
-after every probe (one untimed pass, one timed; ``kernels.paired.ring_between_probes``), so its
-passes are spread through the repeat as the probes' samples are; a repeat's time is the median
-of them (the slowest rank per pass). The prediction (``predicted_time_s``) pools
-the probes of every repeat row by row (medians, ``Calibration.pooled``): one repeat's slow
-probe cannot flip it. Each probe runs again while its samples spread too wide
-(``kernels.probes.reprobe``). The machine's load from other processes drifts over seconds;
-pairing keeps the drift out of the comparison without ever feeding the ring's own timings
-into its prediction.
+after every probe (one untimed pass, three timed, run again while they spread too wide, as a
+probe is; ``kernels.paired.ring_between_probes``), so its passes are spread through the repeat
+as the probes' samples are; a repeat's time is the median of them (the slowest rank per pass).
+The prediction (``predicted_time_s``) pools the probes of every repeat row by row (medians,
+``Calibration.pooled``): one repeat's slow probe cannot flip it. Each probe runs again while
+its samples spread too wide (``kernels.probes.reprobe``). The machine's load from other
+processes drifts over seconds; pairing keeps the drift out of the comparison without ever
+feeding the ring's own timings into its prediction.
 """
 
 from __future__ import annotations

@@ -35,10 +35,11 @@ OVERLAP_REPEATS = 9  # the overlap probe's samples (one probe scatters on shared
 # episodes of 0.3-0.5 s (both ranks or one; 2 episodes in 40 back-to-back 30 ms passes of the
 # 1024-token case, 2026-11-30; a lone process looping the same block shows none in 15 s). The
 # probes' medians over samples spread through the repeat step over such episodes, so the ring
-# is sampled the same way: one timed pass after each probe (after one untimed pass: the first
-# pass after a probe runs ~15% slow), and the repeat's time is the median of those passes. One
-# timed stretch of passes at the end measured every repeat that fell in an episode as slow:
-# 1024-token ratios 1.0-1.3 with the probes saying 1.0.
+# is sampled the same way: after each probe, one untimed pass (the first pass after a probe
+# runs ~15% slow) and a few timed ones, run again like a probe while they spread too wide
+# (``kernels.probes.reprobe``: the same rule the probes follow); the repeat's time is the
+# median of its passes. One timed stretch of passes at the end measured every repeat that
+# fell in an episode as slow: 1024-token ratios 1.0-1.3 with the probes saying 1.0.
 RING_WARMUP = 1
 LONG_PASS_FLOPS = 20e9  # over ~0.25 s on one core here: the ring is timed once, at the end
 
@@ -73,9 +74,20 @@ def attempt_blocks(repeats: int, hosts: int, overlap_repeats: int = 0) -> int:
 
 def paired_ring_config(config, hosts: int):
     """The ring run at each point where a repeat times it: ``RING_WARMUP`` untimed passes and
-    one timed (two where the ring is timed once per repeat)."""
-    passes = 1 if ring_between_probes(config, hosts) else 2
+    three timed (two where the ring is timed once per repeat, at the end)."""
+    passes = 3 if ring_between_probes(config, hosts) else 2
     return dataclasses.replace(config, repeats=passes, warmup=RING_WARMUP)
+
+
+def ring_sample(rank: int, hosts: int, config) -> dict:
+    """``run_ring`` of ``config`` with its passes' ``spread`` (``kernels.probes.probe_spread``),
+    so that ``reprobe`` judges it as it judges a probe."""
+    from kernels.launch import run_ring
+    from kernels.probes import probe_spread
+
+    result = run_ring(rank, hosts, config)
+    result["spread"] = probe_spread(result["forward_s"])
+    return result
 
 
 def paired_stall_s(config, hosts: int) -> float:
@@ -117,7 +129,6 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
 
     import torch.distributed as dist
 
-    from kernels.launch import run_ring
     from kernels.probes import (
         measure_compute,
         measure_link_p2p,
@@ -151,7 +162,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
         ],
         "ring pass": lambda: [measure_ring_pass(layout=config.layout, dtype=dtype)],
         "link": lambda: measure_link_p2p(_link_sizes(config), repeats=PROBE_REPEATS),
-        "ring": lambda: run_ring(rank, hosts, ring_config),
+        "ring": lambda: ring_sample(rank, hosts, ring_config),
     }
     keys = {"block compute": "compute", "masked blocks": "masked", "lone rank": "solo",
             "overlap": "overlap", "ring pass": "setup", "link": "link",
@@ -168,10 +179,11 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
                                 f"{name}")  # fmt: skip
             # every attempt says the rank is alive (the ring: every pass, in run_ring)
             probe = pulsing(probes[name])
+            result = reprobe(probe)  # the ring too: measured by the probes' own rule
             if name == "ring":
-                done["rings"].append(probe())
+                done["rings"].append(result)
             else:
-                done[keys[name]] = reprobe(probe)
+                done[keys[name]] = result
             if rank == 0:
                 report(channel, f"repeat {i + 1}/{total}: {name} done", 1)
         if i >= config.warmup:

@@ -179,9 +179,10 @@ plt.show()
 # sometimes runs 1.5-1.8x slow for a few tenths of a second. The probes take many samples
 # spread over seconds, so their medians step over such episodes; a ring timed in one
 # stretch of back-to-back passes either falls into one or not, and the 1024-token
-# repeats that did read 10-30% slow. The ring is now sampled as the probes are (one pass
-# after each probe, the median kept), and the link probe sends `k` and `v` as two messages,
-# as a ring step does, so its per-message cost is the step's.
+# repeats that did read 10-30% slow. The ring is now sampled as the probes are: a few passes
+# after each probe, run again while they spread too wide (the probes' own rule), the median
+# kept. And the link probe sends `k` and `v` as two messages, as a ring step does, so its
+# per-message cost is the step's.
 #
 # </details>
 

@@ -236,7 +236,7 @@ def test_short_rings_are_timed_after_every_probe_and_long_ones_once():
     steps = paired_steps(short, 2)
     probes = [s for s in steps if s != "ring"]
     assert steps == [name for p in probes for name in (p, "ring")] and len(probes) >= 4
-    assert paired_ring_config(short, 2).repeats == 1 and paired_ring_config(short, 2).warmup == 1
+    assert paired_ring_config(short, 2).repeats == 3 and paired_ring_config(short, 2).warmup == 1
     steps = paired_steps(long, 2)
     assert steps.count("ring") == 1 and steps[-1] == "ring"
     assert paired_ring_config(long, 2).repeats == 2
