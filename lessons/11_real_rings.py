@@ -163,10 +163,13 @@ for layout in ("ring_attn", "zigzag_ring", "stripe_attn"):
 #
 # <details><summary>Answer</summary>
 #
-# Stripe. Zigzag's off-diagonal steps are half-block calls with **no mask** (its rows see
-# every key of the other half), while every step of a striped ring is a causal call: its
-# tiles all straddle the diagonal, and masked tiles run slower than full ones (the FA
-# papers' causal curves sit below the non-causal ones even after halving the FLOPs).
+# Stripe. Zigzag's off-diagonal steps are half-block calls with **no mask**: every row sees
+# all `c/2` (or `c`) keys of the other half. Every step of a striped ring is a causal call
+# instead: half its rows see fewer than half the keys, its diagonal tiles are masked, and a
+# causal call runs below a full one's rate even after halving its FLOPs (the FA papers'
+# causal curves sit below the non-causal ones: the row curve and `causal_factor` of
+# `ringsim.timer.kernel_families`). A striped step also merges all `c` rows, a zigzag
+# step `c` or `c/2`.
 #
 # </details>
 
@@ -211,6 +214,9 @@ plt.show()
 # (`ringsim validate`) against its prediction, on the y = x line when right; filled markers
 # are inside their target band. The lines printed above the figure count, per experiment,
 # the rows in band and the predictions above and below the line (`validate.describe`).
+# The middle panel is the absolute side of the shares: the same README's iterations per
+# second, of the single-GPU baseline and of each ring. A share can be right while both of
+# its times are wrong; these points say the times themselves land.
 # Where a group sits above the line the model leaves out a cost. For Table 3's contexts it is
 # memory: the model counts tensors and a framework overhead (lesson 7), not every copy XLA
 # keeps. For Striped Attention's speedups the timer skips exactly the tiles the paper's

@@ -33,6 +33,19 @@ CONFIG_KEYS = {
         "layout",
         "pass",
     },
+    "zhuzilin-its": {
+        "hosts",
+        "seq_len",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "dtype",
+        "kernel",
+        "hardware",
+        "layout",
+        "pass",
+        "variant",
+    },
     "striped": {
         "model",
         "tp",
@@ -66,10 +79,12 @@ def test_every_row_has_a_source_config_metric_and_band():
 
 def test_dataset_holds_every_published_cell_asked_for():
     count = {e: sum(r.experiment == e for r in DATASET) for e in EXPERIMENTS}
-    # zhuzilin: 2 GPUs x 2 passes x 3 layouts; Striped: Tables 3 (7 x 3), 4 (20: no 7B at
+    # zhuzilin: 2 GPUs x 2 passes x 3 layouts (and the same 4 tables' iterations per second:
+    # the single-GPU baseline and the 3 rings); Striped: Tables 3 (7 x 3), 4 (20: no 7B at
     # 786432), 5 (3 x 4); Ring Attention: Table 2 (5 rows x 2), Table 3 GPU rows (5 x 4)
     assert count == {
         "zhuzilin": 12,
+        "zhuzilin-its": 16,
         "striped-t3": 21,
         "striped-t4": 20,
         "striped-t5": 12,
@@ -83,6 +98,18 @@ def test_zhuzilin_rows_are_the_readme_percentages():
     assert cells["zhuzilin/8xH800/forward/zigzag_ring"] == pytest.approx(0.852)
     assert cells["zhuzilin/8xA100/forward+backward/stripe_attn"] == pytest.approx(0.826)
     assert all(0.5 < v < 0.95 for v in cells.values())
+
+
+def test_zhuzilin_iterations_are_the_readme_numbers_and_agree_with_the_shares():
+    its = {r.key: r.value for r in DATASET if r.experiment == "zhuzilin-its"}
+    share = {r.key: r.value for r in DATASET if r.experiment == "zhuzilin"}
+    for key, value in share.items():
+        _, gpu, pass_, variant = key.split("/")
+        single = its[f"zhuzilin-its/{gpu}/{pass_}/flash_attn"]
+        # the README's percentages are ring it/s over single it/s / 8, rounded
+        assert its[f"zhuzilin-its/{gpu}/{pass_}/{variant}"] / (single / 8) == pytest.approx(
+            value, abs=0.006
+        ), key
 
 
 def test_measured_slowdowns_must_be_predicted_as_slowdowns():
@@ -117,6 +144,18 @@ def test_ring_table2_thresholds_hold_under_ideal_within_5_percent(results):
     for r in rows:
         assert r["implementation"] == "ideal"
         assert abs(r["ratio"] - 1) < 0.05, r["key"]
+
+
+def test_iterations_are_consistent_with_the_predicted_shares(results):
+    """The absolute rows are the same model as the shares: ring it/s = share x single / 8."""
+    by_key = {r["key"]: r["predicted"] for r in results}
+    for r in results:
+        if r["experiment"] != "zhuzilin":
+            continue
+        _, gpu, pass_, variant = r["key"].split("/")
+        single = by_key[f"zhuzilin-its/{gpu}/{pass_}/flash_attn"]
+        ring = by_key[f"zhuzilin-its/{gpu}/{pass_}/{variant}"]
+        assert ring == pytest.approx(r["predicted"] * single / 8, rel=1e-9), r["key"]
 
 
 def test_contiguous_ring_is_near_half_of_ideal_and_zigzag_above_it(results):

@@ -9,6 +9,8 @@ datasheets, the framework overheads from their own sources).
 Experiments:
 
 * ``zhuzilin``: ring-flash-attention's README benchmark, share of ideal of each ring variant.
+* ``zhuzilin-its``: the same table's absolute iterations per second: the single-GPU
+  ``flash_attn`` baseline on the 8K local sequence and each ring variant.
 * ``striped-t3`` / ``striped-t4`` / ``striped-t5``: Striped Attention's measured end-to-end
   training speedups of striped over contiguous ring attention.
 * ``ring-t2``: the Ring Attention paper's minimal block and sequence per device (Table 2).
@@ -71,6 +73,40 @@ _ZHUZILIN = {  # (gpu, pass): (theoretic it/s, ring_attn %, zigzag_ring %, strip
     ("8xA100", "forward"): (46.7, 51.4, 81.7, 69.6),
     ("8xA100", "forward+backward"): (11.8, 52.5, 89.8, 82.6),
 }
+
+
+# The README's absolute numbers, iterations per second as rank 0 printed them: the single-GPU
+# flash_attn call on the 8K local sequence (printed as "591.5 / 8" etc.) and each ring variant
+_ZHUZILIN_ITS = {  # (gpu, pass): (flash_attn, ring_attn, zigzag_ring, stripe_attn)
+    ("8xH800", "forward"): (591.5, 38.5, 63.0, 55.0),
+    ("8xH800", "forward+backward"): (154.7, 10.4, 17.4, 16.0),
+    ("8xA100", "forward"): (373.4, 24.0, 38.2, 32.5),
+    ("8xA100", "forward+backward"): (94.7, 6.2, 10.6, 9.75),
+}
+
+
+def _zhuzilin_its_rows() -> list[Published]:
+    rows = []
+    for (gpu, pass_), (single, *rings) in _ZHUZILIN_ITS.items():
+        variants = {"flash_attn": (None, single)}
+        for (variant, layout), value in zip(ZHUZILIN_LAYOUTS.items(), rings, strict=True):
+            variants[variant] = (layout, value)
+        for variant, (layout, value) in variants.items():
+            config = {**ZHUZILIN_CONFIG, "hardware": ZHUZILIN_HARDWARE[gpu], "pass": pass_,
+                      "layout": layout, "variant": variant}  # fmt: skip
+            what = "one GPU, the 8K local sequence" if layout is None else "the 8-GPU ring"
+            rows.append(
+                Published(
+                    key=f"zhuzilin-its/{gpu}/{pass_}/{variant}",
+                    experiment="zhuzilin-its",
+                    source=ZHUZILIN_SOURCE,
+                    config=config,
+                    metric=f"iterations per second ({what})",
+                    value=value,
+                    band=(0.9 * value, 1.1 * value),
+                )
+            )
+    return rows
 
 
 def _zhuzilin_rows() -> list[Published]:
@@ -295,6 +331,7 @@ def _ring_t3_rows() -> list[Published]:
 
 
 DATASET: tuple[Published, ...] = tuple(
-    _zhuzilin_rows() + _striped_rows() + _ring_t2_rows() + _ring_t3_rows()
+    _zhuzilin_rows() + _zhuzilin_its_rows() + _striped_rows() + _ring_t2_rows() + _ring_t3_rows()
 )
-EXPERIMENTS = ("zhuzilin", "striped-t3", "striped-t4", "striped-t5", "ring-t2", "ring-t3")
+EXPERIMENTS = ("zhuzilin", "zhuzilin-its", "striped-t3", "striped-t4", "striped-t5", "ring-t2",
+               "ring-t3")  # fmt: skip

@@ -1,6 +1,6 @@
 """The validation figure: every published number against our prediction, on log axes with the
-y = x line, one panel per kind of metric (shares and speedups; token counts), a marker per
-experiment, filled when the prediction is inside its target band."""
+y = x line, one panel per kind of metric (shares and speedups; iterations per second; token
+counts), a marker per experiment, filled when the prediction is inside its target band."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 
 STYLE = {  # experiment: (marker, colour), Okabe-Ito
     "zhuzilin": ("o", "#0072B2"),
+    "zhuzilin-its": ("X", "#000000"),
     "striped-t3": ("s", "#E69F00"),
     "striped-t4": ("^", "#009E73"),
     "striped-t5": ("D", "#CC79A7"),
@@ -16,6 +17,7 @@ STYLE = {  # experiment: (marker, colour), Okabe-Ito
 }
 PANELS = (
     ("share of ideal and speedup", ("zhuzilin", "striped-t3", "striped-t4", "striped-t5")),
+    ("iterations per second (ring-flash-attention)", ("zhuzilin-its",)),
     ("tokens (Ring Attention Tables 2 and 3)", ("ring-t2", "ring-t3")),
 )
 
@@ -26,7 +28,7 @@ def plot_validation(results: list[dict], path: str | os.PathLike | None = None, 
     from ringsim.views.plots import _finish, _pyplot
 
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(5.5 * len(PANELS), 4.8))
     for ax, (label, experiments) in zip(axes, PANELS, strict=True):
         values = []
         for name in experiments:
