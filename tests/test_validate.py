@@ -18,34 +18,11 @@ from ringsim.cli import main
 from ringsim.timer.published import DATASET, EXPERIMENTS, Published
 from ringsim.timer.validate import describe, summarize, validate
 
+ZHUZILIN_KEYS = {"hosts", "seq_len", "heads", "kv_heads", "head_dim", "dtype", "batch", "causal",
+                 "kernel", "hardware", "layout", "pass"}  # fmt: skip
 CONFIG_KEYS = {
-    "zhuzilin": {
-        "hosts",
-        "seq_len",
-        "heads",
-        "kv_heads",
-        "head_dim",
-        "dtype",
-        "batch",
-        "causal",
-        "kernel",
-        "hardware",
-        "layout",
-        "pass",
-    },
-    "zhuzilin-its": {
-        "hosts",
-        "seq_len",
-        "heads",
-        "kv_heads",
-        "head_dim",
-        "dtype",
-        "kernel",
-        "hardware",
-        "layout",
-        "pass",
-        "variant",
-    },
+    "zhuzilin": ZHUZILIN_KEYS,
+    "zhuzilin-its": ZHUZILIN_KEYS | {"variant"},
     "striped": {
         "model",
         "tp",
