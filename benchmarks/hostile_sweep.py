@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hostile_cases import CALIBRATE_BAD, MEASURE_BAD  # beside this file (one table, two users)
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -120,37 +122,14 @@ CLI_CASES = [
     # item 2: measure and calibrate, refused before any rank starts
     *(
         Cli(f"measure {' '.join(a)}", ["measure", *a], named=n, limit_s=20)
-        for a, n in [
-            (["--hosts", "0"], "--hosts"),
-            (["--hosts", "-1"], "--hosts"),
-            (["--hosts", "1"], "--hosts"),
-            (["--hosts", "3"], "hosts = 3"),
-            (["--layout", "zigzag", "--seq-len", "6"], "seq_len=6"),
-            (["--heads", "0"], "--heads"),
-            (["--head-dim", "0"], "--head-dim"),
-            (["--kv-heads", "3"], "kv_heads=3"),
-            (["--repeats", "0"], "--repeats"),
-            (["--threads", "0"], "--threads"),
-            (["--backend", "nccl"], "--backend nccl"),
-            (["--hosts", "64", "--seq-len", "64K"], "--hosts 64"),
-            (["--seq-len", "1G"], "--hosts 2"),
-            (["--trace", "/etc/passwd/x"], "--trace"),
-            (["--trace", ""], "--trace"),
-        ]
+        for a, n in [*MEASURE_BAD, (["--backend", "nccl"], "--backend nccl")]
     ),
     *(
         Cli(f"calibrate {' '.join(a)}", ["calibrate", *a], named=n, limit_s=20)
         for a, n in [
-            (["--hosts", "0"], "--hosts"),
-            (["--hosts", "1"], "--hosts"),
-            (["--heads", "0"], "--heads"),
-            (["--repeats", "0"], "--repeats"),
-            (["--threads", "0"], "--threads"),
+            *CALIBRATE_BAD,
             (["--backend", "nccl"], "--backend nccl"),
             (["--backend", "cuda"], "--backend cuda"),
-            (["--hosts", "100"], "--hosts 100"),
-            (["--out", "/etc/passwd/x.json"], "--out"),
-            (["--out", "."], "--out"),
         ]
     ),
     *(

@@ -21,6 +21,9 @@ from ringsim._io import atomic_open, check_output_path, write_json
 from ringsim.timer import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from hostile_cases import CALIBRATE_BAD, MEASURE_BAD  # noqa: E402  (shared with the sweep)
 
 
 def one_line_error(capsys, argv: list[str], named: str) -> str:
@@ -45,42 +48,9 @@ def no_ranks(monkeypatch):
     monkeypatch.setattr(kernels.launch, "launch", refuse)
 
 
-MEASURE_BAD = [
-    (["--hosts", "0"], "--hosts"),
-    (["--hosts", "-1"], "--hosts"),
-    (["--hosts", "1"], "--hosts"),
-    (["--hosts", "3"], "hosts = 3"),
-    (["--layout", "zigzag", "--seq-len", "6"], "seq_len=6"),
-    (["--heads", "0"], "--heads"),
-    (["--head-dim", "0"], "--head-dim"),
-    (["--kv-heads", "3"], "kv_heads=3"),
-    (["--repeats", "0"], "--repeats"),
-    (["--threads", "0"], "--threads"),
-    (["--seq-len", "12Q"], "12Q"),
-    (["--hosts", "64", "--seq-len", "64K"], "at most"),
-    (["--seq-len", "1G"], "GB"),
-    (["--trace", "/etc/passwd/x"], "--trace"),
-    (["--trace", ""], "--trace"),
-]
-
-
 @pytest.mark.parametrize(("argv", "named"), MEASURE_BAD, ids=[" ".join(a) for a, _ in MEASURE_BAD])
 def test_measure_refuses_bad_flags_before_starting_ranks(capsys, no_ranks, argv, named):
     one_line_error(capsys, ["measure", *argv], named)
-
-
-CALIBRATE_BAD = [
-    (["--hosts", "0"], "--hosts"),
-    (["--hosts", "1"], "--hosts"),
-    (["--heads", "0"], "--heads"),
-    (["--repeats", "0"], "--repeats"),
-    (["--threads", "0"], "--threads"),
-    (["--hosts", "100"], "at most"),
-    (["--out", "/etc/passwd/x.json"], "--out"),
-    (["--out", ""], "--out"),
-    (["--out", "/tmp"], "folder"),
-    (["--out", "profile.txt"], ".txt"),
-]
 
 
 @pytest.mark.parametrize(
