@@ -23,6 +23,8 @@ ZHUZILIN_KEYS = {"hosts", "seq_len", "heads", "kv_heads", "head_dim", "dtype", "
 CONFIG_KEYS = {
     "zhuzilin": ZHUZILIN_KEYS,
     "zhuzilin-its": ZHUZILIN_KEYS | {"variant"},
+    "zhuzilin-mha": ZHUZILIN_KEYS,
+    "zhuzilin-mha-its": ZHUZILIN_KEYS | {"variant"},
     "striped": {
         "model",
         "tp",
@@ -57,11 +59,14 @@ def test_every_row_has_a_source_config_metric_and_band():
 def test_dataset_holds_every_published_cell_asked_for():
     count = {e: sum(r.experiment == e for r in DATASET) for e in EXPERIMENTS}
     # zhuzilin: 2 GPUs x 2 passes x 3 layouts (and the same 4 tables' iterations per second:
-    # the single-GPU baseline and the 3 rings); Striped: Tables 3 (7 x 3), 4 (20: no 7B at
-    # 786432), 5 (3 x 4); Ring Attention: Table 2 (5 rows x 2), Table 3 GPU rows (5 x 4)
+    # the single-GPU baseline and the 3 rings), for the current and the older (5-head) table;
+    # Striped: Tables 3 (7 x 3), 4 (20: no 7B at 786432), 5 (3 x 4); Ring Attention: Table 2
+    # (5 rows x 2), Table 3 GPU rows (5 x 4)
     assert count == {
         "zhuzilin": 12,
         "zhuzilin-its": 16,
+        "zhuzilin-mha": 12,
+        "zhuzilin-mha-its": 16,
         "striped-t3": 21,
         "striped-t4": 20,
         "striped-t5": 12,
@@ -77,14 +82,16 @@ def test_zhuzilin_rows_are_the_readme_percentages():
     assert all(0.5 < v < 0.95 for v in cells.values())
 
 
-def test_zhuzilin_iterations_are_the_readme_numbers_and_agree_with_the_shares():
-    its = {r.key: r.value for r in DATASET if r.experiment == "zhuzilin-its"}
-    share = {r.key: r.value for r in DATASET if r.experiment == "zhuzilin"}
+@pytest.mark.parametrize("table", ["zhuzilin", "zhuzilin-mha"])
+def test_zhuzilin_iterations_are_the_readme_numbers_and_agree_with_the_shares(table):
+    its = {r.key: r.value for r in DATASET if r.experiment == f"{table}-its"}
+    share = {r.key: r.value for r in DATASET if r.experiment == table}
+    assert len(share) == 12 and len(its) == 16
     for key, value in share.items():
         _, gpu, pass_, variant = key.split("/")
-        single = its[f"zhuzilin-its/{gpu}/{pass_}/flash_attn"]
+        single = its[f"{table}-its/{gpu}/{pass_}/flash_attn"]
         # the README's percentages are ring it/s over single it/s / 8, rounded
-        assert its[f"zhuzilin-its/{gpu}/{pass_}/{variant}"] / (single / 8) == pytest.approx(
+        assert its[f"{table}-its/{gpu}/{pass_}/{variant}"] / (single / 8) == pytest.approx(
             value, abs=0.006
         ), key
 
@@ -127,11 +134,11 @@ def test_iterations_are_consistent_with_the_predicted_shares(results):
     """The absolute rows are the same model as the shares: ring it/s = share x single / 8."""
     by_key = {r["key"]: r["predicted"] for r in results}
     for r in results:
-        if r["experiment"] != "zhuzilin":
+        if r["experiment"] not in ("zhuzilin", "zhuzilin-mha"):
             continue
-        _, gpu, pass_, variant = r["key"].split("/")
-        single = by_key[f"zhuzilin-its/{gpu}/{pass_}/flash_attn"]
-        ring = by_key[f"zhuzilin-its/{gpu}/{pass_}/{variant}"]
+        table, gpu, pass_, variant = r["key"].split("/")
+        single = by_key[f"{table}-its/{gpu}/{pass_}/flash_attn"]
+        ring = by_key[f"{table}-its/{gpu}/{pass_}/{variant}"]
         assert ring == pytest.approx(r["predicted"] * single / 8, rel=1e-9), r["key"]
 
 

@@ -35,7 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _error(r: dict) -> str:
-    return f"{r['error']:+.1f} pt" if r["experiment"] == "zhuzilin" else f"{r['error']:+.1%}"
+    from ringsim.timer.published import SHARE_EXPERIMENTS
+
+    share = r["experiment"] in SHARE_EXPERIMENTS
+    return f"{r['error']:+.1f} pt" if share else f"{r['error']:+.1%}"
 
 
 def _value(v: float) -> str:

@@ -11,6 +11,8 @@ Experiments:
 * ``zhuzilin``: ring-flash-attention's README benchmark, share of ideal of each ring variant.
 * ``zhuzilin-its``: the same table's absolute iterations per second: the single-GPU
   ``flash_attn`` baseline on the 8K local sequence and each ring variant.
+* ``zhuzilin-mha`` / ``zhuzilin-mha-its``: the README's older table of the same benchmark with
+  5 heads (MHA), shares and iterations per second.
 * ``striped-t3`` / ``striped-t4`` / ``striped-t5``: Striped Attention's measured end-to-end
   training speedups of striped over contiguous ring attention.
 * ``ring-t2``: the Ring Attention paper's minimal block and sequence per device (Table 2).
@@ -26,6 +28,13 @@ ZHUZILIN_SOURCE = (
     "github.com/zhuzilin/ring-flash-attention README 'Performance Summary', batch API table "
     f"(@ {ZHUZILIN_COMMIT[:7]}; table of commit 556ddaa, 2024-10-30), script "
     "benchmark/benchmark_kvpacked_func.py"
+)
+ZHUZILIN_MHA_COMMIT = "55ed8fe0be0daa339fb557cf7a2b8eeb5d7f25ec"
+ZHUZILIN_MHA_SOURCE = (
+    "github.com/zhuzilin/ring-flash-attention README 'Performance Summary' "
+    f"(@ {ZHUZILIN_MHA_COMMIT[:7]}; the table of commits ed08732.., Feb-Oct 2024, replaced in "
+    "556ddaa), script "
+    "benchmark/benchmark_qkvpacked_func.py (5 heads x 128, qkv packed)"
 )
 STRIPED_SOURCE = "Brandon et al., 'Striped Attention' (arXiv:2311.09431)"
 RING_SOURCE = "Liu, Zaharia, Abbeel, 'Ring Attention' (ICLR 2024, arXiv:2310.01889)"
@@ -65,6 +74,9 @@ ZHUZILIN_CONFIG = {
     "causal": True,
     "kernel": "fa2",  # flash_attn 2.x (_flash_attn_forward/_backward), fp32 out/lse merge
 }
+# The README's older table: the same benchmark with 5 heads (MHA, qkv packed) instead of
+# Llama 3 8B's 32 query / 8 kv heads; few heads make short kernel calls (few thread blocks)
+ZHUZILIN_MHA_CONFIG = {**ZHUZILIN_CONFIG, "heads": 5, "kv_heads": 5}
 ZHUZILIN_HARDWARE = {"8xH800": "h800-nvlink", "8xA100": "a100-nvlink"}
 ZHUZILIN_LAYOUTS = {"ring_attn": "contiguous", "zigzag_ring": "zigzag", "stripe_attn": "striped"}
 _ZHUZILIN = {  # (gpu, pass): (theoretic it/s, ring_attn %, zigzag_ring %, stripe_attn %)
@@ -75,6 +87,13 @@ _ZHUZILIN = {  # (gpu, pass): (theoretic it/s, ring_attn %, zigzag_ring %, strip
 }
 
 
+_ZHUZILIN_MHA = {  # the older table, as _ZHUZILIN
+    ("8xH800", "forward"): (302.3, 68.8, 93.6, 85.9),
+    ("8xH800", "forward+backward"): (88.2, 61.5, 85.9, 87.2),
+    ("8xA100", "forward"): (193.2, 64.3, 92.7, 84.8),
+    ("8xA100", "forward+backward"): (58.8, 56.6, 84.1, 78.1),
+}
+
 # The README's absolute numbers, iterations per second as rank 0 printed them: the single-GPU
 # flash_attn call on the 8K local sequence (printed as "591.5 / 8" etc.) and each ring variant
 _ZHUZILIN_ITS = {  # (gpu, pass): (flash_attn, ring_attn, zigzag_ring, stripe_attn)
@@ -83,23 +102,38 @@ _ZHUZILIN_ITS = {  # (gpu, pass): (flash_attn, ring_attn, zigzag_ring, stripe_at
     ("8xA100", "forward"): (373.4, 24.0, 38.2, 32.5),
     ("8xA100", "forward+backward"): (94.7, 6.2, 10.6, 9.75),
 }
+_ZHUZILIN_MHA_ITS = {  # the older table, as _ZHUZILIN_ITS
+    ("8xH800", "forward"): (2418.4, 208.0, 283.0, 259.6),
+    ("8xH800", "forward+backward"): (705.2, 54.3, 75.7, 76.9),
+    ("8xA100", "forward"): (1545.9, 124.4, 179.0, 163.9),
+    ("8xA100", "forward+backward"): (470.6, 33.3, 49.5, 45.9),
+}
+# experiment: (share table, iterations table, configuration, source)
+ZHUZILIN_TABLES = {
+    "zhuzilin": (_ZHUZILIN, _ZHUZILIN_ITS, ZHUZILIN_CONFIG, ZHUZILIN_SOURCE),
+    "zhuzilin-mha": (_ZHUZILIN_MHA, _ZHUZILIN_MHA_ITS, ZHUZILIN_MHA_CONFIG, ZHUZILIN_MHA_SOURCE),
+}
+#: The experiments whose metric is a share of ideal (errors in points)
+SHARE_EXPERIMENTS = tuple(ZHUZILIN_TABLES)
 
 
-def _zhuzilin_its_rows() -> list[Published]:
+def _zhuzilin_its_rows(table: str) -> list[Published]:
+    _, its, base, source = ZHUZILIN_TABLES[table]
+    experiment = f"{table}-its"
     rows = []
-    for (gpu, pass_), (single, *rings) in _ZHUZILIN_ITS.items():
+    for (gpu, pass_), (single, *rings) in its.items():
         variants = {"flash_attn": (None, single)}
         for (variant, layout), value in zip(ZHUZILIN_LAYOUTS.items(), rings, strict=True):
             variants[variant] = (layout, value)
         for variant, (layout, value) in variants.items():
-            config = {**ZHUZILIN_CONFIG, "hardware": ZHUZILIN_HARDWARE[gpu], "pass": pass_,
+            config = {**base, "hardware": ZHUZILIN_HARDWARE[gpu], "pass": pass_,
                       "layout": layout, "variant": variant}  # fmt: skip
             what = "one GPU, the 8K local sequence" if layout is None else "the 8-GPU ring"
             rows.append(
                 Published(
-                    key=f"zhuzilin-its/{gpu}/{pass_}/{variant}",
-                    experiment="zhuzilin-its",
-                    source=ZHUZILIN_SOURCE,
+                    key=f"{experiment}/{gpu}/{pass_}/{variant}",
+                    experiment=experiment,
+                    source=source,
                     config=config,
                     metric=f"iterations per second ({what})",
                     value=value,
@@ -109,13 +143,14 @@ def _zhuzilin_its_rows() -> list[Published]:
     return rows
 
 
-def _zhuzilin_rows() -> list[Published]:
+def _zhuzilin_rows(table: str) -> list[Published]:
+    shares_table, _, base, source = ZHUZILIN_TABLES[table]
     rows = []
-    for (gpu, pass_), (theoretic, *shares) in _ZHUZILIN.items():
+    for (gpu, pass_), (theoretic, *shares) in shares_table.items():
         for (variant, layout), share in zip(ZHUZILIN_LAYOUTS.items(), shares, strict=True):
             value = share / 100
             config = {
-                **ZHUZILIN_CONFIG,
+                **base,
                 "hardware": ZHUZILIN_HARDWARE[gpu],
                 "layout": layout,
                 "pass": pass_,
@@ -123,9 +158,9 @@ def _zhuzilin_rows() -> list[Published]:
             }
             rows.append(
                 Published(
-                    key=f"zhuzilin/{gpu}/{pass_}/{variant}",
-                    experiment="zhuzilin",
-                    source=ZHUZILIN_SOURCE,
+                    key=f"{table}/{gpu}/{pass_}/{variant}",
+                    experiment=table,
+                    source=source,
                     config=config,
                     metric="share of ideal: ring it/s over (single-GPU flash_attn it/s on the "
                     "8K local sequence) / 8",
@@ -331,7 +366,8 @@ def _ring_t3_rows() -> list[Published]:
 
 
 DATASET: tuple[Published, ...] = tuple(
-    _zhuzilin_rows() + _zhuzilin_its_rows() + _striped_rows() + _ring_t2_rows() + _ring_t3_rows()
-)
-EXPERIMENTS = ("zhuzilin", "zhuzilin-its", "striped-t3", "striped-t4", "striped-t5", "ring-t2",
-               "ring-t3")  # fmt: skip
+    [row for t in ZHUZILIN_TABLES for row in _zhuzilin_rows(t) + _zhuzilin_its_rows(t)]
+    + _striped_rows() + _ring_t2_rows() + _ring_t3_rows()
+)  # fmt: skip
+EXPERIMENTS = ("zhuzilin", "zhuzilin-its", "zhuzilin-mha", "zhuzilin-mha-its", "striped-t3",
+               "striped-t4", "striped-t5", "ring-t2", "ring-t3")  # fmt: skip

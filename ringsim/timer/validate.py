@@ -23,7 +23,7 @@ from ringsim.timer.config import RingConfig
 from ringsim.timer.cost import overlap_threshold
 from ringsim.timer.hardware import get_hardware
 from ringsim.timer.memory import max_context
-from ringsim.timer.published import DATASET, EXPERIMENTS, Published
+from ringsim.timer.published import DATASET, EXPERIMENTS, SHARE_EXPERIMENTS, Published
 from ringsim.timer.run import simulate
 
 RING_BLOCKS = 6
@@ -234,6 +234,8 @@ def predict_ring_t3(row: Published, implementation: str | None = None) -> tuple[
 PREDICTORS = {
     "zhuzilin": predict_zhuzilin,
     "zhuzilin-its": predict_zhuzilin_its,
+    "zhuzilin-mha": predict_zhuzilin,
+    "zhuzilin-mha-its": predict_zhuzilin_its,
     "striped-t3": predict_striped,
     "striped-t4": predict_striped,
     "striped-t5": predict_striped,
@@ -252,7 +254,7 @@ def tensor_bound(row: Published) -> float | None:
 
 def _error(row: Published, predicted: float) -> float:
     """Points (x100) for a share of ideal, relative error otherwise."""
-    if row.experiment == "zhuzilin":
+    if row.experiment in SHARE_EXPERIMENTS:
         return 100.0 * (predicted - row.value)
     return predicted / row.value - 1.0
 

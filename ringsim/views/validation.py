@@ -9,6 +9,8 @@ import os
 STYLE = {  # experiment: (marker, colour), Okabe-Ito
     "zhuzilin": ("o", "#0072B2"),
     "zhuzilin-its": ("X", "#000000"),
+    "zhuzilin-mha": ("h", "#56B4E9"),
+    "zhuzilin-mha-its": ("*", "#999999"),
     "striped-t3": ("s", "#E69F00"),
     "striped-t4": ("^", "#009E73"),
     "striped-t5": ("D", "#CC79A7"),
@@ -16,8 +18,11 @@ STYLE = {  # experiment: (marker, colour), Okabe-Ito
     "ring-t3": ("P", "#56B4E9"),
 }
 PANELS = (
-    ("share of ideal and speedup", ("zhuzilin", "striped-t3", "striped-t4", "striped-t5")),
-    ("iterations per second (ring-flash-attention)", ("zhuzilin-its",)),
+    (
+        "share of ideal and speedup",
+        ("zhuzilin", "zhuzilin-mha", "striped-t3", "striped-t4", "striped-t5"),
+    ),
+    ("iterations per second (ring-flash-attention)", ("zhuzilin-its", "zhuzilin-mha-its")),
     ("tokens (Ring Attention Tables 2 and 3)", ("ring-t2", "ring-t3")),
 )
 
