@@ -18,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from ringsim.timer.published import SHARE_EXPERIMENTS
+from ringsim.cli.validate import format_error
 from ringsim.timer.validate import summarize, validate
 
 TARGETS = {
@@ -44,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - start
     for r in results:
         mark = "in band" if r["in_band"] else "MISSED"
-        share = r["experiment"] in SHARE_EXPERIMENTS
-        err = f"{r['error']:+.1f} pt" if share else f"{r['error']:+.1%}"
+        err = format_error(r)
         print(
             f"{r['key']:46s} published {r['published']:>11.4g}  predicted {r['predicted']:>11.4g}"
             f"  ratio {r['ratio']:.3f}  {err:>8s}  {mark}  [{r['implementation']}]"

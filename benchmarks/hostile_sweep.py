@@ -121,16 +121,19 @@ SIM = ["simulate", "--hosts", "4", "--seq-len", "4K"]
 CLI_CASES = [
     # item 2: measure and calibrate, refused before any rank starts
     *(
-        Cli(f"measure {' '.join(a)}", ["measure", *a], named=n, limit_s=20)
-        for a, n in [*MEASURE_BAD, (["--backend", "nccl"], "--backend nccl")]
-    ),
-    *(
-        Cli(f"calibrate {' '.join(a)}", ["calibrate", *a], named=n, limit_s=20)
-        for a, n in [
-            *CALIBRATE_BAD,
-            (["--backend", "nccl"], "--backend nccl"),
-            (["--backend", "cuda"], "--backend cuda"),
-        ]
+        Cli(f"{cmd} {' '.join(a)}", [cmd, *a], named=n, limit_s=20)
+        for cmd, cases in (
+            ("measure", [*MEASURE_BAD, (["--backend", "nccl"], "--backend nccl")]),
+            (
+                "calibrate",
+                [
+                    *CALIBRATE_BAD,
+                    (["--backend", "nccl"], "--backend nccl"),
+                    (["--backend", "cuda"], "--backend cuda"),
+                ],
+            ),
+        )
+        for a, n in cases
     ),
     *(
         Cli(

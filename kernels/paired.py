@@ -47,9 +47,11 @@ LONG_PASS_FLOPS = 20e9  # over ~0.25 s on one core here: the ring is timed once,
 def ring_between_probes(config, hosts: int) -> bool:
     """Whether a repeat times the ring after every probe (short passes) or only once at the
     end, two passes (a pass over ``LONG_PASS_FLOPS``: c = 8192 stays within minutes)."""
+    from ringsim.timer.cost import attention_flops
+
     c = config.seq_len // hosts
-    pass_flops = 4 * c * c * config.heads * config.head_dim * config.batch * hosts
-    return pass_flops <= LONG_PASS_FLOPS
+    block = attention_flops(c, c, config.heads, config.head_dim, batch=config.batch)
+    return hosts * block <= LONG_PASS_FLOPS
 
 
 def repeat_time(rings: list[list[dict]]) -> float:
@@ -172,7 +174,6 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
     total = config.warmup + config.repeats
     for i in range(total):
         done = {key: [] for key in keys.values()}
-        done["rings"] = []
         for name in steps:
             if rank == 0:
                 report(channel, f"repeat {i + 1}/{total}{' (warm-up)' * (i < config.warmup)}: "

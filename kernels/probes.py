@@ -403,8 +403,9 @@ def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
 
 
 # Messages one ring step posts: k and v, separately (``kernels.ring._kv_pair``). The exchange
-# probe posts the same, so its fixed cost is the step's: on gloo each message pays ~0.35 ms
-# here, and a probe of one message priced a 256-token step's transfer 0.35 ms too short.
+# probe posts the same, so its fixed cost is a step's: on gloo each message pays ~0.35 ms
+# here, and a one-message probe priced every step one message short (on 2 hosts the ring-pass
+# probe's overhead happened to absorb it; on more hosts each of the P - 1 steps pays it).
 KV_MESSAGES = 2
 
 

@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-def _error(r: dict) -> str:
+def format_error(r: dict) -> str:
+    """A result's error as printed: points for a share of ideal, a percentage otherwise."""
     from ringsim.timer.published import SHARE_EXPERIMENTS
 
     share = r["experiment"] in SHARE_EXPERIMENTS
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             _value(r["published"]),
             _value(r["predicted"]),
             f"{r['ratio']:.3f}",
-            _error(r),
+            format_error(r),
             "yes" if r["in_band"] else "NO",
             r["implementation"],
         )
