@@ -216,7 +216,10 @@ plt.show()
 # the rows in band and the predictions above and below the line (`validate.describe`).
 # The middle panel is the absolute side of the shares: the same README's iterations per
 # second, of the single-GPU baseline and of each ring. A share can be right while both of
-# its times are wrong; these points say the times themselves land.
+# its times are wrong; these points say the times themselves land. The grey stars (and the
+# light hexagons on the left) are the same README's older table, with 5 heads instead of 32:
+# short kernel calls, where the model's per-call costs are guesses, and most of them miss.
+# A test set is only useful if it can fail.
 # Where a group sits above the line the model leaves out a cost. For Table 3's contexts it is
 # memory: the model counts tensors and a framework overhead (lesson 7), not every copy XLA
 # keeps. For Striped Attention's speedups the timer skips exactly the tiles the paper's
