@@ -302,13 +302,14 @@ class RunConfig:
 
 def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
     """One rank's part of ``config``: forward (and backward) ``repeats`` times, timelines of
-    the last repeat. Returns this rank's output/gradients (numpy) and resolved timelines."""
+    the last repeat (and ``forward_timelines``: the forward's of every timed repeat). Returns
+    this rank's output/gradients (numpy) and resolved timelines."""
     device = _device()
     q_full, k_full, v_full, dout_full = config.inputs(device)
     q, k, v, dout = (
         shard(x, config.layout, hosts, rank) for x in (q_full, k_full, v_full, dout_full)
     )
-    result: dict = {"rank": rank, "forward_s": [], "backward_s": []}
+    result: dict = {"rank": rank, "forward_s": [], "backward_s": [], "forward_timelines": []}
     scale = 1.0 / math.sqrt(config.head_dim)
     for i in range(config.warmup + config.repeats):
         alive()
@@ -333,6 +334,7 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
         if i >= config.warmup:
             result["forward_s"].append(t1 - t0)
             result["backward_s"].append(t2 - t1)
+            result["forward_timelines"].append(ring.forward_timeline.resolve(ring.clock))
     result["forward_timeline"] = ring.forward_timeline.resolve(ring.clock)
     if config.backward:
         result["backward_timeline"] = ring.backward_timeline.resolve(ring.clock)

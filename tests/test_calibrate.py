@@ -231,6 +231,14 @@ def test_real_calibration_and_measurement_on_gloo():
     assert report["max_abs_error"] < 1e-5
     assert 0.1 < report["ratio"] < 10
     assert len(report["steps"]) == 2
+    for r in (report, paired):  # the step rows and the time outside them add up to one pass
+        for col in ("measured_s", "predicted_s"):
+            rows = sum(s[col] for s in r["steps"]) + r["outside_steps"][col]
+            assert rows == pytest.approx(r["pass"][col], rel=1e-9)
+        assert r["pass"]["predicted_s"] == r["predicted_time_s"]
+        assert r["outside_steps"]["predicted_s"] == pytest.approx(
+            r["profile"]["pass_overhead_s"], rel=1e-6, abs=1e-9
+        )
     for r in (report, paired):
         lo, hi = r["ratio_ci95"]
         assert 0 < lo <= hi
@@ -316,3 +324,19 @@ def test_gpu_check_without_a_gpu_writes_why(tmp_path):
     assert main(["--out", str(out), "--budget-s", "5"]) == 1
     data = json.loads(out.read_text())
     assert "no CUDA device" in data["errors"]["device"] and data["sections"] == {}
+
+
+def test_the_step_table_shows_the_pass_nearest_the_median():
+    """``typical_pass`` picks, over every ring call and timed pass, the one whose slowest rank
+    is nearest the median, and returns that pass's timelines (not the last pass's)."""
+    from kernels.measure import typical_pass
+
+    def rank(times, tag):
+        return {"forward_s": times, "forward_timelines": [f"{tag}{p}" for p in range(len(times))]}
+
+    calls = [[rank([1.0, 5.0], "a"), rank([2.0, 1.0], "b")],  # passes: 2.0, 5.0
+             [rank([3.1, 9.0], "c"), rank([0.5, 1.0], "d")]]  # passes: 3.1, 9.0  # fmt: skip
+    seconds, records = typical_pass(calls, median=3.0)
+    assert seconds == 3.1 and records == ["c0", "d0"]
+    with pytest.raises(ValueError, match="no timed pass"):
+        typical_pass([], median=1.0)
