@@ -23,27 +23,28 @@ parameter's interval.
 
 Without a given calibration the comparison is *paired*: before every repeat of the ring, the
 same ranks measure the block compute (a tiny block, half this block size and this one; for a
-causal run also its masked blocks and, if some ranks skip steps, a lone rank; on gloo each on
-a block that has just arrived over the link, as a ring step computes it) and the link (a small
-message and this run's) and, on gloo, whether a transfer progresses while a rank computes
-(``kernels.calibrate.measure_overlap``, at this run's block and message) and the fixed cost
-of a ring call (``measure_ring_pass``: the real ring, on every rank, with near-empty blocks),
-and that repeat is predicted from those numbers (``predicted_times_s``). The ring is timed
-after every probe (one untimed pass, three timed, run again while they spread too wide, as a
-probe is; ``kernels.paired.ring_between_probes``), so its passes are spread through the repeat
-as the probes' samples are; a repeat's time is the median of them (the slowest rank per pass).
-The prediction (``predicted_time_s``) pools the probes of every repeat row by row (medians,
-``Calibration.pooled``): one repeat's slow probe cannot flip it. Each probe runs again while
-its samples spread too wide (``kernels.probes.reprobe``). The machine's load from other
-processes drifts over seconds; pairing keeps the drift out of the comparison without ever
-feeding the ring's own timings into its prediction.
+causal run also its masked blocks and, if some ranks skip steps, a lone rank; on gloo each on a
+block that has just arrived over the link, as a ring step computes it) and the link (a small
+message, this run's and one of at least 2 MB, so that the line's slope is not noise) and, on
+gloo, whether a transfer progresses while a rank computes
+(``kernels.calibrate.measure_overlap``, at this run's block and message) and the fixed cost of a
+ring call (``measure_ring_pass``: the real ring, on every rank, with near-empty blocks), and
+that repeat is predicted from those numbers (``predicted_times_s``). The ring is timed after
+every probe (one untimed pass, three timed, run again while they spread too wide, as a probe is;
+``kernels.paired.ring_between_probes``), so its passes are spread through the repeat as the
+probes' samples are; a repeat's time is the median of them (the slowest rank per pass). The
+prediction (``predicted_time_s``) pools the probes of every repeat row by row (medians,
+``Calibration.pooled``): one repeat's slow probe cannot flip it. Each probe runs again while its
+samples spread too wide (``kernels.probes.reprobe``). The machine's load from other processes
+drifts over seconds; pairing keeps the drift out of the comparison without ever feeding the
+ring's own timings into its prediction.
 
 ``steps`` compares one pass step by step: the timed pass of the ring closest to the median
 (``typical_pass``; its per-rank timelines, each step the slowest rank) against the simulated
-pass. ``outside_steps`` is what
-each pass took beyond its steps (measured: the call's setup, the ranks' start skew, the final
-sync; simulated: the calibrated ``pass_overhead_s``), and ``pass`` their sum, so the rows add
-up; ``measured_time_s`` is the median over repeats, which one pass need not equal.
+pass. ``outside_steps`` is what each pass took beyond its steps (measured: the call's setup, the
+ranks' start skew, the final sync; simulated: the calibrated ``pass_overhead_s``), and ``pass``
+their sum, so the rows add up; ``measured_time_s`` is the median over repeats, which one pass
+need not equal.
 """
 
 from __future__ import annotations

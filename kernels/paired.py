@@ -9,13 +9,24 @@ import dataclasses
 
 from kernels.profile import Calibration, combine_ranks
 
+# The link line's far point: at least this many bytes, so that its transfer time stands out
+# of the noise. On local gloo ranks an exchange costs ~0.4 ms +- 0.05 ms at any small size,
+# and a 128 KB one only ~40 us more (3 GB/s): through 1 KB and 128 KB alone the slope was noise
+# (2026-11-30, 12 probes: 128 KB came out 30 us faster to 110 us slower than 1 KB), and a
+# slope at or below 0 sent the fit through the origin: latency 0, 0.3 GB/s, so the ring-pass
+# probe's messages looked free and its fixed cost took their 0.4 ms (small-block ratio 0.91).
+LINK_FAR_BYTES = 2**21
 
-def _link_sizes(config) -> list[int]:
-    """A small message and this run's kv message: the two points of the link's line."""
+
+def _link_sizes(config, hosts: int) -> list[int]:
+    """The link's line through a small message, this run's kv message (where it is used) and
+    a message at least ``LINK_FAR_BYTES`` (so that the slope is measured, not noise)."""
     dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[config.dtype]
     kv_heads = config.kv_heads or config.heads
-    message = 2 * (config.seq_len // 2) * kv_heads * config.head_dim * config.batch * dtype_bytes
-    return [1024, max(4096, message)]
+    block = config.seq_len // hosts
+    message = 2 * block * kv_heads * config.head_dim * config.batch * dtype_bytes
+    message = max(4096, message)
+    return sorted({1024, message, max(4 * message, LINK_FAR_BYTES)})
 
 
 def compute_sizes(block_tokens: int) -> list[int]:
@@ -123,8 +134,8 @@ def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
 
 def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> dict:
     """In each rank: ``warmup + repeats`` times, calibrate (block compute at this run's block
-    size and half of it, then the link at a small and at this run's message size) and time
-    the ring after each probe (``paired_steps``). Pairing in time keeps a drifting machine
+    size and half of it, then the link at a small, this run's and a large message, ``_link_sizes``)
+    and time the ring after each probe (``paired_steps``). Pairing in time keeps a drifting machine
     load out of the comparison. Every probe is re-run while its samples spread too wide
     (``kernels.probes.reprobe``); rank 0 reports each probe to ``channel``
     (``kernels.progress``)."""
@@ -163,7 +174,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
             measure_overlap(c, **{**shape, "repeats": OVERLAP_REPEATS}, kv_heads=config.kv_heads)
         ],
         "ring pass": lambda: [measure_ring_pass(layout=config.layout, dtype=dtype)],
-        "link": lambda: measure_link_p2p(_link_sizes(config), repeats=PROBE_REPEATS),
+        "link": lambda: measure_link_p2p(_link_sizes(config, hosts), repeats=PROBE_REPEATS),
         "ring": lambda: ring_sample(rank, hosts, ring_config),
     }
     keys = {"block compute": "compute", "masked blocks": "masked", "lone rank": "solo",

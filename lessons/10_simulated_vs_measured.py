@@ -110,8 +110,9 @@ for ax, report in zip(axes, runs, strict=True):
     rows = [*report["steps"], report["outside_steps"]]
     width = 0.38
     x = np.arange(len(rows))
-    ax.bar(x - width / 2, [r["measured_s"] * 1e3 for r in rows], width, label="measured")
-    ax.bar(x + width / 2, [r["predicted_s"] * 1e3 for r in rows], width, label="simulated")
+    bars = {"measured": "measured_s", "simulated": "predicted_s"}
+    for shift, (label, key) in zip((-1, 1), bars.items(), strict=True):
+        ax.bar(x + shift * width / 2, [r[key] * 1e3 for r in rows], width, label=label)
     ax.set_xticks(x, [f"step {r['step']}" for r in report["steps"]] + ["other"])
     ax.set_ylabel("ms, slowest host, one pass")
     ax.set_title(

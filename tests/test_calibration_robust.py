@@ -282,3 +282,19 @@ def test_the_link_probe_sends_k_and_v_as_the_ring_does():
     assert single["exchange"][0]["bytes"] == 4096
     for row in pair["exchange"] + single["exchange"] + pair["pingpong"]:
         assert row["seconds"] > 0 and len(row["samples"]) == 4
+
+
+def test_the_link_probe_reaches_a_message_whose_time_stands_out_of_the_noise():
+    """The paired link probe measures a small message, this run's kv message (per host, not
+    per two hosts) and one of at least ``LINK_FAR_BYTES``: through 1 KB and a 128 KB message
+    alone, gloo's ~0.4 ms per exchange hid the slope and the fit went through the origin."""
+    from kernels.launch import RunConfig
+    from kernels.paired import LINK_FAR_BYTES, _link_sizes
+
+    small = RunConfig(512, 2, None, 32, 1, "contiguous", False, "float32")
+    assert _link_sizes(small, hosts=2) == [1024, 2 * 256 * 2 * 32 * 4, LINK_FAR_BYTES]
+    four = _link_sizes(small, hosts=4)  # 128-token blocks: half the message of two hosts
+    assert four[1] == 2 * 128 * 2 * 32 * 4
+    big = RunConfig(16384, 4, None, 64, 1, "contiguous", False, "float32")
+    message = 2 * 8192 * 4 * 64 * 4
+    assert _link_sizes(big, hosts=2) == [1024, message, 4 * message]
