@@ -37,7 +37,8 @@ CASES = {
 KEYS = ("ratio", "ratio_ci95", "measured_time_s", "measured_ci95", "measured_times_s",
         "predicted_times_s", "predicted_time_s",
         "predicted_ci95", "intervals_overlap", "regime", "overlap_threshold_tokens",
-        "overlap_threshold_ci95", "probe_quality", "block_tokens")  # fmt: skip
+        "overlap_threshold_ci95", "probe_quality", "block_tokens", "steps", "outside_steps",
+        "pass", "profile")  # fmt: skip
 
 
 def run(runs: int, repeats: int) -> list[dict]:

@@ -80,15 +80,6 @@ from kernels.uncertainty import (
 MEASURE_BACKENDS = ("gloo", "nccl")
 
 
-def _step_durations(compute_end: np.ndarray, recv_end: np.ndarray) -> np.ndarray:
-    """``(steps,)`` per step, the slowest host's time from the end of its previous step to the
-    end of this one (its compute done and the next block arrived)."""
-    ends = np.fmax(np.nan_to_num(compute_end, nan=-np.inf), np.nan_to_num(recv_end, nan=-np.inf))
-    ends = np.maximum.accumulate(np.where(np.isfinite(ends), ends, 0.0), axis=0)
-    starts = np.vstack([np.zeros((1, ends.shape[1])), ends[:-1]])
-    return (ends - starts).max(axis=1)
-
-
 def predict(
     calibration: Calibration,
     *,
@@ -148,7 +139,7 @@ def measure(
     ``overlap_threshold_ci95``, ``parameter_ci95``).
     """
     from kernels.launch import RunConfig, launch, run_configs, summarize_run
-    from kernels.rank_timeline import timeline_from_records
+    from kernels.rank_timeline import step_durations, timeline_from_records
 
     if backend not in MEASURE_BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(MEASURE_BACKENDS)}, got {backend!r}")
@@ -211,8 +202,7 @@ def measure(
     measured_pass, records = typical_pass(passes, float(np.median(measured_all)))
     measured_tl = timeline_from_records(records)
     predicted_tl = sim.timeline
-    measured_steps = _step_durations(measured_tl.compute_end, measured_tl.recv_end)
-    predicted_steps = _step_durations(predicted_tl.compute_end, predicted_tl.recv_end)
+    measured_steps, predicted_steps = step_durations(measured_tl), step_durations(predicted_tl)
     measured = float(np.median(measured_all))
     predicted = float(sim.summary()["total_time_s"])
     # the timer starts every host ``pass_overhead_s`` late (setup, start skew), while a rank's

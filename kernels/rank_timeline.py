@@ -89,3 +89,16 @@ def timeline_from_records(records: Sequence[dict], *, meta: dict | None = None) 
     wait = cols.pop("wait")
     info = {"measured": True, "wait": wait, **(meta or {})}
     return Timeline(**cols, meta=info)
+
+
+def step_durations(timeline: Timeline) -> np.ndarray:
+    """``(steps,)`` per step, the slowest host's time from the end of its previous step to the
+    end of this one (its compute done and the next block arrived); measured and simulated
+    timelines alike."""
+    ends = np.fmax(
+        np.nan_to_num(timeline.compute_end, nan=-np.inf),
+        np.nan_to_num(timeline.recv_end, nan=-np.inf),
+    )
+    ends = np.maximum.accumulate(np.where(np.isfinite(ends), ends, 0.0), axis=0)
+    starts = np.vstack([np.zeros((1, ends.shape[1])), ends[:-1]])
+    return (ends - starts).max(axis=1)

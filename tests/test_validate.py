@@ -25,6 +25,8 @@ CONFIG_KEYS = {
     "zhuzilin-its": ZHUZILIN_KEYS | {"variant"},
     "zhuzilin-mha": ZHUZILIN_KEYS,
     "zhuzilin-mha-its": ZHUZILIN_KEYS | {"variant"},
+    "zhuzilin-issue55": ZHUZILIN_KEYS,
+    "zhuzilin-issue55-its": ZHUZILIN_KEYS | {"variant"},
     "striped": {
         "model",
         "tp",
@@ -48,7 +50,8 @@ def test_every_row_has_a_source_config_metric_and_band():
     for row in DATASET:
         assert isinstance(row, Published)
         assert row.experiment in EXPERIMENTS
-        assert len(row.source) > 20 and ("Table" in row.source or "@" in row.source)
+        cited = ("Table", "@", "issue #")  # a paper's table, a commit, a repository's issue
+        assert len(row.source) > 20 and any(c in row.source for c in cited)
         assert row.metric and row.value > 0
         low, high = row.band
         assert low < row.value < high, row.key
@@ -67,12 +70,22 @@ def test_dataset_holds_every_published_cell_asked_for():
         "zhuzilin-its": 16,
         "zhuzilin-mha": 12,
         "zhuzilin-mha-its": 16,
+        "zhuzilin-issue55": 3,
+        "zhuzilin-issue55-its": 4,
         "striped-t3": 21,
         "striped-t4": 20,
         "striped-t5": 12,
         "ring-t2": 10,
         "ring-t3": 20,
     }
+
+
+def test_issue55_shares_are_computed_from_its_printed_rates_as_the_readme_computes_them():
+    shares = {r.key.split("/")[-1]: r.value for r in DATASET if r.experiment == "zhuzilin-issue55"}
+    its = {r.key.split("/")[-1]: r.value for r in DATASET if r.experiment == "zhuzilin-issue55-its"}
+    for ring in ("ring_attn", "zigzag_ring", "stripe_attn"):
+        assert shares[ring] == pytest.approx(8 * its[ring] / its["flash_attn"], abs=0.001)
+    assert shares["zigzag_ring"] == pytest.approx(0.553, abs=0.001)  # the issue's "only 55%"
 
 
 def test_zhuzilin_rows_are_the_readme_percentages():
@@ -223,3 +236,16 @@ def test_describe_counts_what_the_results_say(results):
         assert f"above the published value on {above}, below on {below}" in line
     fake = [dict(results[0], predicted=0.5, published=1.0, ratio=0.5, below=1.0)]
     assert "of 1 published values below 1, 1 predicted below it" in describe(fake)[0]
+
+
+def test_the_validation_benchmark_states_a_target_for_every_experiment():
+    """benchmarks/bench_validate.py prints each experiment's count against its target: a new
+    experiment without one stopped it with a KeyError."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_validate.py"
+    spec = importlib.util.spec_from_file_location("bench_validate", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert set(bench.TARGETS) == set(EXPERIMENTS)

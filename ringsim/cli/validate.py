@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ringsim.cli.output import note, print_json, print_table
+from ringsim.timer.published import EXPERIMENTS
 
 HELP = "predict every published measurement in the dataset; ratios and target bands"
 EXAMPLES = """examples:
@@ -21,8 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--experiment",
         action="append",
         metavar="NAME",
-        help="only these experiments (repeatable): zhuzilin, striped-t3, striped-t4, "
-        "striped-t5, ring-t2, ring-t3",
+        help=f"only these experiments (repeatable): {', '.join(EXPERIMENTS)}",
     )
     p.add_argument(
         "--implementation",

@@ -232,10 +232,8 @@ def predict_ring_t3(row: Published, implementation: str | None = None) -> tuple[
 
 
 PREDICTORS = {
-    "zhuzilin": predict_zhuzilin,
-    "zhuzilin-its": predict_zhuzilin_its,
-    "zhuzilin-mha": predict_zhuzilin,
-    "zhuzilin-mha-its": predict_zhuzilin_its,
+    **{name: predict_zhuzilin for name in SHARE_EXPERIMENTS},
+    **{f"{name}-its": predict_zhuzilin_its for name in SHARE_EXPERIMENTS},
     "striped-t3": predict_striped,
     "striped-t4": predict_striped,
     "striped-t5": predict_striped,

@@ -11,18 +11,21 @@ STYLE = {  # experiment: (marker, colour), Okabe-Ito
     "zhuzilin-its": ("X", "#000000"),
     "zhuzilin-mha": ("h", "#56B4E9"),
     "zhuzilin-mha-its": ("*", "#999999"),
+    "zhuzilin-issue55": ("p", "#F0E442"),
+    "zhuzilin-issue55-its": ("d", "#F0E442"),
     "striped-t3": ("s", "#E69F00"),
     "striped-t4": ("^", "#009E73"),
     "striped-t5": ("D", "#CC79A7"),
     "ring-t2": ("v", "#D55E00"),
     "ring-t3": ("P", "#56B4E9"),
 }
+SHARES = ("zhuzilin", "zhuzilin-mha", "zhuzilin-issue55")
 PANELS = (
+    ("share of ideal and speedup", (*SHARES, "striped-t3", "striped-t4", "striped-t5")),
     (
-        "share of ideal and speedup",
-        ("zhuzilin", "zhuzilin-mha", "striped-t3", "striped-t4", "striped-t5"),
+        "iterations per second (ring-flash-attention)",
+        ("zhuzilin-its", "zhuzilin-mha-its", "zhuzilin-issue55-its"),
     ),
-    ("iterations per second (ring-flash-attention)", ("zhuzilin-its", "zhuzilin-mha-its")),
     ("tokens (Ring Attention Tables 2 and 3)", ("ring-t2", "ring-t3")),
 )
 
