@@ -2,15 +2,17 @@
 calibrate + measure round trip; plus the pure-Python parts of the GPU check script."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from kernels.calibrate import calibrate_data, save_calibration
-from kernels.measure import _step_durations, measure, predict
+from kernels.measure import measure, predict
 from kernels.paired import compute_sizes
 from kernels.probes import MASKED_BLOCKS
 from kernels.profile import Calibration, fit_line
+from kernels.rank_timeline import step_durations
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.hardware import load_profile
 
@@ -191,7 +193,7 @@ def test_prediction_of_a_compute_bound_ring_is_steps_times_block_time():
     )  # fmt: skip
     block = cal.block_seconds(256)
     assert sim.summary()["total_time_s"] == pytest.approx(2 * block, rel=1e-3)
-    steps = _step_durations(sim.timeline.compute_end, sim.timeline.recv_end)
+    steps = step_durations(sim.timeline)
     np.testing.assert_allclose(steps, [block, block], rtol=1e-3)
 
 
@@ -199,7 +201,7 @@ def test_step_durations_take_the_slowest_host_and_the_arrival():
     nan = np.nan
     compute_end = np.array([[1.0, 2.0], [3.0, 3.5]])
     recv_end = np.array([[2.5, 1.0], [nan, nan]])
-    steps = _step_durations(compute_end, recv_end)
+    steps = step_durations(SimpleNamespace(compute_end=compute_end, recv_end=recv_end))
     np.testing.assert_allclose(steps, [2.5, 1.5])  # host 0 waits for its block until 2.5
 
 
