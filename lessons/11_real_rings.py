@@ -215,10 +215,8 @@ h800_fwd = {
     for name in ("zhuzilin-mha-its", "zhuzilin-issue55-its")
 }
 readme, user = h800_fwd.values()
-print(
-    "one 5-head benchmark, two 8xH800 machines (forward it/s, issue #55 over README): "
-    + ", ".join(f"{k} {user[k] / readme[k]:.2f}" for k in readme)
-)
+print("two 8xH800 runs of the 5-head benchmark, forward it/s, issue #55 / README:")
+print("  " + ", ".join(f"{k} {user[k] / readme[k]:.2f}" for k in readme))
 fig = plot_validation(results)
 plt.show()
 
