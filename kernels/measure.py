@@ -12,14 +12,16 @@ tokens, so the simulation is told ``tile=TILE``: a partially visible tile costs 
 the real kernel.
 
 ``measured_time_s`` is the median over repeats of the slowest rank's forward time (from
-``kernels.ring.start_line``, a barrier and a short settling pause, to its last merge);
-``ratio = measured / predicted``. Every figure comes with its 95% bootstrap interval
-(``kernels.uncertainty``): ``measured_ci95`` (the repeats redrawn), ``predicted_ci95`` (the
-probes redrawn), ``ratio_ci95`` (both, draw by draw) and ``overlap_threshold_ci95``;
-``intervals_overlap`` says whether prediction and measurement agree within them, and
-``regime`` is ``near the threshold`` while the block lies inside the threshold's interval.
-``probe_quality`` gives each probe's spread and re-probes, ``parameter_ci95`` each profile
-parameter's interval.
+``kernels.ring.start_line``, a barrier and a short settling pause, to its last merge). ``ratio``
+is, for a paired comparison (below), the median over repeats of each repeat's measured time over
+its own prediction (``ratios``): the comparison the pairing is made for; with a given
+calibration, and as ``ratio_of_medians`` always, ``measured / predicted``. Every figure comes
+with its 95% bootstrap interval (``kernels.uncertainty``): ``measured_ci95`` (the repeats
+redrawn), ``predicted_ci95`` (the probes redrawn), ``ratio_ci95`` (both, draw by draw; paired:
+the repeats' ratios) and ``overlap_threshold_ci95``; ``intervals_overlap`` says whether
+prediction and measurement agree within them, and ``regime`` is ``near the threshold`` while the
+block lies inside the threshold's interval. ``probe_quality`` gives each probe's spread and
+re-probes, ``parameter_ci95`` each profile parameter's interval.
 
 Without a given calibration the comparison is *paired*: before every repeat of the ring, the
 same ranks measure the block compute (a tiny block, half this block size and this one; for a
@@ -195,7 +197,12 @@ def measure(
             predicted_all = None
         bar.advance("predicting; bootstrap of the probes for the intervals", 1 - paired)
         sim, hw = predict(calibration, **shape)
-        spread = _bootstrap(own if paired else calibration, measured_all, shape, draws)
+        # paired: each repeat against its own prediction (the probes taken around it)
+        paired_ratios = (
+            [m / p for m, p in zip(measured_all, predicted_all, strict=True)] if paired else None
+        )
+        spread = _bootstrap(own if paired else calibration, measured_all, shape, draws,
+                            ratios=paired_ratios)  # fmt: skip
     run = summarize_run(results, config)
     passes = [[r["rings"][i][j] for r in per_rank] for i in range(repeats)
               for j in range(len(per_rank[0]["rings"][i]))] if paired else [results]  # fmt: skip
@@ -205,6 +212,7 @@ def measure(
     measured_steps, predicted_steps = step_durations(measured_tl), step_durations(predicted_tl)
     measured = float(np.median(measured_all))
     predicted = float(sim.summary()["total_time_s"])
+    medians_ratio = measured / predicted if predicted > 0 else math.inf
     # the timer starts every host ``pass_overhead_s`` late (setup, start skew), while a rank's
     # own clock starts at its first step: both tables count that time outside the steps
     predicted_steps[0] -= hw.pass_overhead_s
@@ -236,8 +244,10 @@ def measure(
         "predicted_time_s": predicted,
         "predicted_ci95": predicted_ci,
         "intervals_overlap": overlaps(predicted_ci, measured_ci),
-        "ratio": measured / predicted if predicted > 0 else math.inf,
+        "ratio": float(np.median(paired_ratios)) if paired else medians_ratio,
         "ratio_ci95": spread["ratio"],
+        "ratio_of_medians": medians_ratio,
+        "ratios": paired_ratios or [medians_ratio],
         "max_abs_error": run.get("max_abs_error"),
         "overlap_threshold_tokens": threshold,
         "overlap_threshold_ci95": threshold_ci,
@@ -287,11 +297,18 @@ def _row(measured: float, predicted: float) -> dict:
     return {"measured_s": float(measured), "predicted_s": float(predicted), "ratio": ratio}
 
 
-def _bootstrap(probes, measured: Sequence[float], shape: dict, draws: int) -> dict:
+def _bootstrap(
+    probes,
+    measured: Sequence[float],
+    shape: dict,
+    draws: int,
+    ratios: Sequence[float] | None = None,
+) -> dict:
     """``bootstrap_intervals`` of a measurement. ``probes``: the repeats' own calibrations of a
     paired measurement (a draw pools the same repeats' probes as it draws measured times:
     the load that slowed a repeat's ring slowed its probes too), or one given
-    ``Calibration`` (a draw redraws every row's samples, ``Calibration.resampled``)."""
+    ``Calibration`` (a draw redraws every row's samples, ``Calibration.resampled``).
+    ``ratios``: the repeats' paired ratios, whose median the ratio's interval is drawn from."""
     cache: dict = {}
 
     def predict_of(idx, rng):
@@ -307,7 +324,7 @@ def _bootstrap(probes, measured: Sequence[float], shape: dict, draws: int) -> di
         cache[tuple(idx)] = out
         return out
 
-    return bootstrap_intervals(measured, predict_of, draws=draws)
+    return bootstrap_intervals(measured, predict_of, draws=draws, ratios=ratios)
 
 
 def _threshold(hw, shape: dict, dtype: str) -> float:

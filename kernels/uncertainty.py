@@ -23,23 +23,33 @@ def overlaps(a: Sequence[float], b: Sequence[float]) -> bool:
 
 
 def bootstrap_intervals(
-    measured: Sequence[float], predict_of, *, draws: int = BOOTSTRAP_DRAWS, seed: int = 0
+    measured: Sequence[float],
+    predict_of,
+    *,
+    draws: int = BOOTSTRAP_DRAWS,
+    seed: int = 0,
+    ratios: Sequence[float] | None = None,
 ) -> dict:
     """95% intervals by bootstrap: ``draws`` times, the repeats drawn with replacement (``idx``)
     give a median measured time, and ``predict_of(idx, rng)`` a prediction: a dict with
     ``time`` and, optionally, ``threshold`` (tokens) and ``hardware``. Returns ``measured``,
-    ``predicted``, ``ratio`` (median measured over predicted, draw by draw), ``threshold``
+    ``predicted``, ``ratio`` (median measured over predicted, draw by draw; with ``ratios``,
+    one per repeat, the median of the drawn repeats' ratios), ``threshold``
     ``[lo, hi]`` and ``parameters`` (``kernels.profile.parameter_intervals``; ``{}`` without
     hardware). The intervals say how far each could move on another run of as many repeats
     on an equally loaded machine."""
     from kernels.profile import parameter_intervals
 
     m = np.asarray(measured, float)
+    if ratios is not None and len(ratios) != len(m):
+        raise ValueError(f"ratios must have one value per repeat ({len(m)}), got {len(ratios)}")
     rng = np.random.default_rng(seed)
-    rows = []
+    rows, paired = [], []
     for _ in range(draws):
         idx = np.sort(rng.integers(0, len(m), len(m)))
         rows.append((float(np.median(m[idx])), predict_of(idx, rng)))
+        if ratios is not None:
+            paired.append(float(np.median(np.asarray(ratios, float)[idx])))
     meas = np.array([r[0] for r in rows])
     pred = np.array([r[1]["time"] for r in rows])
     ci = lambda x: [float(v) for v in np.percentile(x, [2.5, 97.5])]
@@ -48,7 +58,7 @@ def bootstrap_intervals(
     return {
         "measured": ci(meas),
         "predicted": ci(pred),
-        "ratio": ci(meas / pred),
+        "ratio": ci(paired) if ratios is not None else ci(meas / pred),
         "threshold": ci(thresholds) if thresholds else [math.nan, math.nan],
         "parameters": parameter_intervals(hardwares) if hardwares else {},
     }
@@ -77,6 +87,11 @@ def interval_lines(report: dict) -> list[str]:
         f" (the probes' spread): the intervals {verdict}",
         f"ratio {report['ratio']:.2f}, 95% {lo:.2f} to {hi:.2f} (bootstrap over the repeats)",
     ]
+    if len(report.get("ratios", ())) > 1:
+        lines[-1] += (
+            f"\n  (the median of the {len(report['ratios'])} repeats' measured over their own "
+            f"prediction; measured over predicted above: {report['ratio_of_medians']:.2f})"
+        )
     quality = report.get("probe_quality") or {}
     if quality:
         lines.append("probe spread (relative IQR, tries): " + ", ".join(

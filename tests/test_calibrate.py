@@ -154,6 +154,22 @@ def test_ratio_interval_brackets_the_ratio_and_narrows_with_repeats():
     assert bootstrap_intervals([2.0, 2.0, 2.0], fixed)["ratio"] == [2.0, 2.0]
 
 
+def test_paired_ratio_interval_is_drawn_from_the_repeats_own_ratios():
+    """With one ratio per repeat the interval is of their median, drawn with the repeats: a
+    drift that slows a repeat and its own prediction alike leaves the ratios, and their
+    interval, tight, where the medians' ratio would scatter with the drift."""
+    from kernels.uncertainty import bootstrap_intervals
+
+    drift = np.array([1.0, 1.3, 0.8, 1.1, 1.5])  # the machine, repeat by repeat
+    pooled = lambda idx, rng: {"time": 1.0}
+    paired = bootstrap_intervals(drift * 1.02, pooled, ratios=[1.02] * 5)["ratio"]
+    assert paired == pytest.approx([1.02, 1.02])
+    loose = bootstrap_intervals(drift * 1.02, pooled)["ratio"]
+    assert loose[1] - loose[0] > 0.2
+    with pytest.raises(ValueError, match="one value per repeat"):
+        bootstrap_intervals([1.0, 2.0], pooled, ratios=[1.0])
+
+
 def testpaired_calibration_times_at_least_two_block_sizes():
     for c in (1, 2, 8, 16, 17, 32, 1024):
         sizes = compute_sizes(c)
@@ -227,6 +243,14 @@ def test_real_calibration_and_measurement_on_gloo():
     assert paired["calibration"].startswith("paired") and len(paired["predicted_times_s"]) == 2
     assert paired["max_abs_error"] < 1e-5 and 0.1 < paired["ratio"] < 10
     assert paired["kv_heads"] == 1  # GQA: the probes and the ring move one kv head
+    # paired: each repeat against its own prediction, the median of those; and both medians'
+    times = zip(paired["measured_times_s"], paired["predicted_times_s"], strict=True)
+    own = [m / p for m, p in times]
+    assert paired["ratios"] == pytest.approx(own) and paired["ratio"] == np.median(own)
+    assert paired["ratio_of_medians"] == pytest.approx(
+        paired["measured_time_s"] / paired["predicted_time_s"]
+    )
+    assert report["ratio"] == report["ratio_of_medians"]  # a given calibration: no pairs
     for key in ("hosts", "backend", "measured_time_s", "predicted_time_s", "ratio"):
         assert key in report
     assert report["hosts"] == 2 and report["backend"] == "gloo"
