@@ -181,6 +181,13 @@ plt.show()
 # kept. And the link probe sends `k` and `v` as two messages, as a ring step does, so its
 # per-message cost is the step's.
 #
+# Two more came from reading the step table, not the totals. A line through two message
+# sizes only measures a bandwidth when the larger message takes visibly longer: here an
+# exchange costs about 0.4 ms whatever its size up to 128 KB, so the probe now also sends a
+# 2 MB message, or the fit could put all the time into bandwidth and none into latency. And
+# the ratio is taken repeat by repeat, each repeat against the prediction from its own
+# probes: that is what pairing them in time is for.
+#
 # </details>
 
 # %%
