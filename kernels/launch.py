@@ -335,7 +335,8 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
             result["forward_s"].append(t1 - t0)
             result["backward_s"].append(t2 - t1)
             result["forward_timelines"].append(ring.forward_timeline.resolve(ring.clock))
-    result["forward_timeline"] = ring.forward_timeline.resolve(ring.clock)
+    timed = result["forward_timelines"]  # the last pass's, already resolved if it was timed
+    result["forward_timeline"] = timed[-1] if timed else ring.forward_timeline.resolve(ring.clock)
     if config.backward:
         result["backward_timeline"] = ring.backward_timeline.resolve(ring.clock)
     if config.return_tensors:

@@ -212,7 +212,7 @@ def measure(
     measured_steps, predicted_steps = step_durations(measured_tl), step_durations(predicted_tl)
     measured = float(np.median(measured_all))
     predicted = float(sim.summary()["total_time_s"])
-    medians_ratio = measured / predicted if predicted > 0 else math.inf
+    medians_ratio = _ratio(measured, predicted)
     # the timer starts every host ``pass_overhead_s`` late (setup, start skew), while a rank's
     # own clock starts at its first step: both tables count that time outside the steps
     predicted_steps[0] -= hw.pass_overhead_s
@@ -292,9 +292,13 @@ def typical_pass(rings: Sequence[Sequence[dict]], median: float) -> tuple[float,
     return best
 
 
+def _ratio(measured: float, predicted: float) -> float:
+    return measured / predicted if predicted > 0 else math.inf
+
+
 def _row(measured: float, predicted: float) -> dict:
-    ratio = measured / predicted if predicted > 0 else math.inf
-    return {"measured_s": float(measured), "predicted_s": float(predicted), "ratio": ratio}
+    return {"measured_s": float(measured), "predicted_s": float(predicted),
+            "ratio": _ratio(measured, predicted)}  # fmt: skip
 
 
 def _bootstrap(

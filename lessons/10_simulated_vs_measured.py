@@ -97,8 +97,8 @@ for seq_len in (scaled(256, multiple=64), scaled(2048, multiple=64)):
         f"{report['regime']}\n"
         f"    measured {ms['measured_time_s']:.2f} ms [{meas_lo:.2f}, {meas_hi:.2f}], "
         f"predicted {ms['predicted_time_s']:.2f} ms [{pred_lo:.2f}, {pred_hi:.2f}]\n"
-        f"    ratio {report['ratio']:.2f} repeat by repeat ({report['ratio_of_medians']:.2f} "
-        f"of the medians), {verdict} 10%\n"
+        f"    ratio {report['ratio']:.2f} repeat by repeat "
+        f"({report['ratio_of_medians']:.2f} of the medians), {verdict} 10%\n"
         f"    the intervals {agree}; error vs exact {report['max_abs_error']:.1e}"
     )
 
