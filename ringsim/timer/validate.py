@@ -177,7 +177,13 @@ def predict_striped(row: Published, implementation: str | None = None) -> tuple[
     full-block fp32 ``dk, dv`` once per query chunk whatever it skips (~12% of an all-tile
     backward's matmuls at TF32 peak); ``k`` travels in fp32. At 4096-token blocks both
     layouts run identical work (two 2048 x 4096 tiles a step, none skipped), so the code
-    gives exactly 1.00 where the paper measured 0.92-0.95: not a difference in work."""
+    gives exactly 1.00 where the paper measured 0.92-0.95: not a difference in work.
+    Slowing attention to what fp32 scores imply (about 1/3.5 of TF32 peak) moves the
+    predictions up, not down (t3 7B at 262144 tokens: 1.613 -> 1.647; measured 1.43). To
+    match the measured speedups (above 1) the model would need a cost paid alike by both
+    layouts of 13% to several times a contiguous step (median 38%; up to 33% only to enter
+    the 10% band), largest for the 1B model, whose tiles are cheapest: no term read from the
+    code is that large."""
     c = row.config
     impl = _implementation("ideal", implementation)
     tp = c["tp"]
