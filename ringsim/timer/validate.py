@@ -169,7 +169,7 @@ def predict_striped(row: Published, implementation: str | None = None) -> tuple[
     last query and otherwise runs the same ops on every tile, adding the causal bias
     (``_chunk_attention_bias``) whether the tile is masked or not: no masked-tile penalty.
 
-    Read from the same code and not modelled (the predictions sit 10-16% above the measured
+    Read from the same code and not modelled (the predictions sit 10-26% above the measured
     speedups at large blocks): the scores are materialised in fp32 (XLA einsums and
     elementwise passes, ~16-20 bytes of HBM per score element against 512 FLOPs: memory-bound,
     but per computed tile in both layouts, so it would raise the speedup, not lower it); each
@@ -178,12 +178,13 @@ def predict_striped(row: Published, implementation: str | None = None) -> tuple[
     backward's matmuls at TF32 peak); ``k`` travels in fp32. At 4096-token blocks both
     layouts run identical work (two 2048 x 4096 tiles a step, none skipped), so the code
     gives exactly 1.00 where the paper measured 0.92-0.95: not a difference in work.
-    Slowing attention to what fp32 scores imply (about 1/3.5 of TF32 peak) moves the
-    predictions up, not down (t3 7B at 262144 tokens: 1.613 -> 1.647; measured 1.43). To
-    match the measured speedups (above 1) the model would need a cost paid alike by both
-    layouts of 13% to several times a contiguous step (median 38%; up to 33% only to enter
-    the 10% band), largest for the 1B model, whose tiles are cheapest: no term read from the
-    code is that large."""
+    What the two code-read terms would do, each paid alike by both layouts (what-if runs,
+    2026-12-01, not in the model): the full-block fp32 ``dk, dv`` sums alone (16 bytes per
+    element per query chunk over HBM) put 31 of the 53 rows in band (7 today); attention
+    slowed to what fp32 scores through HBM imply on an A100 (about 1/3.5 of TF32 peak) puts
+    0 in band and, with the sums, 5. The terms pull opposite ways and which one wins depends
+    on what XLA fuses, which only a profile of that code shows; modelling the one that helps
+    would be choosing terms by their fit."""
     c = row.config
     impl = _implementation("ideal", implementation)
     tp = c["tp"]
