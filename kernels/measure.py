@@ -198,9 +198,8 @@ def measure(
         bar.advance("predicting; bootstrap of the probes for the intervals", 1 - paired)
         sim, hw = predict(calibration, **shape)
         # paired: each repeat against its own prediction (the probes taken around it)
-        paired_ratios = (
-            [m / p for m, p in zip(measured_all, predicted_all, strict=True)] if paired else None
-        )
+        pairs = zip(measured_all, predicted_all or [], strict=True)
+        paired_ratios = [_ratio(m, p) for m, p in pairs] if paired else None
         spread = _bootstrap(own if paired else calibration, measured_all, shape, draws,
                             ratios=paired_ratios)  # fmt: skip
     run = summarize_run(results, config)
@@ -301,13 +300,8 @@ def _row(measured: float, predicted: float) -> dict:
             "ratio": _ratio(measured, predicted)}  # fmt: skip
 
 
-def _bootstrap(
-    probes,
-    measured: Sequence[float],
-    shape: dict,
-    draws: int,
-    ratios: Sequence[float] | None = None,
-) -> dict:
+def _bootstrap(probes, measured: Sequence[float], shape: dict, draws: int,
+               ratios: Sequence[float] | None = None) -> dict:  # fmt: skip
     """``bootstrap_intervals`` of a measurement. ``probes``: the repeats' own calibrations of a
     paired measurement (a draw pools the same repeats' probes as it draws measured times:
     the load that slowed a repeat's ring slowed its probes too), or one given
