@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels.measure import measure
+from kernels.calibration.measure import measure
 
 CASES = {
     "small": dict(seq_len=512, heads=2, head_dim=32, tolerance=0.15),

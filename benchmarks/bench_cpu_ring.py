@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from kernels.calibrate import calibrate_data, save_calibration
-from kernels.measure import measure
+from kernels.calibration.calibrate import calibrate_data, save_calibration
+from kernels.calibration.measure import measure
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 SMALL_BLOCK, SMALL_HEADS, SMALL_HEAD_DIM = 16, 64, 256

@@ -14,7 +14,8 @@ are skipped with the reason and ringsim runs alone.
 
 Every case (P = 2, fp32, batch 1, 8 heads, head dim 64) runs each implementation in fresh
 processes, one after the other, and repeats the round with the order rotated, so the load of
-this shared machine hits all of them alike: ringsim's gloo ring (``kernels.launch``, one pinned
+this shared machine hits all of them alike: ringsim's gloo ring (``kernels.distributed.launch``,
+one pinned
 torch thread per rank; zigzag for causal), ringsim's NumPy executor (one process holding both
 virtual hosts; forward cases up to ``--numpy-max-seq-len``: it is an exact reference, ~20x
 slower than the torch ring here), the two peers, and the compute floor (torch's fused SDPA on
@@ -147,8 +148,8 @@ def run_peer(python: Path, impl: str, spec: dict) -> dict:
 
 
 def ringsim_rank(rank: int, hosts: int, config) -> dict:
-    """One rank of ``kernels.launch.run_ring``, with its peak memory."""
-    from kernels.launch import run_ring
+    """One rank of ``kernels.distributed.launch.run_ring``, with its peak memory."""
+    from kernels.distributed.launch import run_ring
 
     rss0 = maxrss_bytes()
     result = run_ring(rank, hosts, config)
@@ -158,7 +159,7 @@ def ringsim_rank(rank: int, hosts: int, config) -> dict:
 
 
 def run_ringsim_gloo(case: Case, spec: dict) -> dict:
-    from kernels.launch import RunConfig, assemble, launch
+    from kernels.distributed.launch import RunConfig, assemble, launch
 
     layout = "zigzag" if case.causal else "contiguous"
     config = RunConfig(
@@ -241,11 +242,11 @@ def in_fresh_process(fn, *args) -> dict:
 
 
 def write_inputs(case: Case, folder: Path) -> None:
-    """``q, k, v, dout`` ``(1, H, N, d)`` fp32 as ``kernels.launch.RunConfig`` draws them (the
-    gloo ring draws its own, identical ones)."""
+    """``q, k, v, dout`` ``(1, H, N, d)`` fp32 as ``kernels.distributed.launch.RunConfig`` draws
+    them (the gloo ring draws its own, identical ones)."""
     import torch
 
-    from kernels.launch import RunConfig
+    from kernels.distributed.launch import RunConfig
 
     config = RunConfig(case.seq_len, HEADS, None, HEAD_DIM)
     for name, x in zip("qkvg", config.inputs(torch.device("cpu")), strict=True):

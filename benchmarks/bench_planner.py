@@ -30,12 +30,12 @@ import time
 from dataclasses import replace
 
 from ringsim.timer import RingConfig
-from ringsim.timer.memory import ModelSpec, get_model
-from ringsim.timer.planner import plan
-from ringsim.timer.strategies import simulate_strategy
-from ringsim.timer.topology import get_cluster
+from ringsim.timer.machine.topology import get_cluster
+from ringsim.timer.step.memory import ModelSpec, get_model
+from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.studies.planner import plan
 
-# Llama 3 shapes (Llama Team, arXiv 2407.21783, Table 3), if ringsim.timer.memory lacks them
+# Llama 3 shapes (Llama Team, arXiv 2407.21783, Table 3), if ringsim.timer.step.memory lacks them
 LLAMA3 = {
     "llama3-8b": ModelSpec("llama3-8b", 32, 4096, 32, 14336, vocab=128256, kv_heads=8),
     "llama3-70b": ModelSpec("llama3-70b", 80, 8192, 64, 28672, vocab=128256, kv_heads=8),

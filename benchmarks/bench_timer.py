@@ -19,11 +19,11 @@ import time
 
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import overlap_threshold
-from ringsim.timer.hardware import PRESETS
+from ringsim.timer.machine.hardware import PRESETS
 
 BIG_RUN = (
     "from ringsim.timer import RingConfig, simulate, parse_length;"
-    "from ringsim.timer.hardware import get_hardware;"
+    "from ringsim.timer.machine.hardware import get_hardware;"
     "cfg = RingConfig(hosts=4096, seq_len=parse_length('16M'),"
     " hardware=get_hardware('a100-nvlink'), layout='zigzag', causal=True);"
     "s = simulate(cfg).summary(); print(s['total_time_s'], s['idle_fraction'], s['events'])"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ringsim.cli.validate import format_error
-from ringsim.timer.validate import summarize, validate
+from ringsim.timer.studies.validate import summarize, validate
 
 TARGETS = {
     "zhuzilin": "every cell within +-5 points of the published share of ideal",

@@ -243,7 +243,8 @@ def _launcher_killed_by(sig: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         code = (
             f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'benchmarks')!r}]\n"
-            "from kernels.launch import launch\nfrom hostile_sweep import sleeping_rank\n"
+            "from kernels.distributed.launch import launch\n"
+            "from hostile_sweep import sleeping_rank\n"
             f"launch(sleeping_rank, 2, args=({tmp!r},), timeout_s=300)\n"
         )
         launcher = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
@@ -304,7 +305,7 @@ def case_corrupt_profiles() -> str:
     """Item 5: every corrupt profile named with its cause; none silently skipped."""
     from dataclasses import asdict, replace
 
-    from ringsim.timer import hardware
+    from ringsim.timer.machine import hardware
 
     good = replace(
         hardware.custom_hardware(2e10, 1e9, 2e-4, dtype="fp32"), source="calibrated 2026-01-01"
@@ -337,7 +338,7 @@ def case_corrupt_profiles() -> str:
 def case_profile_newest_by_content() -> str:
     from dataclasses import asdict, replace
 
-    from ringsim.timer import hardware
+    from ringsim.timer.machine import hardware
 
     with tempfile.TemporaryDirectory() as tmp:
         hardware.save_profile(
@@ -354,7 +355,7 @@ def case_profile_newest_by_content() -> str:
 
 
 def case_save_profile_atomic() -> str:
-    from ringsim.timer import hardware
+    from ringsim.timer.machine import hardware
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "cpu-profile.json")
@@ -381,7 +382,7 @@ def case_small_api_holes() -> str:
     import numpy as np
 
     import ringsim
-    from ringsim.timer.hardware import get_hardware
+    from ringsim.timer.machine.hardware import get_hardware
 
     warnings.simplefilter("ignore")
     x = np.random.default_rng(0).random((8, 4))
@@ -417,7 +418,7 @@ def case_small_api_holes() -> str:
 def one_rank_misbehaves(rank: int, hosts: int) -> list[str]:
     import torch
 
-    from kernels.ring import RingError, ring_attention
+    from kernels.distributed.ring import RingError, ring_attention
 
     x = torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(rank))
     nan_q = x.clone()
@@ -435,7 +436,7 @@ def one_rank_misbehaves(rank: int, hosts: int) -> list[str]:
 
 def case_real_ring_nan_and_local_check() -> str:
     """Item 8: a NaN in one rank's q, and one rank's failed local check, on the real ring."""
-    from kernels.launch import launch
+    from kernels.distributed.launch import launch
 
     per_rank = launch(one_rank_misbehaves, 2, timeout_s=30)
     for rank, (nan, local) in enumerate(per_rank):

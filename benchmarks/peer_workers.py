@@ -113,7 +113,9 @@ def _rap_rank(rank: int, spec: dict, init_file: str, answers) -> None:
         for i in range(1 + spec["repeats"]):
             qr, kr, vr = (x.clone().requires_grad_(spec["backward"]) for x in (q, k, v))
             dist.barrier()
-            time.sleep(0.02)  # as kernels.launch.start_line: let the barrier's threads settle
+            time.sleep(
+                0.02
+            )  # as kernels.distributed.launch.start_line: let the barrier's threads settle
             t0 = time.perf_counter()
             out = ring_flash_attn(qr, kr, vr, causal=spec["causal"],
                                   bucket_size=spec["rap_bucket"], ring_reduce_col=True)  # fmt: skip

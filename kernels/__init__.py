@@ -18,6 +18,6 @@ The backend may import ``ringsim`` (the core, the timer and the views, never the
 nothing in ``ringsim`` imports it, except the forwarded ``calibrate``/``measure`` subcommands.
 """
 
-from kernels.block import BACKENDS, block_attention, block_attention_backward
+from kernels.blocks.dispatch import BACKENDS, block_attention, block_attention_backward
 
 __all__ = ["BACKENDS", "block_attention", "block_attention_backward"]

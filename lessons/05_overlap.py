@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ringsim.timer import RingConfig, cost, simulate
-from ringsim.timer.hardware import PRESETS, get_hardware
+from ringsim.timer.machine.hardware import PRESETS, get_hardware
 from ringsim.views import plots
 from ringsim.views.lessons_support import (
     Exercise,

@@ -31,7 +31,7 @@ import numpy as np
 
 import ringsim
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer.hardware import get_hardware
+from ringsim.timer.machine.hardware import get_hardware
 from ringsim.views import plots
 from ringsim.views.lessons_support import (
     Exercise,

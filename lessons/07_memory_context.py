@@ -31,7 +31,7 @@ import textwrap
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ringsim.timer import memory
+from ringsim.timer.step import memory
 from ringsim.views.lessons_support import (
     Exercise,
     exercises,
@@ -46,8 +46,8 @@ GB = 1e9
 # %% [markdown]
 # ## What one host holds
 #
-# `ringsim.timer.memory.bytes_per_host` follows the paper's accounting (its Table 1, with
-# the slips noted in `ringsim/timer/memory.py`): model states sharded over all hosts (FSDP),
+# `ringsim.timer.step.memory.bytes_per_host` follows the paper's accounting (its Table 1, with
+# the slips noted in `ringsim/timer/step/memory.py`): model states sharded over all hosts (FSDP),
 # one layer's
 # weights gathered, a checkpoint per token and layer, the logits of the host's tokens, and the
 # largest activation of the layer being recomputed.

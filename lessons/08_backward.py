@@ -33,7 +33,7 @@ import numpy as np
 import ringsim
 from ringsim.numerics.rounding import relative_error
 from ringsim.timer import RingConfig, cost, simulate
-from ringsim.timer.hardware import get_hardware
+from ringsim.timer.machine.hardware import get_hardware
 from ringsim.views import plots
 from ringsim.views.lessons_support import (
     Exercise,

@@ -34,9 +34,10 @@ import numpy as np
 import ringsim
 from ringsim.numerics.decode import ring_decode
 from ringsim.numerics.rounding import relative_error
-from ringsim.timer import RingConfig, simulate, strategies
-from ringsim.timer.hardware import get_hardware
-from ringsim.timer.memory import ModelSpec
+from ringsim.timer import RingConfig, simulate
+from ringsim.timer.machine.hardware import get_hardware
+from ringsim.timer.step.memory import ModelSpec
+from ringsim.timer.strategies import peers as strategies
 from ringsim.views.lessons_support import (
     Exercise,
     exercises,
@@ -60,7 +61,7 @@ a100 = get_hardware("a100-nvlink")
 # compute speed; Ulysses and all-gather pay collectives that nothing (or little) overlaps, so
 # the ring is fastest. On the slow link the ring pushes $P-1$ whole blocks through one link
 # while Ulysses' all-to-all moves each token about once: Ulysses wins (see the crossover
-# bandwidth in `ringsim.timer.strategies`).
+# bandwidth in `ringsim.timer.strategies.peers`).
 #
 # </details>
 

@@ -15,7 +15,7 @@
 #
 # Every timing in lessons 5 to 9 came from the event timer. Is it right? This lesson runs a
 # real ring on this machine (separate processes passing blocks with `torch.distributed` over
-# gloo, the same schedule as the simulator), measures the machine first (`kernels.calibrate`:
+# gloo, the same schedule as the simulator), measures the machine first (`kernels.calibration.calibrate`:
 # the block compute rate and the link's latency and bandwidth), predicts the run with
 # `ringsim.timer.simulate` on that measured profile, and compares, step by step. Then it shows
 # the GPU results committed under `results/`, if there are any.
@@ -33,9 +33,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from kernels.measure import measure
+from kernels.calibration.measure import measure
 from ringsim.timer import cost
-from ringsim.timer.hardware import load_profile
+from ringsim.timer.machine.hardware import load_profile
 from ringsim.views.lessons_support import (
     Exercise,
     exercises,
@@ -51,7 +51,7 @@ RESULTS = Path("..") / "results"
 # %% [markdown]
 # ## A real ring on this machine
 #
-# `kernels.measure.measure` calibrates, runs the ring in `hosts` processes (forward pass; in
+# `kernels.calibration.measure.measure` calibrates, runs the ring in `hosts` processes (forward pass; in
 # each repeat the ring is timed after every probe and the median pass of the slowest rank
 # kept, then the median over repeats), predicts the same run, and reports both, their
 # ratio and the output's error against the float64 reference. The ratio is taken repeat by
@@ -157,7 +157,7 @@ plt.show()
 # jumps between the humps. The slow hump came mostly from the harness, not the ring: right
 # after the barrier that lines the ranks up, its own messages and threads were still winding
 # down, and one rank's first send stalled for about 4 ms. The ranks now pause 20 ms after the
-# barrier (`kernels.ring.start_line`) before a timed pass or probe, and the slow passes fell
+# barrier (`kernels.distributed.ring.start_line`) before a timed pass or probe, and the slow passes fell
 # from 50-78% to 3-11%. What is left is this shared machine's load, which drifts: the error
 # bars show each ratio's 95% bootstrap interval over its repeats (`ratio_ci95`).
 #

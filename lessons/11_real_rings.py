@@ -19,7 +19,7 @@
 # GPU's flash-attention call, in 8 times the time: 100% of ideal. zhuzilin's
 # ring-flash-attention measured 85% on 8 H800s, and in absolute time the ideal model is
 # several times too fast (the first waterfall prints by how much). This lesson takes the gap
-# apart, term by term, with the timer's real implementations (`ringsim.timer.kernel_model`),
+# apart, term by term, with the timer's real implementations (`ringsim.timer.machine.kernel_model`),
 # and then sets every published number the package knows beside its prediction.
 #
 # **You will be able to**
@@ -37,10 +37,10 @@ import textwrap
 import matplotlib.pyplot as plt
 
 from ringsim.timer import RingConfig
-from ringsim.timer.hardware import get_hardware
-from ringsim.timer.published import DATASET, ZHUZILIN_SOURCE
-from ringsim.timer.validate import describe, summarize, validate
-from ringsim.timer.waterfall import waterfall
+from ringsim.timer.machine.hardware import get_hardware
+from ringsim.timer.studies.published import DATASET, ZHUZILIN_SOURCE
+from ringsim.timer.studies.validate import describe, summarize, validate
+from ringsim.timer.studies.waterfall import waterfall
 from ringsim.views.lessons_support import (
     Exercise,
     Markdown,
@@ -168,7 +168,7 @@ for layout in ("ring_attn", "zigzag_ring", "stripe_attn"):
 # instead: half its rows see fewer than half the keys, its diagonal tiles are masked, and a
 # causal call runs below a full one's rate even after halving its FLOPs (the FA papers'
 # causal curves sit below the non-causal ones: the row curve and `causal_factor` of
-# `ringsim.timer.kernel_families`). A striped step also merges all `c` rows, a zigzag
+# `ringsim.timer.machine.families`). A striped step also merges all `c` rows, a zigzag
 # step `c` or `c/2`.
 #
 # </details>

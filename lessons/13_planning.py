@@ -15,7 +15,7 @@
 #
 # "Which layout, which degrees, for my model, my length and my cluster?" Lesson 12 gave the
 # pieces: where hops cross nodes, what an all-to-all costs, the $U \times R$ trade. The
-# planner (`ringsim plan`, `ringsim.timer.planner.plan`) puts them together: it enumerates
+# planner (`ringsim plan`, `ringsim.timer.studies.planner.plan`) puts them together: it enumerates
 # every strategy (ring, Ulysses, hybrid, double ring, all-gather), every Ulysses degree the
 # key/value heads allow, both placements and every layout; drops what does not fit in
 # memory; and ranks the rest by the timer's predicted time per training step.
@@ -32,10 +32,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ringsim.timer import RingConfig
-from ringsim.timer.memory import ModelSpec, get_model
-from ringsim.timer.planner import plan
-from ringsim.timer.strategies import simulate_strategy
-from ringsim.timer.topology import get_cluster
+from ringsim.timer.machine.topology import get_cluster
+from ringsim.timer.step.memory import ModelSpec, get_model
+from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.studies.planner import plan
 from ringsim.views.lessons_support import (
     Exercise,
     Markdown,

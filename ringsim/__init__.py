@@ -46,21 +46,21 @@ from ringsim.numerics.rounding import round_to
 from ringsim.schedule import BlockKind, Schedule, build_schedule
 from ringsim.timer import RingConfig, SimResult, parse_length, simulate
 from ringsim.timer.cost import attention_flops, kv_block_bytes, overlap_threshold
-from ringsim.timer.hardware import PRESETS, Hardware, custom_hardware, get_hardware
-from ringsim.timer.kernel_model import (
+from ringsim.timer.engine.timeline import Timeline
+from ringsim.timer.machine.hardware import PRESETS, Hardware, custom_hardware, get_hardware
+from ringsim.timer.machine.kernel_model import (
     KERNELS,
     KernelFamily,
     attention_call_seconds,
     get_family,
 )
-from ringsim.timer.memory import MODELS, ModelSpec, attention_working_set_bytes, memory_report
-from ringsim.timer.models import get_model
-from ringsim.timer.planner import plan
-from ringsim.timer.strategies import STRATEGIES, simulate_strategy
-from ringsim.timer.timeline import Timeline
-from ringsim.timer.topology import CLUSTERS, Cluster, get_cluster
-from ringsim.timer.validate import validate
-from ringsim.timer.waterfall import waterfall
+from ringsim.timer.machine.topology import CLUSTERS, Cluster, get_cluster
+from ringsim.timer.step.memory import MODELS, ModelSpec, attention_working_set_bytes, memory_report
+from ringsim.timer.step.models import get_model
+from ringsim.timer.strategies.peers import STRATEGIES, simulate_strategy
+from ringsim.timer.studies.planner import plan
+from ringsim.timer.studies.validate import validate
+from ringsim.timer.studies.waterfall import waterfall
 from ringsim.views.trace import chrome_trace, write_chrome_trace
 
 __version__ = "0.1.0"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringsim._checks import check_positive_int
+from ringsim.checks import check_positive_int
 
 LAYOUTS = ("contiguous", "striped", "zigzag")
 

@@ -2,7 +2,7 @@
 
 This object is the heart of ringsim. Three executors read it and nothing else about the ring:
 the NumPy numerics (``ringsim.numerics.ring``), the event timer (``ringsim.timer``) and the
-torch.distributed backend (``kernels.ring``).
+torch.distributed backend (``kernels.distributed.ring``).
 
 The ring is unidirectional: host ``h`` sends to ``h + 1`` and receives from ``h - 1`` (mod P).
 At step ``s`` host ``h`` holds the key/value block that host ``(h - s) mod P`` owns.
@@ -28,7 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ringsim._checks import check_bool, check_positive_int, check_segment_ids
+from ringsim.checks import check_bool, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len, host_positions
 from ringsim.masks import count_visible, tile_shape
 

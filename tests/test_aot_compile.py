@@ -1,5 +1,5 @@
 """Every Triton kernel variant the GPU paths launch compiles for sm_80 and sm_90 without a GPU
-(``kernels.aot_check``): no compile error, shared memory within each architecture's limit, no
+(``kernels.gpu.aot``): no compile error, shared memory within each architecture's limit, no
 register spills in bf16/fp16 (a few bytes at most in fp32). Compiling all of them takes a few
 minutes of CPU, split over two worker processes.
 """
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels import aot_check
+from kernels.gpu import aot as aot_check
 
 pytestmark = pytest.mark.torch
 
@@ -33,7 +33,7 @@ def test_every_variant_compiles_within_the_limits(report):
 def test_the_compiled_set_covers_what_the_gpu_paths_launch(report):
     import torch
 
-    from kernels.tiles import gpu_config, tile_candidates
+    from kernels.blocks.tiles import gpu_config, tile_candidates
 
     records = report["records"]
     for arch in aot_check.ARCHS:
@@ -56,7 +56,7 @@ def test_the_compiled_set_covers_what_the_gpu_paths_launch(report):
 
 
 def test_the_committed_results_list_the_same_variants(report):
-    """results/aot-triton-<version>.json is this run's (rerun ``python -m kernels.aot_check
+    """results/aot-triton-<version>.json is this run's (rerun ``python -m kernels.gpu.aot
     --out results/aot-triton-3.9.json`` after changing a kernel, a tile or a plan)."""
     committed = json.loads((REPO / "results" / "aot-triton-3.9.json").read_text())
     assert committed["failures"] == []

@@ -7,14 +7,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kernels.calibrate import calibrate_data, save_calibration
-from kernels.measure import measure, predict
-from kernels.paired import compute_sizes
-from kernels.probes import MASKED_BLOCKS
-from kernels.profile import Calibration, fit_line
-from kernels.rank_timeline import step_durations
+from kernels.calibration.calibrate import calibrate_data, save_calibration
+from kernels.calibration.measure import measure, predict
+from kernels.calibration.paired import compute_sizes
+from kernels.calibration.probes import MASKED_BLOCKS
+from kernels.calibration.profile import Calibration, fit_line
+from kernels.distributed.rank_timeline import step_durations
 from ringsim.timer.cost import attention_flops
-from ringsim.timer.hardware import load_profile
+from ringsim.timer.machine.hardware import load_profile
 
 pytestmark = pytest.mark.torch
 
@@ -143,7 +143,7 @@ def test_overlap_efficiency_is_read_at_the_block_size_it_is_used_for():
 
 
 def test_ratio_interval_brackets_the_ratio_and_narrows_with_repeats():
-    from kernels.uncertainty import bootstrap_intervals
+    from kernels.calibration.uncertainty import bootstrap_intervals
 
     rng = np.random.default_rng(1)
     fixed = lambda idx, rng: {"time": 1.0}
@@ -158,7 +158,7 @@ def test_paired_ratio_interval_is_drawn_from_the_repeats_own_ratios():
     """With one ratio per repeat the interval is of their median, drawn with the repeats: a
     drift that slows a repeat and its own prediction alike leaves the ratios, and their
     interval, tight, where the medians' ratio would scatter with the drift."""
-    from kernels.uncertainty import bootstrap_intervals
+    from kernels.calibration.uncertainty import bootstrap_intervals
 
     drift = np.array([1.0, 1.3, 0.8, 1.1, 1.5])  # the machine, repeat by repeat
     pooled = lambda idx, rng: {"time": 1.0}
@@ -272,14 +272,14 @@ def test_real_calibration_and_measurement_on_gloo():
 
 
 def _overlap_rows(rank, hosts):
-    from kernels.probes import measure_overlap
+    from kernels.calibration.probes import measure_overlap
 
     shape = dict(heads=4, head_dim=8, dtype="fp32", repeats=3)
     return measure_overlap(16, **shape), measure_overlap(16, **shape, kv_heads=1)
 
 
 def test_overlap_probe_moves_the_runs_message():
-    from kernels.launch import launch
+    from kernels.distributed.launch import launch
 
     mha, gqa = launch(_overlap_rows, 2, timeout_s=30)[0]
     assert mha["bytes"] == 2 * 16 * 4 * 8 * 4 and gqa["bytes"] == 2 * 16 * 1 * 8 * 4
@@ -292,7 +292,7 @@ def test_bad_arguments():
         calibrate_data("mpi")
     with pytest.raises(ValueError, match="backend"):
         measure(backend="cuda", calibration=_synthetic())
-    from kernels.calibrate import build_parser
+    from kernels.calibration.calibrate import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--sizes", "12,x"])
@@ -302,7 +302,7 @@ def test_bad_arguments():
 
 
 def test_gpu_check_budget_skips_sections_that_do_not_fit(tmp_path):
-    from kernels.gpu_check import Budget, Report
+    from kernels.gpu.check import Budget, Report
 
     now = [0.0]
     budget = Budget(100, clock=lambda: now[0])
@@ -320,8 +320,8 @@ def test_gpu_check_budget_skips_sections_that_do_not_fit(tmp_path):
 
 
 def test_gpu_check_names_args_and_flops(monkeypatch, tmp_path):
-    from kernels.gpu_check import default_out, device_slug, parse_args
-    from kernels.gpu_plan import attention_tflops
+    from kernels.gpu.check import default_out, device_slug, parse_args
+    from kernels.gpu.plan import attention_tflops
 
     assert device_slug("NVIDIA H200") == "h200"
     assert device_slug("NVIDIA A100-SXM4-80GB") == "a100"
@@ -342,7 +342,7 @@ def test_gpu_check_names_args_and_flops(monkeypatch, tmp_path):
 def test_gpu_check_without_a_gpu_writes_why(tmp_path):
     import torch
 
-    from kernels.gpu_check import main
+    from kernels.gpu.check import main
 
     if torch.cuda.is_available():
         pytest.skip("this test is about machines without a GPU")
@@ -355,7 +355,7 @@ def test_gpu_check_without_a_gpu_writes_why(tmp_path):
 def test_the_step_table_shows_the_pass_nearest_the_median():
     """``typical_pass`` picks, over every ring call and timed pass, the one whose slowest rank
     is nearest the median, and returns that pass's timelines (not the last pass's)."""
-    from kernels.measure import typical_pass
+    from kernels.calibration.measure import typical_pass
 
     def rank(times, tag):
         return {"forward_s": times, "forward_timelines": [f"{tag}{p}" for p in range(len(times))]}

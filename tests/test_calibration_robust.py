@@ -7,11 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from kernels.measure import _bootstrap, measure, predict
-from kernels.probes import REPROBES, SPREAD_LIMIT, probe_spread, reprobe, timed
-from kernels.profile import Calibration, bootstrap, combine_ranks, fit_line, parameter_intervals
-from kernels.progress import Progress, report
-from kernels.uncertainty import overlaps, regime
+from kernels.calibration.measure import _bootstrap, measure, predict
+from kernels.calibration.probes import REPROBES, SPREAD_LIMIT, probe_spread, reprobe, timed
+from kernels.calibration.profile import (
+    Calibration,
+    bootstrap,
+    combine_ranks,
+    fit_line,
+    parameter_intervals,
+)
+from kernels.calibration.uncertainty import overlaps, regime
+from kernels.distributed.progress import Progress, report
 from ringsim.timer.cost import attention_flops
 
 pytestmark = pytest.mark.torch
@@ -195,7 +201,7 @@ def test_progress_prints_plain_lines_off_a_terminal_and_nothing_when_disabled():
 
 
 def test_measure_main_is_quiet_under_json_unless_asked(monkeypatch, capsys):
-    import kernels.measure as m
+    import kernels.calibration.measure as m
 
     seen = []
     fake = {"steps": [], "overlap_threshold_ci95": [0, 0]}
@@ -224,13 +230,13 @@ def test_a_real_measurement_reports_progress_on_stderr(capsys):
 
 
 def _config(seq_len: int, heads: int = 2, head_dim: int = 32):
-    from kernels.launch import RunConfig
+    from kernels.distributed.launch import RunConfig
 
     return RunConfig(seq_len, heads, None, head_dim, backward=False, repeats=3, warmup=1)
 
 
 def test_short_rings_are_timed_after_every_probe_and_long_ones_once():
-    from kernels.paired import paired_ring_config, paired_steps
+    from kernels.calibration.paired import paired_ring_config, paired_steps
 
     short, long = _config(512), _config(16384, heads=8, head_dim=64)
     steps = paired_steps(short, 2)
@@ -243,7 +249,7 @@ def test_short_rings_are_timed_after_every_probe_and_long_ones_once():
 
 
 def test_a_repeats_ring_time_is_the_median_pass_of_the_slowest_rank():
-    from kernels.paired import repeat_time
+    from kernels.calibration.paired import repeat_time
 
     # rank 0's third pass ran in a slow episode; rank 1's first: the median pass is unmoved
     rank0 = [{"forward_s": [1.0]}, {"forward_s": [1.1]}, {"forward_s": [3.0]}]
@@ -255,7 +261,7 @@ def test_a_repeats_ring_time_is_the_median_pass_of_the_slowest_rank():
 
 
 def _exchange_rows(rank, hosts):
-    import kernels.probes as probes
+    import kernels.calibration.probes as probes
 
     batches, post = [], probes._batch
     probes._batch = lambda ops: (batches.append([(kind, t.numel()) for kind, t, _ in ops]),
@@ -268,7 +274,7 @@ def _exchange_rows(rank, hosts):
 def test_the_link_probe_sends_k_and_v_as_the_ring_does():
     """The exchange moves the size in two messages each way (a step's k and v), and its bytes
     are the whole size; one message when asked."""
-    from kernels.launch import launch
+    from kernels.distributed.launch import launch
 
     (pair, single, batches), _ = launch(_exchange_rows, 2, timeout_s=30)
     exchanges = [b for b in batches if len(b) > 1]  # the ping-pong posts one op at a time
@@ -288,8 +294,8 @@ def test_the_link_probe_reaches_a_message_whose_time_stands_out_of_the_noise():
     """The paired link probe measures a small message, this run's kv message (per host, not
     per two hosts) and one of at least ``LINK_FAR_BYTES``: through 1 KB and a 128 KB message
     alone, gloo's ~0.4 ms per exchange hid the slope and the fit went through the origin."""
-    from kernels.launch import RunConfig
-    from kernels.paired import LINK_FAR_BYTES, _link_sizes
+    from kernels.calibration.paired import LINK_FAR_BYTES, _link_sizes
+    from kernels.distributed.launch import RunConfig
 
     small = RunConfig(512, 2, None, 32, 1, "contiguous", False, "float32")
     assert _link_sizes(small, hosts=2) == [1024, 2 * 256 * 2 * 32 * 4, LINK_FAR_BYTES]

@@ -252,15 +252,19 @@ def test_demo_json(capsys):
 
 def test_calibrate_and_measure_forward_their_arguments(monkeypatch):
     seen = {}
-    fake = types.ModuleType("kernels.measure")
+    fake = types.ModuleType("kernels.calibration.measure")
     fake.measure_main = lambda argv: seen.setdefault("argv", argv) and 0
-    monkeypatch.setitem(sys.modules, "kernels.measure", fake)
+    monkeypatch.setitem(sys.modules, "kernels.calibration.measure", fake)
     assert cli.main(["measure", "--hosts", "2", "--json"]) == 0
     assert seen["argv"] == ["--hosts", "2", "--json"]
 
 
 def test_missing_backend_is_a_clear_error(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "kernels.calibrate", types.ModuleType("kernels.calibrate"))
+    monkeypatch.setitem(
+        sys.modules,
+        "kernels.calibration.calibrate",
+        types.ModuleType("kernels.calibration.calibrate"),
+    )
     assert cli.main(["calibrate"]) == 2
     err = capsys.readouterr().err
     assert "calibrate_main is not available" in err and "torch" in err

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer.collectives import (
+from ringsim.timer.cost import kv_block_bytes
+from ringsim.timer.machine.collectives import (
     IDEAL,
     INFINIBAND,
     NVLINK,
@@ -17,8 +18,7 @@ from ringsim.timer.collectives import (
     p2p_seconds,
     sm_share,
 )
-from ringsim.timer.cost import kv_block_bytes
-from ringsim.timer.hardware import PRESETS
+from ringsim.timer.machine.hardware import PRESETS
 
 H100 = PRESETS["h100-nvlink"]
 

@@ -16,7 +16,7 @@ from ringsim.timer.cost import (
     overlap_threshold,
     partial_bytes,
 )
-from ringsim.timer.hardware import (
+from ringsim.timer.machine.hardware import (
     PRESETS,
     Hardware,
     custom_hardware,
@@ -175,7 +175,7 @@ def test_partial_bytes_are_the_bytes_of_a_real_fp32_partial():
 
 
 def test_calibrated_profiles_are_found_by_name_but_kept_out_of_the_presets(tmp_path, monkeypatch):
-    from ringsim.timer import hardware
+    from ringsim.timer.machine import hardware
 
     profile = hardware.custom_hardware(2e10, 1e9, 2e-4, dtype="fp32")
     path = tmp_path / "cpu-profile-test.json"

@@ -1,6 +1,6 @@
 """The prepared GPU run's CPU-checkable parts: its plans, the figure, the speed section's
 per-row failure handling, medians, and the symmetric timing of the Triton calls (in the
-interpreter). The CUDA sections themselves run only on a GPU (``python -m kernels.gpu_check``).
+interpreter). The CUDA sections themselves run only on a GPU (``python -m kernels.gpu.check``).
 """
 
 import json
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import gpu_check, gpu_plan, gpu_sections
+from kernels.gpu import check as gpu_check
+from kernels.gpu import plan as gpu_plan
+from kernels.gpu import sections as gpu_sections
 
 pytestmark = pytest.mark.torch
 
@@ -71,8 +73,8 @@ def test_one_failing_speed_row_does_not_lose_the_section(monkeypatch):
 def test_triton_calls_time_the_launches_and_include_delta(monkeypatch):
     """The timed callables make no tile plan (made once, outside) and the backward computes its
     own ``delta``: outputs and gradients equal the one-shot calls'."""
-    from kernels import triton_block as tb
-    from kernels.block import block_attention, block_attention_backward
+    from kernels.blocks import triton_block as tb
+    from kernels.blocks.dispatch import block_attention, block_attention_backward
 
     rng = np.random.default_rng(0)
     q, k, v, dout = (torch.from_numpy(rng.standard_normal((1, 2, 24, 8)).astype(np.float32))

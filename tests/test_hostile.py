@@ -17,8 +17,8 @@ import pytest
 
 import ringsim
 from ringsim import cli
-from ringsim._io import atomic_open, check_output_path, write_json
-from ringsim.timer import hardware
+from ringsim.files import atomic_open, check_output_path, write_json
+from ringsim.timer.machine import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -40,12 +40,12 @@ def one_line_error(capsys, argv: list[str], named: str) -> str:
 def no_ranks(monkeypatch):
     """Starting a rank fails the test: validation must come first."""
     pytest.importorskip("torch")
-    import kernels.launch
+    import kernels.distributed.launch
 
     def refuse(*args, **kwargs):
         raise AssertionError("a rank was started before the flags were checked")
 
-    monkeypatch.setattr(kernels.launch, "launch", refuse)
+    monkeypatch.setattr(kernels.distributed.launch, "launch", refuse)
 
 
 @pytest.mark.parametrize(("argv", "named"), MEASURE_BAD, ids=[" ".join(a) for a, _ in MEASURE_BAD])
@@ -61,7 +61,7 @@ def test_calibrate_refuses_bad_flags_before_starting_ranks(capsys, no_ranks, arg
 
 
 def test_a_good_calibration_file_passes_the_checks(no_ranks):
-    from kernels.measure import build_parser, check_measure_args
+    from kernels.calibration.measure import build_parser, check_measure_args
 
     path = ROOT / "results" / "cpu-calibration-2026-11-29.json"
     args = build_parser().parse_args(["--calibration", str(path)])
@@ -326,7 +326,7 @@ def test_messages_name_the_flag(capsys, argv, named):
 def _one_rank_misbehaves(rank: int, hosts: int) -> list[str]:
     import torch
 
-    from kernels.ring import RingError, ring_attention
+    from kernels.distributed.ring import RingError, ring_attention
 
     x = torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(rank))
     nan_q = x.clone()
@@ -352,7 +352,7 @@ def _one_rank_misbehaves(rank: int, hosts: int) -> list[str]:
 
 def test_real_ring_refuses_a_nan_and_a_failed_local_check_on_every_rank():
     pytest.importorskip("torch")
-    from kernels.launch import launch
+    from kernels.distributed.launch import launch
 
     per_rank = launch(_one_rank_misbehaves, 2, timeout_s=30)
     for answers in per_rank:

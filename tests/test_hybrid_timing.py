@@ -1,5 +1,5 @@
 """Hybrid sequence parallelism timed on a cluster: Ulysses x ring (USP), the double ring
-(LoongTrain), all-gather (ringsim.timer.hybrid, ringsim.timer.double_ring)."""
+(LoongTrain), all-gather (ringsim.timer.strategies.hybrid, ringsim.timer.strategies.double_ring)."""
 
 from dataclasses import replace
 
@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from ringsim.grid import Grid, check_ulysses_degree
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer.hardware import custom_hardware, get_hardware
-from ringsim.timer.strategies import ALL_STRATEGIES, simulate_strategy
-from ringsim.timer.topology import get_cluster
+from ringsim.timer.machine.hardware import custom_hardware, get_hardware
+from ringsim.timer.machine.topology import get_cluster
+from ringsim.timer.strategies.peers import ALL_STRATEGIES, simulate_strategy
 
 H100 = get_hardware("h100-nvlink")
 DGX = get_cluster("dgx-h100")

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from ringsim.layouts import LAYOUTS
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import attention_flops
-from ringsim.timer.hardware import PRESETS, custom_hardware
-from ringsim.timer.kernel_model import (
+from ringsim.timer.engine.ring_steps import StepModel, grad_seconds, merge_seconds
+from ringsim.timer.machine.hardware import PRESETS, custom_hardware
+from ringsim.timer.machine.kernel_model import (
     KERNELS,
     MASKS,
     attention_call_seconds,
@@ -21,8 +22,7 @@ from ringsim.timer.kernel_model import (
     kind_rate,
     tile_work,
 )
-from ringsim.timer.ring_steps import StepModel, grad_seconds, merge_seconds
-from ringsim.timer.waterfall import WATERFALL_TERMS, waterfall
+from ringsim.timer.studies.waterfall import WATERFALL_TERMS, waterfall
 
 H100, A100 = PRESETS["h100-nvlink"], PRESETS["a100-nvlink"]
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -360,7 +360,7 @@ def test_cli_bad_values_exit_2_naming_the_flag(capsys, flags, word):
 
 def test_calibration_gives_the_torch_family():
     pytest.importorskip("torch")
-    from kernels.profile import Calibration
+    from kernels.calibration.profile import Calibration
 
     cal = Calibration("gloo", "fp32", heads=2, head_dim=32, threads=1, hosts=2, when="today")
     for c in (64, 128, 256, 512):

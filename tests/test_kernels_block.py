@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import kernels
 import ringsim
-from kernels.block import block_attention, block_attention_backward
+from kernels.blocks.dispatch import block_attention, block_attention_backward
 from ringsim.masks import count_visible
 from ringsim.numerics.attention import Partial, merge
 from ringsim.numerics.attention import block_attention as np_block_attention
@@ -161,8 +161,8 @@ def test_tile_skipping_matches_the_cost_models_tile_count(layout):
     """The kernel visits, per query tile, the range [lo, hi) of key tiles; for every layout's
     sorted positions that range holds exactly the live tiles, and the live tiles cover exactly
     the pairs ``ringsim.masks.count_visible(tile=T)`` charges."""
-    from kernels.block_args import check_block_args
-    from kernels.tiles import live_tiles, tile_ranges
+    from kernels.blocks.args import check_block_args
+    from kernels.blocks.tiles import live_tiles, tile_ranges
 
     tile, hosts, seq = 4, 4, 128
     pos = ringsim.host_positions(layout, hosts, seq)
@@ -219,8 +219,8 @@ def test_bad_arguments_name_the_argument():
 def test_tiled_torch_path_skips_tiles_and_stays_exact(layout):
     """Small tiles (4 tokens) on every layout's diagonal and off-diagonal blocks, with
     segments: the tiled torch forward/backward equal the untiled one."""
-    from kernels import torch_block
-    from kernels.block_args import check_block_args
+    from kernels.blocks import torch_block
+    from kernels.blocks.args import check_block_args
 
     rng = np.random.default_rng(5)
     q, k, v, dout = _qkv(rng, heads=2, kv_heads=1, seq=24, dim=4)
@@ -262,11 +262,11 @@ def _max_rel(got: torch.Tensor, want: np.ndarray) -> float:
 @pytest.mark.parametrize("causal", [False, True])
 def test_low_precision_forward_backward_at_gpu_tiles_against_float64(dtype, head_dim, causal):
     """bf16/fp16 inputs, GQA (4 query heads on 2 kv heads), the tiles a GPU launch would use
-    (``kernels.tiles.gpu_config``): out, lse and the three gradients within the stated
+    (``kernels.blocks.tiles.gpu_config``): out, lse and the three gradients within the stated
     tolerance of the float64 reference."""
-    from kernels import triton_block
-    from kernels.block_args import check_block_args
-    from kernels.tiles import gpu_config
+    from kernels.blocks import triton_block
+    from kernels.blocks.args import check_block_args
+    from kernels.blocks.tiles import gpu_config
 
     rng = np.random.default_rng(7)
     q, k, v, dout = (
@@ -335,7 +335,7 @@ def test_bf16_dot_shim_is_installed_and_needed():
 def test_grid_folds_batch_and_heads_into_one_axis():
     """A 2-d grid's second axis stops at 65,535 programs; the kernels fold (batch, heads)
     into axis 0, whose limit is 2^31 - 1, and say so beyond it."""
-    from kernels.tiles import grid
+    from kernels.blocks.tiles import grid
 
     assert grid(4, 70_000) == (280_000,)  # 70,000 (batch x heads) would not fit a grid's y
     with pytest.raises(ValueError, match="2\\^31"):
@@ -376,8 +376,8 @@ def test_positions_beyond_int32_mask_correctly(backend):
 def test_plan_made_once_gives_the_same_results_and_row_delta_is_rowsum():
     """What a timed loop does (gpu_check): the tile plan made outside the calls, ``delta``
     from ``row_delta``; identical to the one-shot calls."""
-    from kernels import triton_block as tb
-    from kernels.block_args import check_block_args
+    from kernels.blocks import triton_block as tb
+    from kernels.blocks.args import check_block_args
 
     rng = np.random.default_rng(10)
     q, k, v, dout = _qkv(rng, heads=4, kv_heads=2, seq=40, dim=16, batch=2)
@@ -400,9 +400,9 @@ def test_plan_made_once_gives_the_same_results_and_row_delta_is_rowsum():
 
 
 def test_gpu_tiles_and_tile_candidates():
-    """Each GPU's default tiles and search candidates (the ones kernels.aot_check compiles);
+    """Each GPU's default tiles and search candidates (the ones kernels.gpu.aot compiles);
     fp32 gets smaller tiles than bf16 at d = 128; bad pass names are refused."""
-    from kernels.tiles import gpu_config, tile_candidates
+    from kernels.blocks.tiles import gpu_config, tile_candidates
 
     bf16_fwd = gpu_config(128, "forward", torch.bfloat16)
     fp32_fwd = gpu_config(128, "forward", torch.float32)

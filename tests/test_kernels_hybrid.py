@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 import ringsim
-from kernels.hybrid import (
+from kernels.distributed.hybrid import (
     HeadsToSeq,
     SeqToHeads,
     heads_to_seq,
@@ -19,7 +19,7 @@ from kernels.hybrid import (
     run_hybrid_configs,
     seq_to_heads,
 )
-from kernels.launch import RunConfig, launch
+from kernels.distributed.launch import RunConfig, launch
 from ringsim.grid import Grid
 
 pytestmark = pytest.mark.torch
@@ -106,13 +106,14 @@ def test_four_ranks_against_float64_and_the_all_to_alls():
 
 def test_predicted_hybrid_with_ulysses_degree_one_is_the_rings_prediction():
     """``predict_hybrid`` (what ``measure_hybrid`` compares with) at ``U = 1`` is the ring's own
-    measured-vs-predicted model (``kernels.measure.predict``) on the same calibration."""
+    measured-vs-predicted model (``kernels.calibration.measure.predict``) on the same
+    calibration."""
     import json
     from pathlib import Path
 
-    from kernels.hybrid import predict_hybrid
-    from kernels.measure import predict
-    from kernels.profile import Calibration
+    from kernels.calibration.measure import predict
+    from kernels.calibration.profile import Calibration
+    from kernels.distributed.hybrid import predict_hybrid
 
     path = Path(__file__).parent.parent / "results" / "cpu-calibration-2026-11-29.json"
     cal = Calibration.from_json(json.loads(path.read_text()))

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = """
 import sys
 sys.path[:0] = [{root!r}, {tests!r}]
-from kernels.launch import launch
+from kernels.distributed.launch import launch
 from test_kernels_launch import sleeping_rank
 launch(sleeping_rank, 2, args=({pid_dir!r},), timeout_s=300)
 """
@@ -78,7 +78,10 @@ def test_no_rank_survives_its_launcher(tmp_path, sig):
 
 
 def test_rank_dies_when_its_launcher_is_already_gone():
-    code = "from kernels.launch import die_with_parent as d; import os; d({}); print('ran')"
+    code = (
+        "from kernels.distributed.launch import die_with_parent as d; import os; d({}); "
+        "print('ran')"
+    )
     for parent, code_, says in ((1, 1, ""), ("os.getppid()", 0, "ran\n")):  # gone / alive
         child = subprocess.run(
             [sys.executable, "-c", code.format(parent)],
@@ -91,7 +94,7 @@ def test_rank_dies_when_its_launcher_is_already_gone():
 
 
 def test_local_ranks_are_capped_by_memory_and_cores_with_the_reason(monkeypatch):
-    from kernels import admission
+    from kernels.distributed import admission
 
     monkeypatch.setattr(admission, "available_memory", lambda: 2.8e9)  # ten 280 MB ranks
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
@@ -109,7 +112,7 @@ def test_local_ranks_are_capped_by_memory_and_cores_with_the_reason(monkeypatch)
 def test_gpu_backends_without_a_gpu_are_refused_naming_the_flag(monkeypatch):
     import torch
 
-    from kernels.admission import check_backend
+    from kernels.distributed.admission import check_backend
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     check_backend("gloo", 2)
@@ -125,7 +128,7 @@ def test_gpu_backends_without_a_gpu_are_refused_naming_the_flag(monkeypatch):
 def working_rank(rank: int, hosts: int, work_s: dict, stamp_dir: str) -> int:
     """Works (sleeps) ``work_s[rank]`` seconds in 0.2 s units, saying ``alive`` after each;
     a rank listed with ``then_hang`` then hangs, silent, after writing when it fell silent."""
-    from kernels.progress import alive
+    from kernels.distributed.progress import alive
 
     seconds, then_hang = work_s[rank]
     end = time.monotonic() + seconds
@@ -143,8 +146,8 @@ def working_rank(rank: int, hosts: int, work_s: dict, stamp_dir: str) -> int:
 def test_a_rank_alive_past_the_deadline_runs_on_and_a_silent_one_is_given_up(tmp_path):
     """Deadline 3 s, silence allowed 2 s: rank 0 works 6 s (plus start-up) and answers; rank 1
     works 7 s, then hangs and is given up within the 2 s (+ polling and killing)."""
-    from kernels.launch import launch
-    from kernels.ring import RingError
+    from kernels.distributed.launch import launch
+    from kernels.distributed.ring import RingError
 
     stall_s = 2.0
     with pytest.raises(RingError) as err:

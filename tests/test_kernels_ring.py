@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import ringsim
-from kernels.launch import (
+from kernels.distributed.launch import (
     SETTLE_S,
     RunConfig,
     assemble,
@@ -23,7 +23,7 @@ from kernels.launch import (
     run_configs,
     start_line,
 )
-from kernels.ring import RingError, merge_out_lse, ring_attention, shard, unshard
+from kernels.distributed.ring import RingError, merge_out_lse, ring_attention, shard, unshard
 
 pytestmark = pytest.mark.torch
 TOL = dict(atol=2e-5, rtol=2e-5)
@@ -130,7 +130,7 @@ def test_rank_that_never_joins_fails_fast():
 def _dies_mid_ring(rank, hosts):
     """Rank 1 passes the header check, then dies before its first transfer."""
     x = torch.ones(1, 1, 4, 8)
-    from kernels.ring import Ring, agreement_header, check_agreement
+    from kernels.distributed.ring import Ring, agreement_header, check_agreement
 
     ring = Ring("contiguous", False, 4 * hosts, timeout_s=5)
     check_agreement(ring, agreement_header(ring, x, x, x, 1.0))

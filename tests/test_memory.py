@@ -1,4 +1,4 @@
-"""Memory per host and the longest context per method (ringsim.timer.memory)."""
+"""Memory per host and the longest context per method (ringsim.timer.step.memory)."""
 
 import itertools
 from dataclasses import replace
@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringsim.timer.cost import DTYPE_BYTES
-from ringsim.timer.hardware import get_hardware
-from ringsim.timer.memory import (
+from ringsim.timer.machine.hardware import get_hardware
+from ringsim.timer.step.memory import (
     KERNEL_CHUNK,
     METHODS,
     MODELS,
@@ -260,7 +260,7 @@ def test_llama3_parameter_counts_match_the_release(name, params):
 
 
 def test_llama3_models_set_the_ring_config_fields():
-    from ringsim.timer.models import model_fields
+    from ringsim.timer.step.models import model_fields
 
     assert model_fields("llama3-70b") == {
         "heads": 64,
@@ -286,7 +286,7 @@ def test_framework_none_is_the_pure_tensor_bound():
 
 
 def test_framework_leaves_less_memory_and_shorter_contexts():
-    from ringsim.timer.frameworks import FRAMEWORKS
+    from ringsim.timer.step.frameworks import FRAMEWORKS
 
     for name in ("pytorch", "jax"):
         usable = FRAMEWORKS[name].usable_bytes(80e9)
@@ -297,7 +297,7 @@ def test_framework_leaves_less_memory_and_shorter_contexts():
 
 
 def test_framework_usable_bytes_formula():
-    from ringsim.timer.frameworks import Framework
+    from ringsim.timer.step.frameworks import Framework
 
     fw = Framework("t", pool_fraction=0.5, fixed_bytes=10.0, fragmentation=0.2)
     assert fw.usable_bytes(100.0) == pytest.approx(0.5 * 100 * 0.8)  # the pool cap binds
@@ -325,7 +325,7 @@ def test_report_has_both_bounds_and_the_framework():
     ],
 )
 def test_bad_framework_names_the_field(kwargs, word):
-    from ringsim.timer.frameworks import Framework
+    from ringsim.timer.step.frameworks import Framework
 
     with pytest.raises(ValueError, match=word):
         Framework("bad", **kwargs)

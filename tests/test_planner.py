@@ -1,4 +1,4 @@
-"""The planner (ringsim.timer.planner) and `ringsim plan`: candidates enumerated within the
+"""The planner (ringsim.timer.studies.planner) and `ringsim plan`: candidates enumerated within the
 head and memory limits, timed by the strategies' own timer, ranked, and explained."""
 
 import json
@@ -6,10 +6,10 @@ import json
 import pytest
 
 from ringsim.cli import main
-from ringsim.timer.memory import ModelSpec
-from ringsim.timer.planner import candidate_bytes, enumerate_candidates, plan
-from ringsim.timer.strategies import simulate_strategy
-from ringsim.timer.topology import get_cluster
+from ringsim.timer.machine.topology import get_cluster
+from ringsim.timer.step.memory import ModelSpec
+from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.studies.planner import candidate_bytes, enumerate_candidates, plan
 
 GQA = ModelSpec("gqa-8b", layers=32, d_model=4096, heads=32, ffn_hidden=14336, kv_heads=8)
 DGX2 = get_cluster("dgx-h100").with_nodes(2)
@@ -43,7 +43,7 @@ def test_a_candidates_time_is_its_strategys_simulated_time(two_nodes):
     best = two_nodes.candidates[0]
     from dataclasses import replace
 
-    from ringsim.timer.planner import _base_config, local_seconds
+    from ringsim.timer.studies.planner import _base_config, local_seconds
 
     base = _base_config(GQA, 128 * 1024, 16, DGX2, True, "bf16", 1, "ideal")
     total = 0.0
@@ -77,7 +77,7 @@ def test_candidates_that_do_not_fit_are_dropped_and_nothing_fitting_says_what_wo
 def test_memory_grows_with_what_the_strategy_keeps(two_nodes):
     by = {(c.strategy, c.ulysses_degree, c.layout): c.bytes_per_host for c in two_nodes.candidates}
     assert by[("allgather", 1, "zigzag")] > by[("ring", 1, "zigzag")]
-    from ringsim.timer.planner import Candidate, _base_config
+    from ringsim.timer.studies.planner import Candidate, _base_config
 
     base = _base_config(GQA, 128 * 1024, 16, DGX2, True, "bf16", 1, "ideal")
     ring = Candidate("ring", 1, 16, "ulysses-inner", "zigzag", 8192)

@@ -9,8 +9,8 @@ import pytest
 from matplotlib.colors import to_hex
 
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer.hardware import custom_hardware
-from ringsim.timer.timeline import Timeline
+from ringsim.timer.engine.timeline import Timeline
+from ringsim.timer.machine.hardware import custom_hardware
 from ringsim.views import plots
 
 matplotlib.use("Agg")

@@ -1,4 +1,4 @@
-"""The ring beside Ulysses and all-gather context parallelism (ringsim.timer.strategies)."""
+"""The ring beside Ulysses and all-gather context parallelism (ringsim.timer.strategies.peers)."""
 
 from dataclasses import replace
 
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from ringsim.grid import heads_per_host
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import attention_flops, overlap_threshold
-from ringsim.timer.hardware import custom_hardware, get_hardware
-from ringsim.timer.strategies import (
+from ringsim.timer.machine.hardware import custom_hardware, get_hardware
+from ringsim.timer.strategies.peers import (
     STRATEGIES,
     allgather_overlap_block,
     compare_strategies,

@@ -14,9 +14,9 @@ from ringsim.layouts import LAYOUTS, positions_of_host
 from ringsim.masks import count_visible
 from ringsim.schedule import visible_pairs
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer import result as result_module
-from ringsim.timer.hardware import custom_hardware
-from ringsim.timer.result import RunStats
+from ringsim.timer.engine import result as result_module
+from ringsim.timer.engine.result import RunStats
+from ringsim.timer.machine.hardware import custom_hardware
 
 ARRAYS = ("compute_start", "compute_end", "send_start", "send_end", "recv_start", "recv_end")
 HW = custom_hardware(1e12, 1e9, 1e-6)

@@ -20,7 +20,7 @@ from ringsim.timer.cost import (
     overlap_threshold,
     projection_flops,
 )
-from ringsim.timer.hardware import custom_hardware, get_hardware
+from ringsim.timer.machine.hardware import custom_hardware, get_hardware
 
 ARRAYS = ("compute_start", "compute_end", "send_start", "send_end", "recv_start", "recv_end")
 SMALL = dict(heads=2, head_dim=16)  # tiny blocks: fast, and easy to make comm-bound

@@ -1,5 +1,5 @@
 """Clusters: presets, where a ring's hops cross nodes, and collectives limited by their
-bottleneck edges (ringsim.timer.topology)."""
+bottleneck edges (ringsim.timer.machine.topology)."""
 
 from dataclasses import replace
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer.hardware import get_hardware
-from ringsim.timer.strategies import simulate_strategy
-from ringsim.timer.topology import CLUSTERS, Cluster, get_cluster
+from ringsim.timer.machine.hardware import get_hardware
+from ringsim.timer.machine.topology import CLUSTERS, Cluster, get_cluster
+from ringsim.timer.strategies.peers import simulate_strategy
 
 H100 = get_hardware("h100-nvlink")
 DGX = get_cluster("dgx-h100")

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import ringsim
-from kernels import torch_block
-from kernels.block import block_attention, block_attention_backward
-from kernels.block_args import check_block_args
+from kernels.blocks import torch_block
+from kernels.blocks.args import check_block_args
+from kernels.blocks.dispatch import block_attention, block_attention_backward
 
 pytestmark = pytest.mark.torch
 TOL = dict(atol=3e-6, rtol=3e-5)

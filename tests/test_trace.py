@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer.hardware import custom_hardware
+from ringsim.timer.machine.hardware import custom_hardware
 from ringsim.views.trace import TRACKS, chrome_trace, count_trace_events, write_chrome_trace
 
 

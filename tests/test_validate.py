@@ -1,4 +1,5 @@
-"""The published dataset and `ringsim validate` (ringsim.timer.published, ringsim.timer.validate).
+"""The published dataset and `ringsim validate` (ringsim.timer.studies.published,
+ringsim.timer.studies.validate).
 
 What is asserted: the dataset's integrity (every row has a source, a configuration, a metric, a
 band around its value), that validate predicts one result per row and reports its error, the
@@ -15,8 +16,8 @@ import json
 import pytest
 
 from ringsim.cli import main
-from ringsim.timer.published import DATASET, EXPERIMENTS, Published
-from ringsim.timer.validate import describe, summarize, validate
+from ringsim.timer.studies.published import DATASET, EXPERIMENTS, Published
+from ringsim.timer.studies.validate import describe, summarize, validate
 
 ZHUZILIN_KEYS = {"hosts", "seq_len", "heads", "kv_heads", "head_dim", "dtype", "batch", "causal",
                  "kernel", "hardware", "layout", "pass"}  # fmt: skip
@@ -213,7 +214,7 @@ def test_cli_bad_experiment_exits_2(capsys):
 def test_validation_and_kernel_model_are_public_api():
     """What users reach for is importable from ``ringsim`` itself (NumPy only)."""
     import ringsim
-    from ringsim.timer import kernel_model
+    from ringsim.timer.machine import kernel_model
 
     assert ringsim.validate is validate
     assert ringsim.KERNELS is kernel_model.KERNELS and ringsim.get_family("fa2").tile == (128, 64)

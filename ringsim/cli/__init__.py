@@ -10,8 +10,8 @@ scripts. Bad input ends in one line on stderr naming the value, and exit code 2.
 command needs is imported: matplotlib when it plots, rich when it prints a table to a
 terminal, torch only for ``calibrate`` and ``measure``. The command line may import
 everything below it; only the real backend's own command-line entry points
-(``kernels.measure``, ``kernels.calibrate``) import its parsers and checks, so that every
-subcommand validates its flags the same way.
+(``kernels.calibration.measure``, ``kernels.calibration.calibrate``) import its parsers and checks,
+so that every subcommand validates its flags the same way.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ SUBCOMMANDS = {
 FORWARDED = {
     "demo": ("ringsim.cli.demo", "main", "matplotlib (pip install matplotlib)"),
     "calibrate": (
-        "kernels.calibrate",
+        "kernels.calibration.calibrate",
         "calibrate_main",
         "the real backend and torch (pip install -e '.[torch]')",
     ),
     "measure": (
-        "kernels.measure",
+        "kernels.calibration.measure",
         "measure_main",
         "the real backend and torch (pip install -e '.[torch]')",
     ),

@@ -34,7 +34,7 @@ STRATEGIES = (
     "allgather",
     "hybrid",
     "double-ring",
-)  # ringsim.timer.strategies.ALL_STRATEGIES, without importing it
+)  # ringsim.timer.strategies.peers.ALL_STRATEGIES, without importing it
 
 
 DEFAULT_HARDWARE = "a100-nvlink"
@@ -83,7 +83,7 @@ def apply_model(args: argparse.Namespace) -> None:
     would silently override them)."""
     if getattr(args, "model", None) is None:
         return
-    from ringsim.timer.models import model_fields
+    from ringsim.timer.step.models import model_fields
 
     fields = model_fields(args.model)
     given = [flag for dest, flag in MODEL_SETS.items() if dest in getattr(args, "given", ())]
@@ -135,7 +135,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_implementation_flags(p: argparse.ArgumentParser) -> None:
-    """A real implementation instead of the ideal ring (``ringsim.timer.kernel_model``)."""
+    """A real implementation instead of the ideal ring (``ringsim.timer.machine.kernel_model``)."""
     p.add_argument(
         "--implementation",
         type=arg_type(parse_implementation, "implementation"),
@@ -196,7 +196,7 @@ def resolve_hardware(args: argparse.Namespace):
     """The preset, with any of --flops/--bandwidth/--latency/--memory-bytes replacing its own.
     Without --dtype, ``args.dtype`` becomes the hardware's default (``default_dtype``: bf16, or
     the only dtype a calibrated profile was measured at)."""
-    from ringsim.timer.hardware import default_dtype
+    from ringsim.timer.machine.hardware import default_dtype
 
     hw = _resolve_hardware(args)
     if getattr(args, "dtype", "") is None:
@@ -205,7 +205,7 @@ def resolve_hardware(args: argparse.Namespace):
 
 
 def _resolve_hardware(args: argparse.Namespace):
-    from ringsim.timer.hardware import custom_hardware, default_dtype, get_hardware
+    from ringsim.timer.machine.hardware import custom_hardware, default_dtype, get_hardware
 
     flops = getattr(args, "flops", None)
     bandwidth = getattr(args, "bandwidth", None)
@@ -223,7 +223,7 @@ def _resolve_hardware(args: argparse.Namespace):
         return custom_hardware(flops, bandwidth, latency or 0.0, dtype=dtype, **extra)
     cluster = getattr(args, "cluster", None)
     if args.hardware is None and cluster is not None:  # the preset's own device
-        from ringsim.timer.topology import get_cluster
+        from ringsim.timer.machine.topology import get_cluster
 
         hw = get_cluster(cluster).hardware
     else:
@@ -286,7 +286,7 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
 
 def _implementation_fields(args: argparse.Namespace, hardware, dtype: str) -> dict:
     """The kernel-model fields of ``RingConfig`` from ``add_implementation_flags``' flags."""
-    from ringsim.timer.kernel_model import kind_rate
+    from ringsim.timer.machine.kernel_model import kind_rate
 
     fields = {}
     for flag, key in (("attention_rate", "attention_flops"), ("linear_rate", "linear_flops")):
@@ -353,7 +353,7 @@ def add_cluster_flags(p: argparse.ArgumentParser, *, strategy: bool = True) -> N
 def resolve_cluster(args: argparse.Namespace, hardware):
     """The ``Cluster`` the flags ask for (its device ``hardware``), or None for one node with an
     ideal switch (the flat model)."""
-    from ringsim.timer.topology import Cluster, get_cluster
+    from ringsim.timer.machine.topology import Cluster, get_cluster
 
     g, bw = getattr(args, "gpus_per_node", None), getattr(args, "inter_bandwidth", None)
     lat, nodes = getattr(args, "inter_latency", None), getattr(args, "nodes", None)
@@ -398,7 +398,7 @@ def _run_config(config, strategy: str, *, keep_timeline: bool | None, args):
         from ringsim.timer import simulate
 
         return simulate(config, keep_timeline=keep_timeline)
-    from ringsim.timer.strategies import simulate_strategy
+    from ringsim.timer.strategies.peers import simulate_strategy
 
     return simulate_strategy(
         config,

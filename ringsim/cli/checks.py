@@ -14,9 +14,9 @@ OUTPUT_FLAGS = {"trace": ("--trace", None), "plot": ("--plot", "figure")}
 
 def check_outputs(args: argparse.Namespace, flags: dict | None = None) -> None:
     """Every output path the flags name, checked before any work and before any file is
-    written (``ringsim._io.check_output_path``): a bad ``--plot`` must not cost the
+    written (``ringsim.files.check_output_path``): a bad ``--plot`` must not cost the
     ``--trace`` file written before it. Two flags naming one file are refused too."""
-    from ringsim._io import check_output_path
+    from ringsim.files import check_output_path
     from ringsim.views.plots import FIGURE_FORMATS
 
     seen: dict = {}
@@ -36,7 +36,7 @@ def check_ring_shape(**fields) -> None:
     against the layout, heads and kv_heads, head_dim, ...), for a command that runs a real
     ring (``measure``, ``calibrate``): one path, one set of messages, before any rank starts."""
     from ringsim.timer import RingConfig
-    from ringsim.timer.hardware import custom_hardware
+    from ringsim.timer.machine.hardware import custom_hardware
 
     RingConfig(hardware=custom_hardware(1e12, 1e9, dtype="fp32"), dtype="fp32", **fields)
 

@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ringsim.timer.hardware import default_dtype, get_hardware
+    from ringsim.timer.machine.hardware import default_dtype, get_hardware
 
     if not args.no_plot:  # before the work: a bad path must not cost the run
         from ringsim.views.plots import check_figure_path

@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ringsim.timer.memory import memory_report
+    from ringsim.timer.step.memory import memory_report
 
     hardware = resolve_hardware(args)
     report = memory_report(

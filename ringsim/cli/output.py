@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 
-from ringsim._io import to_jsonable
+from ringsim.files import to_jsonable
 from ringsim.views.plots import format_tokens as format_length
 from ringsim.views.plots import percent
 

@@ -52,9 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ringsim.timer.memory import get_model
-    from ringsim.timer.planner import plan
-    from ringsim.timer.topology import Cluster
+    from ringsim.timer.machine.topology import Cluster
+    from ringsim.timer.step.memory import get_model
+    from ringsim.timer.studies.planner import plan
 
     model = get_model(args.model)
     seq_len = parse_seq_len(args.seq_len)

@@ -1,5 +1,5 @@
 """``ringsim presets``: the hardware presets, their overlap thresholds and their sources, then
-the cluster presets (nodes of devices, their links; ``ringsim.timer.topology``)."""
+the cluster presets (nodes of devices, their links; ``ringsim.timer.machine.topology``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ringsim.timer.cost import overlap_threshold
-    from ringsim.timer.hardware import all_hardware
+    from ringsim.timer.machine.hardware import all_hardware
 
     rows = []
     for name, hw in all_hardware().items():
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         rows[-1].update(name=name, threshold_dtype=dtype)
     for row in rows:
         row["kind"] = "hardware"
-    from ringsim.timer.hardware import CALIBRATION_ERRORS
+    from ringsim.timer.machine.hardware import CALIBRATION_ERRORS
 
     for name, problem in CALIBRATION_ERRORS.items():  # a corrupt profile is said, not hidden
         note(f"{name} is not available: {problem}")
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _cluster_rows() -> list[dict]:
-    from ringsim.timer.topology import CLUSTERS
+    from ringsim.timer.machine.topology import CLUSTERS
 
     rows = []
     for name, cluster in CLUSTERS.items():

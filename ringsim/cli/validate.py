@@ -1,12 +1,12 @@
 """``ringsim validate``: every published measurement in the package's dataset, predicted, side
-by side with its source, ratio, error and target band (``ringsim.timer.validate``)."""
+by side with its source, ratio, error and target band (``ringsim.timer.studies.validate``)."""
 
 from __future__ import annotations
 
 import argparse
 
 from ringsim.cli.output import note, print_json, print_table
-from ringsim.timer.published import EXPERIMENTS
+from ringsim.timer.studies.published import EXPERIMENTS
 
 HELP = "predict every published measurement in the dataset; ratios and target bands"
 EXAMPLES = """examples:
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def format_error(r: dict) -> str:
     """A result's error as printed: points for a share of ideal, a percentage otherwise."""
-    from ringsim.timer.published import SHARE_EXPERIMENTS
+    from ringsim.timer.studies.published import SHARE_EXPERIMENTS
 
     share = r["experiment"] in SHARE_EXPERIMENTS
     return f"{r['error']:+.1f} pt" if share else f"{r['error']:+.1%}"
@@ -47,7 +47,7 @@ def _value(v: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ringsim.timer.validate import summarize, validate
+    from ringsim.timer.studies.validate import summarize, validate
 
     results = validate(experiments=args.experiment, implementation=args.implementation)
     if args.plot:

@@ -99,8 +99,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse_model(name: str, text: str) -> str:
-    """A model of ``ringsim.timer.models.MODELS`` (llama3-8b, 7b, ...)."""
-    from ringsim.timer.models import get_model
+    """A model of ``ringsim.timer.step.models.MODELS`` (llama3-8b, 7b, ...)."""
+    from ringsim.timer.step.models import get_model
 
     return get_model(text).name
 
@@ -119,7 +119,7 @@ def parse_tile(name: str, text: str) -> tuple[int, int | None]:
 
 def parse_rate(name: str, text: str) -> str | float:
     """A per-kind rate: FLOP/s with a suffix (e.g. 156T) or a precision name (tf32, fp8, bf16,
-    fp16, fp32: relative to the hardware, see ``ringsim.timer.kernel_model.kind_rate``)."""
+    fp16, fp32: relative to the hardware, see ``ringsim.timer.machine.kernel_model.kind_rate``)."""
     if text in ("tf32", "fp8", "bf16", "fp16", "fp32"):
         return text
     try:
@@ -131,7 +131,7 @@ def parse_rate(name: str, text: str) -> str | float:
 
 
 def parse_implementation(name: str, text: str) -> str:
-    from ringsim.timer.kernel_model import get_family
+    from ringsim.timer.machine.kernel_model import get_family
 
     return get_family(text).name
 

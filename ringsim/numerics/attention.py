@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ringsim._checks import check_bool, check_overflow, check_qkv, check_scale, check_segment_ids
+from ringsim.checks import check_bool, check_overflow, check_qkv, check_scale, check_segment_ids
 from ringsim.masks import visible_mask
 
 

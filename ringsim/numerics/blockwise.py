@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim._checks import as_float_array, check_finite_array, check_positive_int
+from ringsim.checks import as_float_array, check_finite_array, check_positive_int
 from ringsim.layouts import check_layout, check_seq_len, host_positions
 from ringsim.numerics.attention import reference_attention, work_dtype
 from ringsim.numerics.ring import ring_attention

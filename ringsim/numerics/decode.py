@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringsim._checks import check_positive_int, check_qkv, check_scale
+from ringsim.checks import check_positive_int, check_qkv, check_scale
 from ringsim.numerics.attention import Partial, block_attention, merge, work_dtype
 from ringsim.numerics.ring import _raise_if_overflow
 

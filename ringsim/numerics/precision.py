@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ringsim._checks import check_positive_int
+from ringsim.checks import check_positive_int
 from ringsim.numerics.attention import reference_attention
 from ringsim.numerics.ring import ring_attention
 from ringsim.numerics.rounding import relative_error

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ringsim._checks import check_finite_array, check_positive_int, check_qkv, check_scale
+from ringsim.checks import check_finite_array, check_positive_int, check_qkv, check_scale
 from ringsim.layouts import check_layout, check_seq_len
 from ringsim.numerics.attention import (
     Partial,

@@ -23,9 +23,9 @@ It may import the core (``ringsim.schedule``, ``layouts``, ``masks``, ``grid``, 
 and NumPy, never the numerics, the views or the command line.
 """
 
-from ringsim.timer.clock import HostClock
-from ringsim.timer.config import ENGINES, PASSES, RingConfig, parse_length
-from ringsim.timer.result import (
+from ringsim.timer.engine.clock import HostClock
+from ringsim.timer.engine.config import ENGINES, PASSES, RingConfig, parse_length
+from ringsim.timer.engine.result import (
     SimResult,
     count_events,
     grad_rows,
@@ -33,7 +33,7 @@ from ringsim.timer.result import (
     memory_per_host_bytes,
     min_block_for_overlap,
 )
-from ringsim.timer.run import simulate
+from ringsim.timer.engine.run import simulate
 
 __all__ = [
     "ENGINES",

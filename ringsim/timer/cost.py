@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from ringsim._checks import check_positive_int
-from ringsim.timer.hardware import Hardware, check_dtype
+from ringsim.checks import check_positive_int
+from ringsim.timer.machine.hardware import Hardware, check_dtype
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 

@@ -1,5 +1,5 @@
 """The planner's figure: predicted step time against memory per host, one point per candidate
-(``ringsim.timer.planner``), the device's memory as a wall and the best candidate ringed."""
+(``ringsim.timer.studies.planner``), the device's memory as a wall and the best candidate ringed."""
 
 from __future__ import annotations
 

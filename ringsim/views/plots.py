@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ringsim.timer import grad_rows, kv_messages
-from ringsim.timer.timeline import Timeline
+from ringsim.timer.engine.timeline import Timeline
 
 COLOURS = {  # Okabe-Ito: distinguishable with the common colour-vision deficiencies
     "compute": "#0072B2",
@@ -454,7 +454,7 @@ def _token_formatter(plain: bool = False):
 def check_figure_path(name: str, path: str | os.PathLike) -> None:
     """Refuse (``ValueError`` naming ``name``) a figure path that cannot be written or whose
     suffix is no format matplotlib writes; call it before the work that makes the figure."""
-    from ringsim._io import check_output_path
+    from ringsim.files import check_output_path
 
     check_output_path(name, path, suffixes=FIGURE_FORMATS)
 
@@ -462,7 +462,7 @@ def check_figure_path(name: str, path: str | os.PathLike) -> None:
 def _finish(plt, fig, path, dpi: int = 130):
     """Save ``fig`` to ``path`` (format by suffix) atomically: the old file stays if it fails."""
     if path is not None:
-        from ringsim._io import atomic_open
+        from ringsim.files import atomic_open
 
         try:
             check_figure_path("path", path)

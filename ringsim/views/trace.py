@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ringsim._io import check_output_path, write_json
+from ringsim.files import check_output_path, write_json
 from ringsim.timer import grad_rows, kv_messages
-from ringsim.timer.timeline import Timeline
+from ringsim.timer.engine.timeline import Timeline
 
 TRACKS = {"compute": 0, "send": 1, "recv": 2}
 MAX_EVENTS = 2_000_000

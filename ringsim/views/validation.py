@@ -31,7 +31,8 @@ PANELS = (
 
 
 def plot_validation(results: list[dict], path: str | os.PathLike | None = None, *, title=None):
-    """Draw ``results`` (``ringsim.timer.validate.validate()``): x = published, y = predicted.
+    """Draw ``results`` (``ringsim.timer.studies.validate.validate()``): x = published, y =
+    predicted.
     Hollow markers are outside their band. Returns the figure; writes it to ``path`` if given."""
     from ringsim.views.plots import _finish, _pyplot
 

@@ -1,0 +1,463 @@
+"""Running the real ring: P local processes (gloo on CPU) or torchrun ranks (NCCL on GPUs).
+
+``launch(fn, hosts, ...)`` starts ``hosts`` rank processes joined by a process group, runs
+``fn(rank, hosts, *args)`` in each and returns their answers; a rank that fails or hangs ends
+the whole run with a ``RingError`` in bounded time (a long run's ranks say they are alive,
+``kernels.distributed.progress.alive``, and only a rank silent for ``stall_s`` counts as hung).
+``RunConfig`` is one complete problem on random inputs (identical on every rank) and
+``run_ring`` one rank's part of it, with timelines; the tests, ``kernels.calibration.measure``,
+``kernels.calibration.calibrate`` and torchrun all run rings this way.
+
+On GPUs: ``torchrun --nproc-per-node P -m kernels.distributed.launch --seq-len N ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import math
+import os
+import queue
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from kernels.distributed.progress import Limits, Pulses, alive
+from kernels.distributed.ring import (
+    DEFAULT_TIMEOUT_S,
+    Ring,
+    RingError,
+    agreement_header,
+    check_agreement,
+    ring_attention,
+    shard,
+    unshard,
+)
+from ringsim.checks import check_segment_ids
+from ringsim.files import write_json
+
+
+def rank_cores(hosts: int, threads: int, backend: str) -> list[set[int]] | None:
+    """The CPU cores each rank is pinned to: ``threads`` cores of its own, when the machine
+    has enough (else ``None``: the ranks share all cores, as an oversubscribed test must).
+
+    A host of the simulated ring owns its hardware. Unpinned, the OS migrates the ranks and
+    gloo's transport threads between cores, and a wake-up after a migration costs milliseconds
+    (measured here on 2 cores: posting a 1 MB ``isend`` took 0.38 ms median but 3.4 ms at the
+    90th percentile unpinned, 0.86 ms pinned). GPU ranks own their device; they are not pinned.
+    """
+    if backend != "gloo" or not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < hosts * threads:
+        return None
+    return [set(cores[r * threads : (r + 1) * threads]) for r in range(hosts)]
+
+
+# Seconds between a rank's checks that its launcher is alive (where prctl is not available)
+PARENT_POLL_S = 1.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process (a rank) end when its launcher ``parent_pid`` ends, whatever ends it.
+
+    ``daemon=True`` and the launcher's ``finally`` only run when the launcher exits through
+    Python; a SIGKILL (or a SIGTERM with Python's default handler) skips both, and the ranks,
+    re-parented to PID 1, would compute (or hang) forever. On Linux ``prctl(PR_SET_PDEATHSIG,
+    SIGKILL)`` has the kernel kill the rank the moment the launcher dies; a launcher that died
+    before the call is caught by comparing ``getppid``. Elsewhere a daemon thread polls the
+    parent every ``PARENT_POLL_S``."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:  # the launcher is already gone
+        os._exit(1)
+    if not armed:
+
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(PARENT_POLL_S)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="ringsim-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _terminate_cleanly():
+    """While the ranks run, SIGTERM ends the launcher through Python (``SystemExit``), so its
+    ``finally`` kills the ranks and removes the rendezvous folder. Only from the main thread
+    and only over the default handler: a handler the caller installed is left alone."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _worker_main(
+    rank, hosts, init_file, backend, timeout_s, threads, cores, fn, args, results, parent_pid,
+    pulses, slot,
+):  # fmt: skip
+    die_with_parent(parent_pid)
+    pulses.attach(slot)
+    alive()
+    try:
+        if cores is not None:
+            os.sched_setaffinity(0, cores)  # before torch starts its threads
+        torch.set_num_threads(threads)
+        if backend == "nccl":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        try:
+            dist.init_process_group(
+                backend,
+                init_method=f"file://{init_file}",
+                rank=rank,
+                world_size=hosts,
+                timeout=timedelta(seconds=timeout_s),
+            )
+        except Exception as err:
+            raise RingError(
+                f"rank {rank}: rendezvous of {hosts} ranks failed within {timeout_s:g} s "
+                f"(a rank never joined?): {err}"
+            ) from err
+        try:
+            results.put((rank, "ok", fn(rank, hosts, *args)))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as err:  # report every failure to the parent, then exit
+        results.put((rank, "error", f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
+
+
+def launch(
+    fn: Callable,
+    hosts: int,
+    *,
+    args: tuple = (),
+    backend: str = "gloo",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    threads: int = 1,
+    ranks: Sequence[int] | None = None,
+    deadline_s: float | None = None,
+    stall_s: float | None = None,
+    pin: bool = True,
+) -> list:
+    """Run ``fn(rank, hosts, *args)`` in ``hosts`` fresh processes joined by ``backend``.
+
+    ``fn`` must be importable (a module-level function). Each process gets ``threads`` torch
+    threads and ``timeout_s`` for the rendezvous and every collective/transfer. ``ranks``
+    starts only some ranks (to test a rank that never joins). Returns the results by rank;
+    raises ``RingError`` naming every rank that failed, or that did not answer within
+    ``deadline_s`` (default: ``2 * timeout_s + 30``). ``stall_s``: a rank that says it is
+    alive (``kernels.distributed.progress.alive``, e.g. once per probe or repeat) keeps running past
+    ``deadline_s`` until it falls silent for ``stall_s`` (``stall_window`` sizes it from the
+    work). Once a rank failed, the others get ``timeout_s + 30`` more (their transfers with it
+    time out). ``pin``: give each gloo rank cores of its own when there are enough.
+    """
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    ranks = list(range(hosts)) if ranks is None else list(ranks)
+    limits = Limits(
+        time.monotonic() + (2 * timeout_s + 30 if deadline_s is None else deadline_s),
+        stall_s, timeout_s + 30, Pulses(ctx, len(ranks)),
+    )  # fmt: skip
+    cores = rank_cores(hosts, threads, backend) if pin else None
+    with tempfile.TemporaryDirectory(prefix="ringsim-") as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        procs = [
+            ctx.Process(
+                target=_worker_main,
+                args=(
+                    r,
+                    hosts,
+                    init_file,
+                    backend,
+                    timeout_s,
+                    threads,
+                    None if cores is None else cores[r],
+                    fn,
+                    args,
+                    results,
+                    os.getpid(),
+                    limits.pulses,
+                    slot,
+                ),
+                daemon=True,
+            )
+            for slot, r in enumerate(ranks)
+        ]
+        answers: dict[int, tuple[str, object]] = {}
+        with _terminate_cleanly():
+            _run_ranks(procs, ranks, results, answers, limits)
+    failures = [
+        f"rank {r}: {answers[r][1]}" for r in ranks if r in answers and answers[r][0] != "ok"
+    ]
+    missing = [r for r in ranks if r not in answers]
+    if missing:
+        failures.append(f"ranks {missing} did not answer (died or hung) before the deadline")
+        now = time.monotonic()
+        failures += [
+            f"rank {r}: last sign of life {now - limits.pulses.last(i):.0f} s ago "
+            f"(allowed silence: {limits.stall_s:g} s)"
+            for i, r in enumerate(ranks) if r in missing and limits.stall_s is not None
+        ]  # fmt: skip
+    if failures:
+        raise RingError("ring run failed:\n" + "\n".join(failures))
+    return [answers[r][1] for r in ranks]
+
+
+def _run_ranks(procs, ranks, results, answers: dict, limits: Limits) -> None:
+    """Start the ranks and collect their answers into ``answers`` until every rank answered,
+    all died, or one was given up (``Limits``); on every way out (an exception, Ctrl-C,
+    SIGTERM's ``SystemExit``) no rank is left running: the finished ones are joined, the rest
+    killed."""
+    finished = False
+    try:
+        for p in procs:
+            p.start()
+        while len(answers) < len(ranks):
+            waiting = [i for i, r in enumerate(ranks) if r not in answers]
+            remaining = min(limits.give_up_at(i) for i in waiting) - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                rank, status, value = results.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                if all(not p.is_alive() for p in procs) and results.empty():
+                    break
+                continue
+            answers[rank] = (status, value)
+            if status != "ok" and limits.failed_at is None:
+                limits.failed_at = time.monotonic()
+        finished = True
+    finally:
+        for r, p in zip(ranks, procs, strict=True):
+            if finished and r in answers:  # answered: give it time to leave the process group
+                p.join(timeout=5.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One ring attention problem with inputs drawn from ``seed`` (identical on every rank)."""
+
+    seq_len: int
+    heads: int = 2
+    kv_heads: int | None = None
+    head_dim: int = 16
+    batch: int = 1
+    layout: str = "contiguous"
+    causal: bool = False
+    dtype: str = "float32"
+    seed: int = 0
+    backward: bool = True
+    repeats: int = 1
+    warmup: int = 0
+    block_backend: str = "auto"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    return_tensors: bool = True
+    segment_ids: tuple[int, ...] | None = None  # packed documents: one id per token
+
+    def segments(self) -> np.ndarray | None:
+        return None if self.segment_ids is None else np.asarray(self.segment_ids, np.int64)
+
+    def inputs(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Full ``q, k, v, dout`` ``(batch, heads, N, d)``, same on every rank."""
+        gen = torch.Generator().manual_seed(self.seed)
+        kv_heads = self.kv_heads or self.heads
+        dtype = getattr(torch, self.dtype)
+
+        def draw(h):
+            x = torch.randn(self.batch, h, self.seq_len, self.head_dim, generator=gen)
+            return x.to(device=device, dtype=dtype)
+
+        return draw(self.heads), draw(kv_heads), draw(kv_heads), draw(self.heads)
+
+
+def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
+    """One rank's part of ``config``: forward (and backward) ``repeats`` times, timelines of
+    the last repeat (and ``forward_timelines``: the forward's of every timed repeat). Returns
+    this rank's output/gradients (numpy) and resolved timelines."""
+    device = _device()
+    q_full, k_full, v_full, dout_full = config.inputs(device)
+    q, k, v, dout = (
+        shard(x, config.layout, hosts, rank) for x in (q_full, k_full, v_full, dout_full)
+    )
+    result: dict = {"rank": rank, "forward_s": [], "backward_s": [], "forward_timelines": []}
+    scale = 1.0 / math.sqrt(config.head_dim)
+    for i in range(config.warmup + config.repeats):
+        alive()
+        ring = Ring(
+            config.layout, config.causal, config.seq_len, group, config.block_backend,
+            config.timeout_s, record=True,
+            segment_ids=check_segment_ids(config.segments(), config.seq_len),
+        )  # fmt: skip
+        if i == 0:
+            check_agreement(ring, agreement_header(ring, q, k, v, scale))
+        qr, kr, vr = (x.detach().clone().requires_grad_(config.backward) for x in (q, k, v))
+        start_line(group)
+        _sync(device)
+        t0 = time.perf_counter()
+        out = ring_attention(qr, kr, vr, scale=scale, ring=ring, check=False)
+        _sync(device)
+        t1 = time.perf_counter()
+        if config.backward:
+            out.backward(dout)
+            _sync(device)
+        t2 = time.perf_counter()
+        if i >= config.warmup:
+            result["forward_s"].append(t1 - t0)
+            result["backward_s"].append(t2 - t1)
+            result["forward_timelines"].append(ring.forward_timeline.resolve(ring.clock))
+    timed = result["forward_timelines"]  # the last pass's, already resolved if it was timed
+    result["forward_timeline"] = timed[-1] if timed else ring.forward_timeline.resolve(ring.clock)
+    if config.backward:
+        result["backward_timeline"] = ring.backward_timeline.resolve(ring.clock)
+    if config.return_tensors:
+        result["out"] = out.detach().cpu().double().numpy()
+        if config.backward:
+            result.update(
+                dq=qr.grad.cpu().double().numpy(),
+                dk=kr.grad.cpu().double().numpy(),
+                dv=vr.grad.cpu().double().numpy(),
+            )
+    return result
+
+
+def run_configs(rank: int, hosts: int, configs: Sequence[RunConfig]) -> list[dict | str]:
+    """Several problems in one process group (process start-up is the slow part on CPU).
+    A ``ValueError`` (e.g. ranks that disagree) is returned as its message, not raised."""
+    results = []
+    for config in configs:
+        try:
+            results.append(run_ring(rank, hosts, config))
+        except ValueError as err:
+            results.append(f"ValueError: {err}")
+    return results
+
+
+# Seconds the ranks pause after the barrier that starts a timed region on CPU (see start_line)
+SETTLE_S = 0.02
+
+
+def start_line(group=None) -> None:
+    """Line every rank up for a timed region: a barrier, then (gloo) a pause of ``SETTLE_S``.
+
+    Measured here (c=8, 64 heads x 256, 90 passes per setting): straight after a gloo barrier,
+    50-78% of ring passes took the slow one of two modes (~7 ms instead of ~3.5 ms: one rank's
+    first ``isend`` blocked for ~4 ms); after a 20 ms pause, 3-11%. The barrier's own messages
+    and threads are still winding down as it returns; a timed pass must not pay for the
+    harness that lines it up."""
+    dist.barrier(group)
+    if dist.get_backend(group) == "gloo":
+        time.sleep(SETTLE_S)
+
+
+def _device() -> torch.device:
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def assemble(results: Sequence[dict], key: str, layout: str) -> np.ndarray:
+    """Per-rank arrays ``results[r][key]`` back in the original token order."""
+    return unshard([torch.from_numpy(r[key]) for r in results], layout).numpy()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``torchrun --nproc-per-node P -m kernels.distributed.launch --seq-len N [...]``: one ring
+    run on NCCL
+    (gloo without GPUs); rank 0 prints a JSON line with timings and the error vs reference."""
+    parser = argparse.ArgumentParser(prog="python -m kernels.distributed.launch")
+    parser.add_argument("--seq-len", type=int, required=True)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=None)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument(
+        "--layout", default="contiguous", choices=["contiguous", "striped", "zigzag"]
+    )
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--out", default=None, help="write rank 0's JSON here")
+    args = parser.parse_args(argv)
+    use_cuda = torch.cuda.is_available()
+    if use_cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(seconds=args.timeout))
+    try:
+        rank, hosts = dist.get_rank(), dist.get_world_size()
+        config = RunConfig(
+            args.seq_len, args.heads, args.kv_heads, args.head_dim, 1, args.layout, args.causal,
+            args.dtype, repeats=args.repeats, warmup=1, timeout_s=args.timeout,
+        )  # fmt: skip
+        res = run_ring(rank, hosts, config)
+        outs: list = [None] * hosts
+        dist.all_gather_object(outs, res)
+        if rank == 0:
+            summary = summarize_run(outs, config)
+            print(json.dumps(summary))
+            if args.out:
+                write_json(args.out, summary)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def summarize_run(results: Sequence[dict], config: RunConfig) -> dict:
+    """Timings of a run (median over repeats of the slowest rank) and the error vs the float64
+    reference (computed on CPU; fine up to a few thousand tokens)."""
+    forward = float(np.median(np.max([r["forward_s"] for r in results], axis=0)))
+    backward = float(np.median(np.max([r["backward_s"] for r in results], axis=0)))
+    summary = {
+        "hosts": len(results), "seq_len": config.seq_len, "layout": config.layout,
+        "causal": config.causal, "dtype": config.dtype, "heads": config.heads,
+        "head_dim": config.head_dim, "forward_s": forward, "backward_s": backward,
+    }  # fmt: skip
+    if config.return_tensors and config.seq_len <= 8192:
+        import ringsim
+
+        q, k, v, _ = (x.double().numpy() for x in config.inputs(torch.device("cpu")))
+        ref = ringsim.reference_attention(
+            q, k, v, causal=config.causal, segment_ids=config.segments()
+        )
+        summary["max_abs_error"] = float(
+            np.abs(assemble(results, "out", config.layout) - ref).max()
+        )
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(main())

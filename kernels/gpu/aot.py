@@ -1,0 +1,444 @@
+"""Compile every Triton kernel variant the GPU paths launch, for sm_80 and sm_90, without a GPU.
+
+    python -m kernels.gpu.aot [--arch 80 --arch 90] [--jobs 2] [--out results/aot-....json]
+
+No GPU is needed: a stand-in driver reports ``GPUTarget("cuda", arch, 32)`` and every kernel
+launch becomes a compile-only ``warmup``. The host code is the real one
+(``kernels.blocks.triton_block.forward``/``backward`` on CPU tensors of the GPU paths' dtypes, head
+dims, head counts and sequence-length classes), so Triton specialises each kernel exactly as it
+would at a GPU launch (dtypes, constexprs, integer arguments equal to 1 or divisible by 16)
+and compiles it all the way to a cubin with its bundled ``ptxas``. Per compiled kernel this
+records shared memory (``metadata.shared``), registers and spill bytes (``ptxas -v``), and it
+fails on
+
+* a compile error,
+* shared memory above the architecture's per-block limit (the launch would raise
+  ``OutOfResources``): 163 KB on sm_80, 227 KB on sm_90 (CUDA C++ Programming Guide,
+  "Technical Specifications per Compute Capability": maximum shared memory per thread block),
+* any register spill in a bf16/fp16 variant, and more than ``FP32_SPILL_BYTES`` of spill
+  traffic per thread in an fp32 one (its ``tf32x3`` dots at ``d = 128`` leave a few bytes,
+  4-16, in some variants; the first version's fp32 kernels spilled 16-22 KB).
+
+Which launches: ``launches()`` lists them from the plans ``kernels.gpu.check`` runs
+(correctness cases, the speed rows with every tile the tile search may pick on that
+architecture, the ring member and calibration probes) and the ring's launches (bf16, causal,
+document ids, GQA). Every launch uses the real ``triton_block`` host code, so a new kernel
+argument or a new default tile shows up here.
+
+One worker process per (architecture, shard): the interpreter switch (``TRITON_INTERPRET``, set
+by the test session) must be off before Triton's ``jit`` decorates the kernels, and each worker
+compiles into a fresh cache directory so ``ptxas`` runs (and logs) for every kernel.
+
+Triton versions: written against Triton 3.9 (pinned for CI). The GPU machine has Triton 3.6;
+the APIs used here (``triton.backends.driver.DriverBase``, ``triton.runtime.driver.set_active``,
+``JITFunction.run(..., warmup=...)``, ``device_caches``, ``knobs.nvidia.dump_ptxas_log``) exist
+in both. CI runs it with 3.9 (``results/aot-triton-3.9.json``); run once with a Triton 3.6
+wheel for sm_90 (``results/aot-triton-3.6-sm90.json``: the same 107 kernels, no failure),
+whose bundled ``ptxas`` counts registers slightly differently. The stand-in driver is not
+registered with Triton: ``compile_only`` swaps it in and restores the previous one (a private
+attribute, ``driver._active``, in both versions), so nothing else in the process sees it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# max dynamic shared memory per thread block, bytes (CUDA C++ Programming Guide, Technical
+# Specifications per Compute Capability: 163 KB on 8.0, 227 KB on 9.0)
+SHARED_LIMIT = {80: 163 * 1024, 90: 227 * 1024}
+ARCHS = tuple(SHARED_LIMIT)
+FP32_SPILL_BYTES = 64
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One host call of ``triton_block.forward`` or ``backward`` (which launch 1 or 2 kernels).
+
+    ``tile``: ``(block_m, block_n, num_warps, num_stages)`` or None for ``default_config``.
+    """
+
+    pass_: str  # "forward" | "backward"
+    dtype: str  # input dtype: "bfloat16" | "float16" | "float32"
+    out_dtype: str  # forward output / backward gradient dtype
+    head_dim: int
+    heads: int
+    kv_heads: int
+    seq: int  # tokens of the host call (only its class matters: see _aot_seq)
+    causal: bool
+    segments: bool
+    tile: tuple[int, int, int, int] | None
+    used_by: str
+
+
+def _aot_seq(seq: int) -> int:
+    """A short sequence Triton specialises like ``seq``: the same divisibility by 16 (a 16K
+    block and a 64-token block compile to the same kernel), so the host side stays cheap."""
+    return seq if seq <= 320 else 64 + seq % 16
+
+
+def launches(arch: int) -> list[Launch]:
+    """Every (pass, dtype, head dim, heads, mask, tile) the GPU paths launch on ``arch``."""
+    from kernels.blocks.tiles import tile_candidates
+    from kernels.gpu import plan as plan
+
+    out: list[Launch] = []
+    # correctness: block_attention / block_attention_backward (fp32 results, default tiles)
+    for c, d, hq, hkv in plan.CORRECTNESS_CASES:
+        for dtype in plan.CORRECTNESS_DTYPES:
+            for causal in (False, True):
+                for pass_ in ("forward", "backward"):
+                    out.append(
+                        Launch(pass_, dtype, "float32", d, hq, hkv, c, causal, False, None,
+                               "gpu_check.correctness")
+                    )  # fmt: skip
+    c, d, h = plan.ZIGZAG_CASE
+    out.append(Launch("forward", "float32", "float32", d, h, h, c, True, False, None, "zigzag"))
+    # speed: bf16 in and out; the forward with every tile the search may pick on this arch
+    for d in plan.SPEED_HEAD_DIMS:
+        heads = plan.MODEL_WIDTH // d
+        for causal in (False, True):
+            for c in sorted({_aot_seq(c) for c in plan.SPEED_SIZES}):
+                tiles = [None] + [tuple(vars(t).values()) for t in tile_candidates(d, arch)]
+                for tile in tiles:
+                    out.append(
+                        Launch("forward", "bfloat16", "bfloat16", d, heads, heads, c, causal,
+                               False, tile, "gpu_check.speed")
+                    )  # fmt: skip
+                out.append(
+                    Launch("backward", "bfloat16", "bfloat16", d, heads, heads, c, causal, False,
+                           None, "gpu_check.speed")
+                )  # fmt: skip
+    # ring member, calibration probes and the ring itself: bf16 in, fp32 results; the ring
+    # with causal layouts, document ids and GQA
+    h, d = plan.RING_HEADS, plan.RING_HEAD_DIM
+    for kv_heads in (h, h // 4):
+        for causal in (False, True):
+            for segments in (False, True):
+                for pass_ in ("forward", "backward"):
+                    out.append(
+                        Launch(pass_, "bfloat16", "float32", d, h, kv_heads, 2048, causal,
+                               segments, None, "ring member, calibration, ring")
+                    )  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Compile without a GPU
+# ------------------------------------------------------------------------------------------
+
+
+def stand_in_driver(arch: int):
+    """A Triton driver that only reports a target: enough for the JIT to specialise and
+    compile. The "device" is the arch number, so each arch keeps its own kernel cache."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.driver import DriverBase
+
+    class StandInDriver(DriverBase):
+        @staticmethod
+        def is_active() -> bool:
+            return False
+
+        def get_current_target(self):
+            return GPUTarget("cuda", arch, 32)
+
+        def get_current_device(self):
+            return arch
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_active_torch_device(self):
+            return torch.device("cpu")
+
+        def map_python_to_cpp_type(self, ty: str) -> str:
+            return ty
+
+        def get_benchmarker(self):
+            raise RuntimeError("compile-only driver: nothing runs")
+
+        def get_device_interface(self):
+            raise RuntimeError("compile-only driver: nothing runs")
+
+        def get_empty_cache_for_benchmark(self):
+            raise RuntimeError("compile-only driver: nothing runs")
+
+        def clear_cache(self, cache) -> None:
+            pass
+
+    return StandInDriver()
+
+
+@contextlib.contextmanager
+def compile_only(arch: int) -> Iterator[io.StringIO]:
+    """Within: kernel launches compile for ``arch`` and return without running; yields the
+    captured ``ptxas -v`` log."""
+    from triton import knobs
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
+
+    run = JITFunction.run
+
+    def warmup_only(self, *args, grid, warmup, **kwargs):
+        return run(self, *args, grid=grid, warmup=True, **kwargs)
+
+    log = io.StringIO()
+    previous = driver._active  # None on a machine without a GPU (reset_active would raise)
+    driver.set_active(stand_in_driver(arch))
+    JITFunction.run = warmup_only
+    dump = knobs.nvidia.dump_ptxas_log
+    knobs.nvidia.dump_ptxas_log = True
+    try:
+        with contextlib.redirect_stdout(log):
+            yield log
+    finally:
+        knobs.nvidia.dump_ptxas_log = dump
+        JITFunction.run = run
+        driver._active = previous
+
+
+def parse_ptxas(log: str) -> dict[str, dict]:
+    """``ptxas -v`` output -> per entry function: registers, spill bytes, stack frame."""
+    found: dict[str, dict] = {}
+    name = None
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            name = m.group(1)
+            found[name] = {}
+        elif name and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                                      r"(\d+) bytes spill loads", line)):  # fmt: skip
+            found[name].update(stack=int(m[1]), spill_stores=int(m[2]), spill_loads=int(m[3]))
+        elif name and (m := re.search(r"Used (\d+) registers", line)):
+            found[name]["registers"] = int(m[1])
+    return found
+
+
+def _launch_tensors(launch: Launch):
+    import torch
+
+    from kernels.blocks.args import check_block_args
+
+    dtype = getattr(torch, launch.dtype)
+    seq = _aot_seq(launch.seq)
+    q = torch.zeros(1, launch.heads, seq, launch.head_dim, dtype=dtype)
+    k = torch.zeros(1, launch.kv_heads, seq, launch.head_dim, dtype=dtype)
+    seg = torch.zeros(seq, dtype=torch.int64) if launch.segments else None
+    args = check_block_args(
+        q, k, k.clone(), q_pos=None, k_pos=None, causal=launch.causal, scale=None, q_seg=seg,
+        k_seg=seg,
+    )  # fmt: skip
+    return args, q
+
+
+def compile_launch(launch: Launch, arch: int) -> list[dict]:
+    """Compile the kernels of one launch for ``arch``: one record per newly compiled kernel
+    (a kernel an earlier launch already compiled is not compiled again)."""
+    import torch
+
+    from kernels.blocks import triton_block as tb
+    from kernels.blocks.tiles import gpu_config
+
+    kernels = {"_attn_fwd": tb._attn_fwd, "_attn_bwd_dkdv": tb._attn_bwd_dkdv,
+               "_attn_bwd_dq": tb._attn_bwd_dq, "_attn_bwd_delta": tb._attn_bwd_delta}  # fmt: skip
+
+    def cache(fn) -> dict:
+        return fn.device_caches[arch][0] if arch in fn.device_caches else {}
+
+    before = {name: set(cache(fn)) for name, fn in kernels.items()}
+    args, q = _launch_tensors(launch)
+    out_dtype = getattr(torch, launch.out_dtype)
+    # the tensors are on the CPU, so name the GPU's default tiles (not the interpreter's)
+    cfg = (
+        tb.TileConfig(*launch.tile)
+        if launch.tile
+        else gpu_config(launch.head_dim, launch.pass_, q.dtype, arch)
+    )
+    start = time.perf_counter()
+    with compile_only(arch) as log:
+        if launch.pass_ == "forward":
+            tb.forward(args, out_dtype, cfg)
+        else:
+            lse = torch.zeros(q.shape[:-1])
+            tb.row_delta(q, q, block_m=64)  # the backward's delta, as gpu_check times it
+            tb.backward(args, torch.zeros_like(q), lse, lse, out_dtype, cfg)
+    seconds = time.perf_counter() - start
+    ptxas = parse_ptxas(log.getvalue())
+    records = []
+    for name, fn in kernels.items():
+        for key in set(cache(fn)) - before[name]:
+            kernel = cache(fn)[key]
+            meta = kernel.metadata
+            records.append(
+                {
+                    "arch": arch, "kernel": name, **asdict(launch),
+                    "tile_used": [meta.num_warps, meta.num_stages],
+                    "shared_bytes": meta.shared, "shared_limit": SHARED_LIMIT[arch],
+                    **ptxas.get(name, {}), "compile_s": round(seconds, 2),
+                }
+            )  # fmt: skip
+    return records
+
+
+def problems(record: dict) -> list[str]:
+    """Why a compiled kernel would fail or run badly on its architecture (empty: fine)."""
+    found = []
+    if "error" in record:
+        found.append(f"compile error: {record['error']}")
+        return found
+    if record["shared_bytes"] > record["shared_limit"]:
+        found.append(f"shared memory {record['shared_bytes']} B > {record['shared_limit']} B")
+    if record.get("registers") is None:
+        found.append("no ptxas report (was the kernel taken from a cache?)")
+    else:
+        spilled = record["spill_stores"] + record["spill_loads"]
+        allowed = FP32_SPILL_BYTES if record["dtype"] == "float32" else 0
+        if spilled > allowed:
+            found.append(
+                f"spills {record['spill_stores']} B stored, {record['spill_loads']} B loaded "
+                f"(allowed: {allowed} B for {record['dtype']})"
+            )
+    return found
+
+
+# ------------------------------------------------------------------------------------------
+# Workers and the command line
+# ------------------------------------------------------------------------------------------
+
+
+def run_worker(arch: int, shard: int, shards: int) -> list[dict]:
+    """Compile this shard's launches (every ``shards``-th one) in this process."""
+    records = []
+    for i, launch in enumerate(launches(arch)):
+        if i % shards != shard:
+            continue
+        try:
+            records += compile_launch(launch, arch)
+        except Exception as err:  # recorded, and the check fails on it
+            records.append(
+                {"arch": arch, **asdict(launch), "error": f"{type(err).__name__}: {err}"}
+            )
+    return records
+
+
+def _worker_env(cache_dir: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # Triton 3.9 warns when this is unset; 1 keeps the fusion Triton 3.6 uses by default
+    env.update(TRITON_CACHE_DIR=cache_dir, TRITON_DEFAULT_FP_FUSION="1")
+    return env
+
+
+def run_all(archs: Sequence[int] = ARCHS, jobs: int = 2) -> dict:
+    """Compile everything in ``jobs`` worker processes (split by arch, then by launch)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    archs = list(archs)
+    for arch in archs:
+        if arch not in SHARED_LIMIT:
+            raise ValueError(f"arch must be one of {sorted(SHARED_LIMIT)}, got {arch}")
+    shards = max(1, -(-jobs // len(archs)))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ringsim-aot-") as tmp:
+        procs = []
+        for arch in archs:
+            for shard in range(shards):
+                cmd = [sys.executable, "-m", "kernels.gpu.aot", "--worker",
+                       f"{arch}:{shard}:{shards}"]  # fmt: skip
+                cache = os.path.join(tmp, f"{arch}-{shard}")
+                procs.append(
+                    subprocess.Popen(cmd, cwd=REPO, env=_worker_env(cache), text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                )  # fmt: skip
+        records = []
+        for proc in procs:
+            stdout, stderr = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"AOT worker {proc.args[-1]} failed:\n{stderr[-3000:]}")
+            records += json.loads(stdout.strip().splitlines()[-1])
+    import triton
+
+    for record in records:
+        record["problems"] = problems(record)
+    return {
+        "triton": triton.__version__,
+        "archs": archs,
+        "shared_limit_bytes": {str(a): SHARED_LIMIT[a] for a in archs},
+        "wall_s": round(time.perf_counter() - start, 1),
+        "jobs": len(procs),
+        "kernels": len(records),
+        "failures": [r for r in records if r["problems"]],
+        "records": sorted(records, key=_record_key),
+    }
+
+
+def _record_key(r: dict):
+    fields = ("arch", "kernel", "dtype", "out_dtype", "head_dim", "heads", "kv_heads", "seq")
+    return (*(str(r.get(f, "")) for f in fields), r["causal"], r["segments"], str(r["tile"]))
+
+
+def summary_table(report: dict) -> str:
+    """One line per compiled kernel: what, shared memory, registers, spills, problems."""
+    lines = [f"{'arch':>4} {'kernel':15} {'dtype':9} {'d':>3} {'grp':>3} {'mask':7} "
+             f"{'tile':14} {'smem KB':>7} {'regs':>4} {'spill B':>7}  problems"]  # fmt: skip
+    for r in report["records"]:
+        if "error" in r:
+            lines.append(f"{r['arch']:>4} {r['pass_']:15} {r['dtype']:9} ERROR {r['error'][:80]}")
+            continue
+        mask = ("causal" if r["causal"] else "full") + ("+seg" if r["segments"] else "")
+        tile = (
+            "default"
+            if r["tile"] is None
+            else "x".join(map(str, r["tile"][:2])) + (f" w{r['tile'][2]}s{r['tile'][3]}")
+        )
+        spill = r.get("spill_stores", 0) + r.get("spill_loads", 0)
+        lines.append(
+            f"{r['arch']:>4} {r['kernel']:15} {r['dtype']:9} {r['head_dim']:>3} "
+            f"{r['heads'] // r['kv_heads']:>3} {mask:7} {tile:14} "
+            f"{r['shared_bytes'] / 1024:7.1f} {r.get('registers', -1):>4} {spill:>7}  "
+            f"{'; '.join(r['problems'])}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kernels.gpu.aot",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--arch", type=int, action="append", choices=ARCHS,
+                        help="compute capability x10 (repeatable; default: 80 and 90)")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--out", default=None, help="write the JSON report here")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        arch, shard, shards = (int(x) for x in args.worker.split(":"))
+        print(json.dumps(run_worker(arch, shard, shards)))
+        return 0
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    report = run_all(args.arch or ARCHS, args.jobs)
+    print(summary_table(report))
+    print(f"{report['kernels']} kernels compiled in {report['wall_s']} s with {report['jobs']} "
+          f"workers; {len(report['failures'])} with problems")  # fmt: skip
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    return 1 if report["failures"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

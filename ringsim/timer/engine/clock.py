@@ -1,0 +1,186 @@
+"""Durations: one clock per run, shared by both engines (and the peers), so they see the very
+same floats. ``HostClock`` holds the speed, jitter, kernel and overlap rules of the timer
+(``ringsim.timer.engine.engines`` states them); ``Costs`` draws a run's per-step durations in a
+fixed order and counts its FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ringsim.schedule import BlockKind, Schedule
+from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
+from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.ring_steps import StepModel
+from ringsim.timer.machine.collectives import link_model, overlap_efficiency, p2p_seconds
+from ringsim.timer.machine.kernel_model import SMS, arch_of, get_family
+
+
+class HostClock:
+    """How long things take on each of a run's ``P`` hosts: the timer's speed and jitter rules.
+
+    * compute: host ``h`` runs at ``flops_rate * speed[h]`` FLOP/s (``speed`` defaults to 1);
+    * transfer: ``messages * link_latency + bytes / link_bandwidth`` on the host's link;
+    * jitter: every duration is multiplied by its own ``1 + jitter * u``, ``u ~ U[0, 1)``, from
+      one generator seeded with ``config.seed``. Each call that returns durations draws ``P``
+      numbers (none without jitter, or for an empty transfer), so two runs that make the same
+      calls in the same order (the heap and the vectorised engine) get the very same floats.
+    """
+
+    def __init__(self, config: RingConfig):
+        self.hosts = config.hosts
+        self.hardware = config.hardware
+        self.amount = config.jitter
+        self.speed = np.ones(self.hosts) if config.speed is None else np.asarray(config.speed)
+        self.seconds_per_flop = 1.0 / (config.attention_rate * self.speed)  # (P,)
+        self.linear_seconds_per_flop = 1.0 / (config.linear_rate * self.speed)
+        self.family = get_family(config.implementation)
+        self.link = link_model(config.hardware) if self.family.collectives else None
+        f = config.overlap_efficiency
+        if f is None and self.link is not None and arch_of(config.hardware) is not None:
+            f = overlap_efficiency(SMS[arch_of(config.hardware)], self.link)
+        self.overlap_f = config.hardware.overlap_efficiency if f is None else f
+        self.rng = np.random.default_rng(config.seed)
+        # the hop of each host to h + 1: one hardware link, or per host on a cluster
+        hw = config.hardware
+        bw, lat = config.hop_bandwidth, config.hop_latency
+        self.link_bandwidth = hw.link_bandwidth if bw is None else np.asarray(bw)
+        self.link_latency = hw.link_latency if lat is None else np.asarray(lat)
+
+    def jitter(self, seconds: np.ndarray) -> np.ndarray:
+        """``(P,)`` durations times a fresh ``1 + jitter * u`` each (unchanged without jitter)."""
+        if self.amount == 0:
+            return seconds
+        return seconds * (1.0 + self.amount * self.rng.random(self.hosts))
+
+    def compute(self, flops: float | np.ndarray, *, linear: bool = False) -> np.ndarray:
+        """``(P,)`` seconds for each host to compute ``flops`` (a scalar or ``(P,)``) FLOPs of
+        attention (or, ``linear=True``, of projections and MLP at the linear rate)."""
+        per_flop = self.linear_seconds_per_flop if linear else self.seconds_per_flop
+        return self.jitter(flops * per_flop)
+
+    def kernel(self, seconds: np.ndarray) -> np.ndarray:
+        """``(P,)`` seconds of a step under a kernel family (``ringsim.timer.engine.ring_steps``):
+        the model's seconds at full speed, over each host's ``speed``, jittered."""
+        return self.jitter(seconds / self.speed)
+
+    def block(self, full_seconds: np.ndarray, work: np.ndarray, kind: np.ndarray) -> np.ndarray:
+        """``(P,)`` seconds for each host to compute its block of one ring step (the module
+        docstring's formula): ``work`` ``(P,)`` of a full block that takes ``full_seconds``
+        ``(P,)`` (its FLOPs over the host's rate, ``speed`` included), ``kind`` ``(P,)`` the
+        ``BlockKind`` of each host's block. With neutral kernel terms this is exactly
+        ``full_seconds * work``."""
+        hw = self.hardware
+        seconds = full_seconds * work
+        if hw.masked_speed != 1.0:
+            seconds = np.where(kind == BlockKind.PARTIAL, seconds / hw.masked_speed, seconds)
+        busy = kind != BlockKind.SKIP
+        if hw.block_overhead_s:
+            seconds = seconds + np.where(busy, hw.block_overhead_s, 0.0) / self.speed
+        if hw.solo_speed != 1.0 and self.hosts > 1:
+            idle = self.hosts - int(busy.sum())
+            seconds = seconds / (1.0 + (hw.solo_speed - 1.0) * idle / (self.hosts - 1))
+        return self.jitter(seconds)
+
+    def overlapped(
+        self, compute: np.ndarray, transfer: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(compute, transfer)`` ``(P,)`` seconds of a step's compute and the message each
+        host sends while it computes, both stretched by ``(1 - f) min(compute, transfer)``
+        (``f = hardware.overlap_efficiency``; unchanged, the very same arrays, for ``f = 1``)."""
+        f = self.overlap_f
+        if f == 1.0:
+            return compute, transfer
+        extra = (1.0 - f) * np.minimum(compute, transfer)
+        return compute + extra, transfer + extra
+
+    def transfer(self, nbytes: float, messages: int = 1, links: tuple | None = None) -> np.ndarray:
+        """``(P,)`` seconds for each host to send ``messages`` messages of ``nbytes`` in all, on
+        its ring hop, or on ``links = (bandwidth, latency)`` (scalars or ``(P,)``: a collective
+        on a topology). Equal hops give the very floats of one hardware link."""
+        if nbytes == 0 and messages == 0:
+            return np.zeros(self.hosts)
+        bandwidth, latency = (self.link_bandwidth, self.link_latency) if links is None else links
+        if self.link is None:
+            seconds = messages * latency + nbytes / bandwidth
+        else:  # NCCL-like: protocol by message size, achieved fraction of the line rate
+            seconds = p2p_seconds(nbytes, bandwidth, latency, link=self.link, messages=messages)
+        return self.jitter(np.broadcast_to(seconds, (self.hosts,)).astype(float))
+
+
+class Costs:
+    """Per-step durations of a run, drawn in a fixed order (phase by phase, step by step), and
+    the FLOPs spent on them."""
+
+    def __init__(self, config: RingConfig):
+        self.config = config
+        self.clock = HostClock(config)
+        self.flops_total = 0.0
+        shape = (config.block_tokens, config.kv_heads, config.head_dim, config.dtype)
+        self.kv_bytes = kv_block_bytes(*shape, batch=config.batch)
+        self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=config.grad_dtype)
+        family = self.clock.family
+        # ideal, and the calibrated CPU torch family, whose terms are the hardware profile's
+        # (HostClock.block applies them, lone-host speed included)
+        self.steps = None if family.ideal or family.name == "torch" else StepModel(config, family)
+
+    def local(self, flops: float) -> np.ndarray:
+        """``(P,)`` durations of a local computation of ``flops`` FLOPs (projections, MLP: the
+        linear rate) on every host."""
+        self.flops_total += flops * self.config.hosts
+        return self.clock.compute(flops, linear=True)
+
+    def ring_rows(self, schedule: Schedule) -> Callable[[int], tuple]:
+        """``row(s) -> (compute, kv message, main message)``, ``(P,)`` seconds each, for one ring
+        pass. The main message is the block itself (forward) or ``dk, dv`` (backward; without
+        overlap one blocking message carries ``k, v, dk, dv``, and the last only ``dk, dv``)."""
+        cfg, clock = self.config, self.clock
+        c = cfg.block_tokens
+        full = attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=schedule.pass_, batch=cfg.batch)
+        full_time = full * clock.seconds_per_flop
+        backward = schedule.pass_ == "backward"
+        last = schedule.steps - 1
+
+        def row(s: int) -> tuple:
+            work = schedule.work_at(s)
+            self.flops_total += full * float(work.sum())
+            if not backward:
+                main = self.kv_bytes
+            elif cfg.overlap or s == last:
+                main = self.grad_bytes
+            else:
+                main = self.kv_bytes + self.grad_bytes
+            # full_time * work rounds like the closed forms (full * work * seconds_per_flop can
+            # differ in the last bit)
+            if self.steps is None:
+                compute = clock.block(full_time, work, schedule.kind_at(s))
+            else:  # a real implementation: its calls and the work between them
+                compute = clock.kernel(self.steps.seconds(schedule, s))
+            kv, msg = clock.transfer(self.kv_bytes), clock.transfer(main)
+            if cfg.overlap and schedule.payload(s):  # its message travels while it computes
+                if backward:  # the early k, v (the last step sends only dk, dv)
+                    if s < last:
+                        compute, kv = clock.overlapped(compute, kv)
+                else:
+                    compute, msg = clock.overlapped(compute, msg)
+            return compute, kv, msg
+
+        return row
+
+
+def decode_seconds(config: RingConfig, tokens: int) -> float:
+    """Seconds to attend one query to ``tokens`` cached tokens on one host: the larger of the
+    FLOP time and the time to stream the cache from memory (decode is memory bound)."""
+    hw = config.hardware
+    flops = attention_flops(
+        1, tokens, config.heads, config.head_dim, pass_="decode", batch=config.batch
+    )
+    time = flops / config.flops_rate
+    if hw.memory_bandwidth > 0:
+        cache = kv_block_bytes(
+            tokens, config.kv_heads, config.head_dim, config.dtype, batch=config.batch
+        )
+        time = max(time, cache / hw.memory_bandwidth)
+    return time

@@ -1,0 +1,194 @@
+"""What a real ring runs at each step: the kernel call its layout makes, and the work between
+calls (merging ``(out, lse)``, accumulating ``dq, dk, dv``, casts), as real implementations do.
+
+Calls per step, as zhuzilin/ring-flash-attention runs them (read from its source at commit
+8996282: ``ring_flash_attn.py``, ``zigzag_ring_flash_attn.py``, ``stripe_flash_attn.py``), for a
+block of ``c`` tokens and the kv block of host ``j`` on host ``h``:
+
+* contiguous, causal: ``j == h`` a causal ``c x c`` call; ``j < h`` a full one; ``j > h`` none;
+* zigzag: ``j == h`` a causal ``c x c`` call; ``j < h`` all ``c`` queries against the early
+  half of the kv block (``c x c/2``, unmasked); ``j > h`` the late half of the queries against
+  the whole block (``c/2 x c``, unmasked), merged into those rows only (a sliced merge);
+* striped: ``j <= h`` a causal ``c x c`` call; ``j > h`` the same with the diagonal excluded
+  (``q[1:]`` against ``k[:-1]``), merged into rows ``1:`` (sliced);
+* non-causal: a full ``c x c`` call; packed documents (``segment_ids``): a call over the tiles
+  the block's visible fraction needs.
+
+Between calls (``merge="torch"``: each PyTorch op reads its inputs from HBM and writes its
+output; zhuzilin/ring-flash-attention PR #87 and vllm-project/vllm-omni PR #5187 both describe
+this merge as several elementwise kernels plus bf16 <-> fp32 casts). Bytes per element of the
+rows merged (``rows x heads x head_dim``):
+
+* forward, first step: ``out = block_out.to(fp32)``: 2 read + 4 written = 6;
+* forward, each later step: cast (6), ``out - block_out`` (8 + 4), ``sigmoid(..) * (..)``
+  (4 + 4), ``out - (..)`` (8 + 4): 38; a sliced merge copies the rows back (+8);
+* forward, end: ``out.to(bf16)`` over all ``c`` rows: 6;
+* backward: first step casts ``dq, dk, dv`` to fp32 (6 each); each later step
+  ``dq += dq_block``, ``dk += dk_block``, ``dv += dv_block`` (fp32 += bf16: 10 each, over the
+  rows the call touched); end: three casts back (6 each);
+* ``merge="fused"``: one kernel reading the fp32 accumulator and the block, writing the
+  accumulator: 10 per element (and no slice copy).
+
+Each op also costs ``family.elementwise_overhead_s``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ringsim.schedule import BlockKind, Schedule
+from ringsim.timer.machine.kernel_model import (
+    HBM_FRACTION,
+    KernelFamily,
+    attention_call_seconds,
+    for_hardware,
+)
+
+FORWARD_BYTES = {"first": 6, "merge": 38, "slice": 8, "final": 6}
+FUSED_FORWARD_BYTES = {"first": 6, "merge": 10, "slice": 0, "final": 6}
+FORWARD_KERNELS = {"first": 2, "merge": 9, "slice": 2, "final": 2}
+GRAD_BYTES = {"first": 6, "accumulate": 10, "final": 6}
+
+
+def merge_seconds(
+    family: KernelFamily,
+    memory_bandwidth: float,
+    *,
+    op: str,
+    rows: int,
+    heads: int,
+    head_dim: int,
+    batch: int = 1,
+) -> float:
+    """Seconds of one forward merge op (``"first"``, ``"merge"``, ``"slice"`` (a sliced merge:
+    the merge and its copy back) or ``"final"``) over ``rows`` query rows, on one host whose
+    HBM streams ``memory_bandwidth`` bytes/s (0: not modelled, only the launch costs count)."""
+    if family.merge == "none":
+        return 0.0
+    table = FORWARD_BYTES if family.merge == "torch" else FUSED_FORWARD_BYTES
+    if op not in table:
+        raise ValueError(f"op must be one of {', '.join(table)}, got {op!r}")
+    per_element = table[op] + (table["merge"] if op == "slice" else 0)
+    kernels = FORWARD_KERNELS[op] + (FORWARD_KERNELS["merge"] if op == "slice" else 0)
+    if family.merge == "fused":
+        kernels = 1
+    elements = float(batch) * rows * heads * head_dim
+    launches = kernels * family.elementwise_overhead_s
+    return _stream(per_element * elements, memory_bandwidth) + launches
+
+
+def grad_seconds(
+    family: KernelFamily,
+    memory_bandwidth: float,
+    *,
+    op: str,
+    q_rows: int,
+    kv_rows: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    batch: int = 1,
+) -> float:
+    """Seconds of one backward op (``"first"``, ``"accumulate"``, ``"final"``) on ``dq``
+    (``q_rows x heads``) and ``dk, dv`` (``kv_rows x kv_heads`` each)."""
+    if family.merge == "none":
+        return 0.0
+    if op not in GRAD_BYTES:
+        raise ValueError(f"op must be one of {', '.join(GRAD_BYTES)}, got {op!r}")
+    elements = float(batch) * head_dim * (q_rows * heads + 2 * kv_rows * kv_heads)
+    return _stream(GRAD_BYTES[op] * elements, memory_bandwidth) + 3 * family.elementwise_overhead_s
+
+
+def gqa_backward_seconds(family, memory_bandwidth, *, kv_rows, heads, kv_heads, head_dim, batch=1):
+    """flash-attn 2's GQA backward writes ``dk, dv`` for all ``heads`` (bf16) and sums them per
+    kv head afterwards: the extra read and write of ``2 x kv_rows x heads x head_dim``."""
+    if not family.gqa_expand_backward or heads == kv_heads:
+        return 0.0
+    extra = 2 * 2 * 2.0 * batch * kv_rows * heads * head_dim
+    return _stream(extra, memory_bandwidth) + 2 * family.elementwise_overhead_s
+
+
+def _stream(nbytes: float, memory_bandwidth: float) -> float:
+    return nbytes / (memory_bandwidth * HBM_FRACTION) if memory_bandwidth > 0 else 0.0
+
+
+class StepModel:
+    """Per-host seconds of each ring step of one run under a kernel family: the call its
+    layout makes (``attention_call_seconds``) plus the work between calls. Durations are
+    computed once per distinct (kind, relation, work, first, last) and shared."""
+
+    def __init__(self, config, family: KernelFamily):
+        self.config, self.family = config, for_hardware(family, config.hardware)
+        self.cache: dict[tuple, float] = {}
+        M = config.tile if config.tile is not None else family.tile[0]
+        N = config.tile_n if config.tile_n is not None else (config.tile or family.tile[1])
+        self.tile = (M, N)
+
+    def seconds(self, schedule: Schedule, s: int) -> np.ndarray:
+        """``(P,)`` seconds of step ``s`` (before the host's speed and jitter)."""
+        P = schedule.hosts
+        relation = schedule.relation_at(s)
+        kind, work = schedule.kind_at(s), np.round(schedule.work_at(s), 12)
+        first, last = s == 0, s == schedule.steps - 1
+        out = np.empty(P)
+        for key in set(zip(kind.tolist(), relation.tolist(), work.tolist(), strict=True)):
+            full_key = (schedule.pass_, *key, first, last)
+            if full_key not in self.cache:
+                self.cache[full_key] = self._cell(schedule.pass_, *key, first, last)
+            hit = (kind == key[0]) & (relation == key[1]) & (work == key[2])
+            out[hit] = self.cache[full_key]
+        return out
+
+    def call(self, kind: int, relation: int, work: float) -> tuple | None:
+        """``(q, k, mask, visible, sliced)`` of the call a host makes, or ``None`` (skipped)."""
+        cfg, c = self.config, self.config.block_tokens
+        if kind == BlockKind.SKIP:
+            return None
+        if not cfg.causal:
+            return (c, c, "full", None, False)
+        if cfg.segment_ids is not None:
+            if kind == BlockKind.FULL:
+                return (c, c, "full", None, False)
+            return (c, c, "documents", work, False)
+        if cfg.layout == "zigzag" and relation != 0:
+            half = max(c // 2, 1)
+            return (c, half, "zigzag-half", None, False) if relation < 0 else (
+                half, c, "zigzag-half", None, True)  # fmt: skip
+        if cfg.layout == "striped":  # kv from an earlier host (or its own): diagonal included
+            return (c, c, "offset-causal", None, True) if relation > 0 else (
+                c, c, "causal-diagonal", None, False)  # fmt: skip
+        if relation == 0:
+            return (c, c, "causal-diagonal", None, False)
+        return (c, c, "full" if kind == BlockKind.FULL else "documents", work, False)
+
+    def _cell(self, pass_: str, kind, relation, work, first: bool, last: bool) -> float:
+        cfg, fam = self.config, self.family
+        hbm = cfg.hardware.memory_bandwidth
+        shape = dict(heads=cfg.heads, head_dim=cfg.head_dim, batch=cfg.batch)
+        call = self.call(kind, relation, work)
+        total = 0.0
+        if call is not None:
+            q, k, mask, visible, sliced = call
+            total += attention_call_seconds(
+                fam, cfg.hardware, q_tokens=q, k_tokens=k, kv_heads=cfg.kv_heads,
+                dtype=cfg.dtype, pass_=pass_, mask=mask, tile=self.tile,
+                visible=visible if mask == "documents" else None, peak=cfg.attention_rate,
+                **shape,
+            )  # fmt: skip
+            if pass_ == "forward":
+                op = "first" if first else ("slice" if sliced else "merge")
+                total += merge_seconds(fam, hbm, op=op, rows=q, **shape)
+            else:
+                op = "first" if first else "accumulate"
+                total += grad_seconds(fam, hbm, op=op, q_rows=q, kv_rows=k,
+                                      kv_heads=cfg.kv_heads, **shape)  # fmt: skip
+                total += gqa_backward_seconds(fam, hbm, kv_rows=k, kv_heads=cfg.kv_heads,
+                                              **shape)  # fmt: skip
+        if last:
+            c = cfg.block_tokens
+            if pass_ == "forward":
+                total += merge_seconds(fam, hbm, op="final", rows=c, **shape)
+            else:
+                total += grad_seconds(fam, hbm, op="final", q_rows=c, kv_rows=c,
+                                      kv_heads=cfg.kv_heads, **shape)  # fmt: skip
+        return total

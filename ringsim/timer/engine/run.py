@@ -1,0 +1,186 @@
+"""The timer's driver: a pass as a list of phases (ring passes, local computations, decode's
+merge tree), each run by an engine on a shared clock, stitched into one ``Timeline``.
+
+Passes: ``forward`` and ``backward`` are one ring pass each. ``train-step`` is a transformer
+block's step per host: q/k/v projections, the forward ring, output projection and MLP, their
+backward, the backward ring, the projections' backward (local phases take their FLOPs over the
+host's linear rate; a phase starts on a host when that host has finished the previous one); with
+``recompute`` (full activation checkpointing) the forward phases run again before the
+backward. ``decode`` is no ring at all: each host attends the one new token to its cache
+shard (the larger of the FLOP time and the time to stream the shard from memory), then the
+partials are merged in a tree: in each of ``ceil(log2 P)`` rounds a host receives at most one
+partial and merges it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ringsim.schedule import Schedule
+from ringsim.timer.cost import attention_flops, ffn_flops, partial_bytes, projection_flops
+from ringsim.timer.engine.clock import Costs, decode_seconds
+from ringsim.timer.engine.config import ENGINES, RingConfig
+from ringsim.timer.engine.engines import RING_ENGINES
+from ringsim.timer.engine.result import Recorder, SimResult, check_fits, timeline_bytes
+
+
+@dataclass
+class _Phase:
+    kind: str  # "ring" | "local" | "decode"
+    labels: list[str]
+    schedule: Schedule | None = None
+    flops: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return len(self.labels)
+
+
+def _ring_phase(schedule: Schedule, prefix: str) -> _Phase:
+    return _Phase("ring", [f"{prefix}{s}" for s in range(schedule.steps)], schedule)
+
+
+def _phases(config: RingConfig) -> list[_Phase]:
+    if config.pass_ == "decode":
+        rounds = math.ceil(math.log2(config.hosts)) if config.hosts > 1 else 0
+        return [_Phase("decode", ["partial"] + [f"merge {r}" for r in range(rounds)])]
+    if config.pass_ in ("forward", "backward"):
+        return [_ring_phase(config.schedule(), "")]
+    # A transformer block's training step, per host on its c tokens:
+    #   fwd: q/k/v projections -> ring attention -> output projection + MLP
+    #   bwd: MLP + output projection -> ring attention backward -> q/k/v projections
+    tokens = config.block_tokens * config.batch
+    dims = (config.d_model, config.heads, config.kv_heads, config.head_dim)
+    qkv_f, out_f = projection_flops(tokens, *dims)
+    qkv_b, out_b = projection_flops(tokens, *dims, pass_="backward")
+    mlp_f = ffn_flops(tokens, config.d_model, config.ffn)
+    mlp_b = ffn_flops(tokens, config.d_model, config.ffn, pass_="backward")
+    forward = [
+        _Phase("local", ["qkv-proj"], flops=qkv_f),
+        _ring_phase(config.schedule("forward"), "fwd "),
+        _Phase("local", ["o-proj+mlp"], flops=out_f + mlp_f),
+    ]
+    # full activation checkpointing: the block's forward runs again before its backward
+    recompute = [
+        _Phase("local", ["re qkv-proj"], flops=qkv_f),
+        _ring_phase(config.schedule("forward"), "re fwd "),
+        _Phase("local", ["re o-proj+mlp"], flops=out_f + mlp_f),
+    ]
+    return (
+        forward
+        + (recompute if config.recompute else [])
+        + [
+            _Phase("local", ["mlp+o-proj bwd"], flops=mlp_b + out_b),
+            _ring_phase(config.schedule("backward"), "bwd "),
+            _Phase("local", ["qkv-proj bwd"], flops=qkv_b),
+        ]
+    )
+
+
+def _decode(config: RingConfig, costs: Costs, ready, rec: Recorder, rows: int) -> None:
+    """Row 0: every host attends to its shard. Row ``r + 1``: merge round ``r``; host
+    ``k 2^(r+1)`` receives the partial of ``k 2^(r+1) + 2^r`` and merges it into its own (the
+    same tree as ``ringsim.numerics.decode.tree_merge``). One code path serves both engines:
+    the rounds are a handful of independent transfers."""
+    P, clock = config.hosts, costs.clock
+    # memory bound, so not clock.compute(flops): the speed factor scales the whole scan
+    partial = clock.jitter(decode_seconds(config, config.block_tokens) / clock.speed)
+    costs.flops_total += P * attention_flops(
+        1, config.block_tokens, config.heads, config.head_dim, batch=config.batch
+    )
+    merge_flops = 5.0 * config.batch * config.heads * (config.head_dim + 2)
+    message = partial_bytes(config.heads, config.head_dim, batch=config.batch)
+    done = ready + partial
+    rec.row(ready, done.copy(), dense=False)
+    for r in range(rows - 1):
+        step = 2**r
+        receivers = np.arange(0, P - step, 2 * step)
+        senders = receivers + step
+        link = clock.transfer(message)[senders]
+        merge = clock.compute(merge_flops)[receivers]
+        costs.flops_total += merge_flops * len(receivers)
+        cs, ce, ss, se, rs, re = (np.full(P, np.nan) for _ in range(6))
+        ss[senders] = done[senders]
+        se[senders] = done[senders] + link
+        rs[receivers], re[receivers] = ss[senders], se[senders]
+        cs[receivers] = np.maximum(done[receivers], se[senders])
+        ce[receivers] = cs[receivers] + merge
+        done[receivers] = ce[receivers]
+        rec.row(cs, ce, ss, se, dense=False, recv=(rs, re))
+
+
+def _local(costs: Costs, phase: _Phase, ready, rec: Recorder) -> np.ndarray:
+    end = ready + costs.local(phase.flops)
+    rec.row(ready, end)
+    return end
+
+
+def simulate(
+    config: RingConfig, *, engine: str = "vectorized", keep_timeline: bool | None = None
+) -> SimResult:
+    """Run ``config`` through the event timer. ``engine="heap"`` is the slow, one-event-at-a-time
+    oracle (use it for small rings); ``"vectorized"`` handles thousands of hosts in ``O(P)``
+    memory. ``keep_timeline``: keep the ``(rows, P)`` timeline arrays (plots, traces); ``False``
+    keeps only the summary's ``O(P)`` figures, and ``result.timeline`` then runs the simulation
+    again on first use; ``None`` (default) keeps them when they take at most
+    ``KEEP_TIMELINE_BYTES``. A run that cannot fit is refused up front (``ValueError`` saying
+    what it would need)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if not isinstance(config, RingConfig):
+        raise ValueError(f"config must be a RingConfig, got {config!r}")
+    if keep_timeline not in (None, True, False):
+        raise ValueError(f"keep_timeline must be True, False or None, got {keep_timeline!r}")
+    phases = _phases(config)
+    rows, P = sum(p.rows for p in phases), config.hosts
+    if keep_timeline is None:
+        keep_timeline = timeline_bytes(config, rows) <= KEEP_TIMELINE_BYTES
+    check_fits(config, rows, keep=keep_timeline, engine=engine)
+    early_kv = config.overlap and config.pass_ in ("backward", "train-step")
+    rec = Recorder(P, rows, keep=keep_timeline, early_kv=early_kv)
+    costs = Costs(config)
+    ready = np.zeros(P)
+    schedule = None
+    for phase in phases:
+        if phase.kind == "local":
+            ready = _local(costs, phase, ready, rec)
+        elif phase.kind == "decode":
+            _decode(config, costs, ready, rec, phase.rows)
+        else:
+            schedule = phase.schedule
+            if config.hardware.pass_overhead_s:
+                ready = ready + config.hardware.pass_overhead_s / costs.clock.speed
+            ready, sent = _ring(engine, schedule, costs, config.overlap, ready, rec)
+            if schedule.pass_ == "backward" and P > 1:  # dk, dv must be home before use
+                ready = np.maximum(ready, sent[schedule.recv_from])
+    result = SimResult(config, None, schedule, costs.flops_total, engine, rec.stats())
+    if keep_timeline:
+        meta = {"pass": config.pass_, "engine": engine, "hardware": config.hardware.name}
+        if early_kv:
+            backward = [p.kind == "ring" and p.schedule.pass_ == "backward" for p in phases]
+            meta["grad_rows"] = np.repeat(backward, [p.rows for p in phases])
+        result.timeline = rec.timeline([label for p in phases for label in p.labels], meta)
+    else:
+        result.rebuild = lambda: simulate(config, engine=engine, keep_timeline=True).timeline
+    return result
+
+
+def _ring(engine: str, schedule: Schedule, costs: Costs, overlap: bool, ready, rec: Recorder):
+    """One ring pass from ``ready`` ``(P,)``, its rows into ``rec``; returns when each host
+    finished computing its last step, and when its last message arrived (``None``: none)."""
+    last = {}
+
+    def emit(cs, ce, ss=None, se=None, ks=None, ke=None):
+        rec.row(cs, ce, ss, se, ks, ke)
+        last["ce"], last["se"] = ce, se
+
+    link_free = rec.link_free.copy()  # the links finish earlier phases' messages first
+    RING_ENGINES[engine](schedule, costs.ring_rows(schedule), overlap, ready, link_free, emit)
+    return last["ce"].copy(), None if last["se"] is None else last["se"].copy()
+
+
+KEEP_TIMELINE_BYTES = 128 * 2**20
+"""``simulate(keep_timeline=None)`` keeps a timeline up to this size (1,024 hosts: 34 MB)."""

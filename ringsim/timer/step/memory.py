@@ -1,0 +1,449 @@
+"""Bytes per host, and the longest context that fits, for each way of running a long sequence.
+
+A training step of a LLaMA-shaped model on ``P`` hosts needs, on every host (bytes, element
+size ``e`` = 2 for bf16/fp16, 4 for fp32; ``b`` batch, ``h`` = d_model, ``L`` layers):
+
+* **model states** under FSDP (ZeRO-3), sharded over all ``P`` hosts: ``16 N / P`` for ``N``
+  parameters. Mixed-precision Adam holds 2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 master
+  weights) + 4 + 4 (Adam moments) = 16 bytes per parameter; pure fp32 (what the paper ran on
+  GPUs) holds 4 + 4 + 4 + 4 = 16 as well.
+* **FSDP working copy**: one layer's weights gathered in full, and its unsharded gradient
+  before the reduce-scatter: ``2 e N_layer``.
+* **checkpoints**: full gradient checkpointing (the paper's ``nothing_saveable`` policy) keeps
+  one ``h``-vector per token per layer, ``L b t h e`` for the ``t`` tokens a host owns.
+* **logits**: the loss needs the ``t x vocab`` logits of the host's tokens, in fp32.
+* **layer working set**: the largest activation of the one layer being (re)computed, per the
+  paper's Table 1 (below).
+
+Table 1 of Liu, Zaharia & Abbeel (2023), "bytes per layer, assuming bfloat16", with ``n``
+heads, ``s`` sequence, ``c`` block size:
+
+=========================  ================  ========  ==========
+method                     self-attention    FFN       total
+=========================  ================  ========  ==========
+vanilla                    ``2bns^2``        ``8bsh``  ``2bhs^2``
+memory-efficient attn      ``2bsh + 4bch``   ``8bsh``  ``8bsh``
++ blockwise FFN (BPT)      ``2bsh``          ``2bsh``  ``2bsh``
+Ring Attention             ``6bch``          ``2bch``  ``6bch``
+=========================  ================  ========  ==========
+
+The total is the larger of the two phases (attention and FFN are never live together); the
+vanilla total ``2bhs^2`` reads as a slip for ``2bns^2``. We keep the table's structure and make
+three things explicit, in elements times ``e``:
+
+* ``8bsh`` is the ``4h``-wide hidden of a ReLU FFN; LLaMA's gated FFN keeps gate and up
+  outputs, ``2 f`` wide (``f`` = ffn hidden), so the FFN term is ``b s 2f e``.
+* The ring holds **six blocks** (query, current key and value, incoming key and value, output).
+  Six blocks of ``b c h`` elements are ``6 b c h e`` = ``12bch`` bytes in bf16; the paper's
+  ``6bch`` counts elements, not bytes (a factor 2 against its own bf16 convention). With GQA
+  the four key/value blocks are ``h_kv = kv_heads * head_dim`` wide.
+* ``c`` of memory-efficient attention is its kernel chunk (``KERNEL_CHUNK`` tokens); ``c`` of
+  the ring is the host's block, ``s / P``.
+
+Per method, on ``P`` hosts (``t`` = tokens a host owns):
+
+* ``vanilla``, ``memory_efficient``, ``blockwise``: one whole sequence per host (the paper's FSDP
+  baselines: data parallel over sequences), ``t = s``. More hosts help only by sharding states.
+* ``ring``: one sequence split over all hosts, ``t = c = s / P``; every term but the states is
+  proportional to ``s / P``, so the longest context grows in proportion to ``P``.
+* ``ulysses``: the sequence is split over ``d = min(P, kv_heads)`` hosts (an all-to-all re-shards
+  by heads, which cannot split a key/value head; extra hosts run data parallel), ``t = s / d``.
+  At the all-to-all a host holds its own q/k/v shard and the head-sharded full-length copy:
+  ``b (s/d) (2h + 4h_kv)`` elements, the same six blocks as the ring while ``P <= kv_heads``;
+  past that the context stops growing.
+
+All of that is the **pure tensor bound**. A framework takes its share of the device first
+(``ringsim.timer.step.frameworks``: CUDA context, NCCL buffers, BLAS workspaces, an allocator's pool
+cap and fragmentation, each from a published measurement or documented default);
+``max_context(..., framework=...)`` searches within what it leaves, and ``memory_report``
+reports both. The models live in ``ringsim.timer.step.models``, the paper's Table 3 in
+``ringsim.timer.studies.published``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ringsim.checks import check_positive_int
+from ringsim.timer.cost import DTYPE_BYTES, kv_block_bytes, partial_bytes
+from ringsim.timer.machine.hardware import Hardware, check_dtype, get_hardware
+from ringsim.timer.step.frameworks import Framework, default_framework, get_framework
+
+# MODELS and the paper's table are re-exported: they lived here before the split
+from ringsim.timer.step.models import MODELS, ModelSpec, get_model  # noqa: F401
+from ringsim.timer.studies.published import PAPER_PRESETS, PAPER_TABLE, PAPER_TABLE_SOURCE  # noqa: F401
+
+METHODS = ("vanilla", "memory_efficient", "blockwise", "ring", "ulysses")
+
+STATE_BYTES_PER_PARAM = 16
+"""FSDP model states per parameter: bf16 weights + grads, fp32 master and two Adam moments."""
+
+LOGIT_BYTES = 4
+"""The loss is taken over fp32 logits."""
+
+KERNEL_CHUNK = 512
+"""Query/key chunk of a memory-efficient attention kernel (the paper's code uses 512)."""
+
+TOKEN_UNIT = 256
+"""Contexts are reported as multiples of 256 tokens per host sharing the sequence."""
+
+WORKING_SET_PASSES = ("forward", "backward", "train-step", "decode")
+
+
+def _check_dtype(dtype: object) -> int:
+    """Bytes per element of ``dtype``."""
+    return int(DTYPE_BYTES[check_dtype(dtype)])
+
+
+def _check_method(method: object) -> str:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    return str(method)
+
+
+def ulysses_degree(model: str | ModelSpec, hosts: int) -> int:
+    """Hosts one sequence is split over by Ulysses: at most one per key/value head."""
+    return min(check_positive_int("hosts", hosts), get_model(model).n_kv_heads)
+
+
+def sequence_hosts(method: str, model: str | ModelSpec, hosts: int) -> int:
+    """How many hosts share one sequence: 1 for the single-device methods."""
+    method = _check_method(method)
+    if method == "ring":
+        return check_positive_int("hosts", hosts)
+    if method == "ulysses":
+        return ulysses_degree(model, hosts)
+    return 1
+
+
+# -- the layer working set (Table 1) ---------------------------------------------------------
+def _layer_working_elements(
+    method: str, m: ModelSpec, seq_len: int, split: int, batch: int
+) -> tuple[float, float]:
+    """``(attention, ffn)`` peak elements of one layer; ``split`` hosts share the sequence."""
+    b, s, h, f = batch, seq_len, m.d_model, m.ffn_hidden
+    h_kv = m.n_kv_heads * m.head_dim
+    if method == "vanilla":
+        return b * m.heads * s * s, b * s * 2 * f
+    if method == "memory_efficient":
+        return b * s * h + 2 * b * min(KERNEL_CHUNK, s) * h, b * s * 2 * f
+    if method == "blockwise":
+        return b * s * h, b * s * h
+    c = s / split
+    if method == "ring":
+        return b * c * (2 * h + 4 * h_kv), b * c * h
+    # ulysses: own q/k/v shard plus the head-sharded full-length copy, during the all-to-all
+    heads_here = math.ceil(m.heads / split) * m.head_dim
+    kv_here = math.ceil(m.n_kv_heads / split) * m.head_dim
+    own = b * c * (h + 2 * h_kv)
+    gathered = b * s * (heads_here + 2 * kv_here)
+    return own + gathered, b * c * h
+
+
+def bytes_per_host(
+    method: str,
+    model: str | ModelSpec,
+    seq_len: int,
+    hosts: int,
+    *,
+    dtype: str = "bf16",
+    batch: int = 1,
+) -> dict[str, float]:
+    """Bytes on one of ``hosts`` hosts for a training step at context ``seq_len``, by component.
+
+    Components: ``model_states``, ``fsdp_layer``, ``checkpoints``, ``logits``,
+    ``layer_working_set`` (see the module docstring for each formula).
+    """
+    method = _check_method(method)
+    m = get_model(model)
+    e = _check_dtype(dtype)
+    hosts = check_positive_int("hosts", hosts)
+    seq_len = check_positive_int("seq_len", seq_len)
+    batch = check_positive_int("batch", batch)
+    split = sequence_hosts(method, m, hosts)
+    tokens = batch * seq_len / split
+    attention, ffn = _layer_working_elements(method, m, seq_len, split, batch)
+    return {
+        "model_states": STATE_BYTES_PER_PARAM * m.params / hosts,
+        "fsdp_layer": 2.0 * e * m.layer_params,
+        "checkpoints": float(m.layers * tokens * m.d_model * e),
+        "logits": float(tokens * m.vocab * LOGIT_BYTES),
+        "layer_working_set": float(max(attention, ffn) * e),
+    }
+
+
+def _largest_fitting(bytes_at: Callable[[int], float], budget: float, unit: int) -> int:
+    """Largest multiple ``n * unit`` with ``bytes_at(n * unit) <= budget`` (0 if none)."""
+    if bytes_at(unit) > budget:
+        return 0
+    low, high = 1, 2  # invariant: low fits; search high until it does not
+    while bytes_at(high * unit) <= budget:
+        low, high = high, 2 * high
+        if high * unit > 2**50:  # a petatoken: the budget is effectively unbounded
+            return low * unit
+    while high - low > 1:
+        mid = (low + high) // 2
+        if bytes_at(mid * unit) <= budget:
+            low = mid
+        else:
+            high = mid
+    return low * unit
+
+
+def max_context(
+    method: str,
+    model: str | ModelSpec,
+    hardware: Hardware | str,
+    hosts: int,
+    *,
+    dtype: str = "bf16",
+    batch: int = 1,
+    framework: str | Framework = "none",
+) -> int:
+    """Longest context (tokens) whose bytes per host fit in what ``framework`` leaves of
+    ``hardware.memory_bytes`` (``ringsim.timer.step.frameworks``; ``none``: the whole device, the
+    pure tensor bound).
+
+    A multiple of ``TOKEN_UNIT`` times the hosts that share the sequence, so each host's block
+    is a whole number of 256-token tiles; 0 if not even one unit fits.
+    """
+    hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
+    unit = TOKEN_UNIT * sequence_hosts(method, model, hosts)
+    budget = get_framework(framework).usable_bytes(hw.memory_bytes)
+
+    def total(seq_len: int) -> float:
+        parts = bytes_per_host(method, model, seq_len, hosts, dtype=dtype, batch=batch)
+        return sum(parts.values())
+
+    return _largest_fitting(total, budget, unit)
+
+
+def memory_report(
+    model: str | ModelSpec,
+    hardware: Hardware | str,
+    hosts: int,
+    *,
+    dtype: str = "bf16",
+    batch: int = 1,
+    framework: str | Framework | None = None,
+) -> dict:
+    """Longest context per method, and the ring's bytes per host at its longest context.
+
+    ``framework`` (default: ``pytorch`` on a GPU, ``none`` on a TPU or CPU) takes its fixed
+    bytes, pool cap and fragmentation off the device first; the pure tensor bound (the whole
+    device for tensors) is reported beside it.
+
+    Keys: ``max_context`` {method: tokens}, ``max_context_tensors`` {method: tokens, the pure
+    tensor bound}, ``framework``, ``framework_source``, ``usable_bytes`` (what the framework
+    leaves), ``bytes_per_host`` {component: bytes} (ring), ``total_bytes_per_host``,
+    ``memory_bytes`` (the device), ``block_tokens`` (ring), ``ulysses_degree``,
+    ``bytes_per_param``, ``hosts``, ``model``, ``hardware``, ``dtype``, ``batch``.
+    """
+    m = get_model(model)
+    hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
+    hosts = check_positive_int("hosts", hosts)
+    _check_dtype(dtype)
+    fw = get_framework(default_framework(hw.name) if framework is None else framework)
+    kw = dict(dtype=dtype, batch=batch)
+    contexts = {method: max_context(method, m, hw, hosts, **kw, framework=fw) for method in METHODS}
+    tensors = {method: max_context(method, m, hw, hosts, **kw) for method in METHODS}
+    ring_len = contexts["ring"]
+    parts = bytes_per_host("ring", m, ring_len, hosts, dtype=dtype, batch=batch) if ring_len else {}
+    return {
+        "model": m.name,
+        "hardware": hw.name,
+        "hosts": hosts,
+        "dtype": dtype,
+        "batch": batch,
+        "params": m.params,
+        "bytes_per_param": STATE_BYTES_PER_PARAM,
+        "memory_bytes": hw.memory_bytes,
+        "framework": fw.name,
+        "framework_source": fw.source,
+        "usable_bytes": fw.usable_bytes(hw.memory_bytes),
+        "max_context": contexts,
+        "max_context_tensors": tensors,
+        "block_tokens": ring_len // hosts,
+        "ulysses_degree": ulysses_degree(m, hosts),
+        "bytes_per_host": parts,
+        "total_bytes_per_host": sum(parts.values()),
+    }
+
+
+# -- the attention layer's working set on one ring host -------------------------------------
+def attention_working_set_bytes(
+    block_tokens: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    pass_: str = "forward",
+    batch: int = 1,
+) -> float:
+    """Bytes the attention layer holds on one ring host with a block of ``c = block_tokens``.
+
+    With ``H`` heads, ``H_kv`` key/value heads, head dim ``d``, element size ``e``:
+
+    * forward: q block ``cHde`` + output ``cHde`` + fp32 accumulators (acc ``4cHd``, row_max
+      and row_sum ``4cH`` each) + the current and the incoming key/value block
+      (``2 * kv_block_bytes``: ``2 c H_kv d e`` each).
+    * backward (and a training step, whose peak is the backward): q, out, dout (``3cHde``),
+      lse (``4cH``), the fp32 dq accumulator (``4cHd``), and the current and incoming block,
+      each carrying k, v, dk, dv (``2 * kv_block_bytes(pass_="backward")``).
+    * decode (``ringsim.numerics.decode``: the cache stays put, partials are tree-merged): the
+      host's
+      cache shard of ``c`` tokens (``2 c H_kv d e``), the one query token and its output
+      (``2Hde``), and two partials (its own and the one it merges in: acc ``4Hd``, row_max and
+      row_sum ``4H`` each).
+
+    Everything is proportional to ``c``: doubling the hosts at a fixed sequence halves it.
+    """
+    c = check_positive_int("block_tokens", block_tokens)
+    heads = check_positive_int("heads", heads)
+    kv_heads = check_positive_int("kv_heads", kv_heads)
+    head_dim = check_positive_int("head_dim", head_dim)
+    batch = check_positive_int("batch", batch)
+    e = _check_dtype(dtype)
+    if pass_ not in WORKING_SET_PASSES:
+        raise ValueError(f"pass must be one of {', '.join(WORKING_SET_PASSES)}, got {pass_!r}")
+    q_like = c * heads * head_dim * e  # q, out or dout block
+    row_stat = c * heads * 4  # one fp32 number per query row and head
+    acc = c * heads * head_dim * 4
+    if pass_ == "forward":  # the accumulators are a Partial of c rows
+        kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
+        per_seq = 2 * q_like + partial_bytes(heads, head_dim, tokens=c) + 2 * kv
+    elif pass_ in ("backward", "train-step"):
+        kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="backward", batch=1)
+        per_seq = 3 * q_like + row_stat + acc + 2 * kv
+    else:
+        cache = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
+        per_seq = cache + 2 * heads * head_dim * e + 2 * partial_bytes(heads, head_dim)
+    return float(batch * per_seq)
+
+
+def _check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_):
+    for name, value in (
+        ("seq_len", seq_len),
+        ("hosts", hosts),
+        ("heads", heads),
+        ("kv_heads", kv_heads),
+        ("head_dim", head_dim),
+        ("batch", batch),
+    ):
+        check_positive_int(name, value)
+    if pass_ not in ("forward", "backward"):
+        raise ValueError(f"pass must be forward or backward for the peers, got {pass_!r}")
+
+
+def ulysses_working_set_bytes(
+    seq_len: int,
+    hosts: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    pass_: str = "forward",
+    batch: int = 1,
+) -> float:
+    """Bytes the attention layer holds on one Ulysses host (``ringsim.timer.strategies.peers``).
+
+    The host owns ``c = N / P`` tokens of every head; after the all-to-all it holds all ``N``
+    tokens of ``ceil(H / P)`` query heads and ``ceil(H_kv / P)`` key/value heads. Peak:
+
+    * forward: its own q/k/v shard (``c (H + 2H_kv) d e``, the send buffer) plus the received
+      head shard (``N (H' + 2H'_kv) d e``), the head-sharded output and lse
+      (``N H' d e + 4 N H'``).
+    * backward: the head-sharded q, k, v, out, dout (``N (3H' + 2H'_kv) d e``), lse, the fp32 dq
+      accumulator (``4 N H' d``) and dk, dv (``2 N H'_kv d e``), plus the own-shard buffer of
+      q, k, v, dout (``c (2H + 2H_kv) d e``).
+
+    Every term is proportional to ``N / P`` while ``P`` divides the heads.
+    """
+    _check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_)
+    e = _check_dtype(dtype)
+    n, c = seq_len, seq_len / hosts
+    h_here, kv_here = math.ceil(heads / hosts), math.ceil(kv_heads / hosts)
+    if pass_ == "forward":
+        own = c * (heads + 2 * kv_heads) * head_dim * e
+        gathered = n * (h_here + 2 * kv_here) * head_dim * e
+        out = n * h_here * head_dim * e + 4 * n * h_here
+        per_seq = own + gathered + out
+    else:
+        own = c * (2 * heads + 2 * kv_heads) * head_dim * e
+        sharded = n * (3 * h_here + 2 * kv_here) * head_dim * e + 4 * n * h_here
+        grads = 4 * n * h_here * head_dim + 2 * n * kv_here * head_dim * e
+        per_seq = own + sharded + grads
+    return float(batch * per_seq)
+
+
+def allgather_working_set_bytes(
+    seq_len: int,
+    hosts: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    pass_: str = "forward",
+    batch: int = 1,
+) -> float:
+    """Bytes the attention layer holds on one all-gather (Llama 3 context-parallel) host.
+
+    The host keeps its ``c = N / P`` queries and gathers the keys and values of **all** ``N``
+    tokens, so the dominant term grows with ``N``, not ``N / P``:
+
+    * forward: q and out (``2 c H d e``), lse (``4cH``), all keys and values
+      (``kv_block_bytes(N)`` = ``2 N H_kv d e``).
+    * backward: q, out, dout (``3 c H d e``), lse, the fp32 dq accumulator (``4 c H d``), and all
+      keys and values with their dk, dv partial sums before the reduce-scatter
+      (``kv_block_bytes(N, pass_="backward")``).
+    """
+    _check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_)
+    e = _check_dtype(dtype)
+    c = seq_len / hosts
+    q_like = c * heads * head_dim * e
+    lse = 4 * c * heads
+    everything = kv_block_bytes(seq_len, kv_heads, head_dim, dtype, pass_=pass_, batch=1)
+    if pass_ == "forward":
+        per_seq = 2 * q_like + lse + everything
+    else:
+        per_seq = 3 * q_like + lse + 4 * c * heads * head_dim + everything
+    return float(batch * per_seq)
+
+
+# -- the paper's measured maximum contexts (ringsim.timer.studies.published), for comparison ----
+def paper_comparison(*, dtype: str = "fp32", framework: str | Framework = "none") -> list[dict]:
+    """The paper's Table 3 rows that have a preset, with our predicted contexts beside them.
+
+    Each row: ``hardware``, ``hosts``, ``model``, ``paper_k`` and ``ours_k`` ({method: x1e3
+    tokens}) and ``ratio`` (ours / paper). ``fp32`` by default: the paper's GPU runs were fp32.
+    ``framework="none"`` is the pure tensor bound; ``"jax"`` is how the paper's code ran.
+    """
+    rows = []
+    for row in PAPER_TABLE:
+        preset = PAPER_PRESETS.get(row["hardware"])
+        if preset is None:
+            continue
+        hw = get_hardware(preset)
+        ours = {
+            method: max_context(
+                method, row["model"], hw, row["hosts"], dtype=dtype, framework=framework
+            )
+            / 1000
+            for method in row["max_context_k"]
+        }
+        rows.append(
+            {
+                "hardware": row["hardware"],
+                "preset": preset,
+                "hosts": row["hosts"],
+                "model": row["model"],
+                "paper_k": row["max_context_k"],
+                "ours_k": ours,
+                "ratio": {k: ours[k] / v for k, v in row["max_context_k"].items()},
+            }
+        )
+    return rows

@@ -1,0 +1,208 @@
+"""The double ring (LoongTrain): inner rings inside a node, an outer ring across nodes.
+
+One ring group of ``R`` ranks (``members``, in ring order) is cut into ``R / w`` inner rings of
+``w`` consecutive members. Ring slot ``k w + i`` is slot ``i`` of inner ring ``k``. In round
+``o`` that host starts with the block of slot ``(k - o) w + i`` (mod ``R``) and its inner ring
+runs a ring pass of ``w`` steps (the ring engines, unchanged: at inner step ``j`` it holds the
+block of slot ``(k - o) w + (i - j) mod w``). What each block costs comes from the flat
+``R``-host schedule of the same layout (which query slot sees how much of which key slot), so
+the work is the ring's, only visited in another order. Meanwhile the outer ring (slot ``i``
+of inner ring ``k`` to slot ``i`` of ring ``k + 1``) carries the round's first block on, for
+the next round; backward, after the round it also carries that block's ``dk, dv``
+(accumulated by the inner ring and returned to the host) to where they are summed next, and
+after the last round home. ``ringsim.timer.strategies.hybrid`` states the rules in words.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+
+from ringsim.timer.engine.clock import Costs, HostClock
+from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.engines import RING_ENGINES
+from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.strategies.pieces import Piece
+
+
+class _RoundSchedule:
+    """What the ring engines read of a ``Schedule`` (hosts, steps, pass, payload, work, kind,
+    relation),
+    for one inner ring in one round: the inner ring's payloads, the flat ring's work."""
+
+    def __init__(self, inner, work: np.ndarray, kind: np.ndarray, relation: np.ndarray):
+        self.inner, self._work, self._kind = inner, work, kind  # (w, w): step x host
+        self._relation = relation  # (w, w): sign of (key slot - query slot) in the flat ring
+        self.hosts = self.steps = inner.hosts
+        self.pass_ = inner.pass_
+        self.recv_from = inner.recv_from
+
+    def payload(self, step: int):
+        return self.inner.payload(step)
+
+    def work_at(self, step: int) -> np.ndarray:
+        return self._work[step]
+
+    def kind_at(self, step: int) -> np.ndarray:
+        return self._kind[step]
+
+    def relation_at(self, step: int) -> np.ndarray:
+        return self._relation[step]
+
+
+def default_window(cluster: Cluster, members: list[int]) -> int:
+    """Members of the ring group on the first member's node (the inner ring: one node)."""
+    return Counter(cluster.node(r) for r in members)[cluster.node(members[0])]
+
+
+def double_ring(
+    config: RingConfig,
+    members: list[int],
+    all_groups: list[list[int]],
+    cluster: Cluster,
+    window: int | None,
+    engine: str,
+):
+    """Time one ring group's double-ring pass; returns ``(Piece, flops)`` with one column per
+    member. ``all_groups`` are every ring group running at once (they share links)."""
+    R = config.hosts
+    w = default_window(cluster, members) if window is None else window
+    if isinstance(w, bool) or not isinstance(w, int) or w <= 0 or R % w:
+        raise ValueError(f"window must divide the ring degree {R}, got window={w}")
+    rounds = R // w
+    flat = config.schedule()
+    owners = flat.kv_owners  # (R, R): step x host
+    work, kind = np.empty((R, R)), np.empty((R, R), dtype=np.int8)
+    rows = np.arange(R)
+    for s in range(R):  # work[q, k]: query slot q against key slot k
+        work[rows, owners[s]] = flat.work_at(s)
+        kind[rows, owners[s]] = flat.kind_at(s)
+    inner_rings = [g[k * w : (k + 1) * w] for g in all_groups for k in range(rounds)]
+    outer_rings = [g[i::w] for g in all_groups for i in range(w)]
+    in_bw, in_lat = cluster.ring_links(inner_rings, cluster_hosts(all_groups))
+    out_bw, out_lat = cluster.ring_links(outer_rings, cluster_hosts(all_groups))
+    members_arr = np.asarray(members)
+    sub = replace(config, hosts=w, seq_len=w * config.block_tokens, speed=None, segment_ids=None)
+    inner = sub.schedule()
+    backward = config.pass_ == "backward"
+    early_kv = backward and config.overlap
+    labels = []
+    for o in range(rounds):
+        labels += [f"round {o} step {j}" for j in range(w)]
+        labels.append(f"outer k, v {o}")
+        if backward:
+            labels.append(f"outer dk, dv {o}")
+    part = Piece(labels, R, kv=early_kv)
+    per_round = w + 1 + backward
+    kv_bytes = Costs(sub).kv_bytes
+    grad_bytes = Costs(sub).grad_bytes
+    flops = 0.0
+    ready = np.zeros(R)
+    if config.hardware.pass_overhead_s:
+        ready = ready + config.hardware.pass_overhead_s / _speed(config)
+    outer_free = np.zeros(R)
+    inner_free = np.zeros(R)
+    dkv_in = np.zeros(R)  # when the incoming dk, dv sum of this round's block has arrived
+    slot = np.arange(R)
+    succ = (slot + w) % R  # outer successor
+    for o in range(rounds):
+        base = o * per_round
+        round_end = np.empty(R)
+        home = np.empty(R)
+        for k in range(rounds):
+            hosts = slice(k * w, (k + 1) * w)
+            i = np.arange(w)
+            q = k * w + i
+            step_work = np.empty((w, w))
+            step_kind = np.empty((w, w), dtype=np.int8)
+            step_relation = np.empty((w, w), dtype=np.int64)
+            for j in range(w):
+                key = ((k - o) % rounds) * w + (i - j) % w
+                step_work[j], step_kind[j] = work[q, key], kind[q, key]
+                step_relation[j] = np.sign(key - q)
+            cfg = replace(
+                sub,
+                hop_bandwidth=tuple(in_bw[members_arr[hosts]]),
+                hop_latency=tuple(in_lat[members_arr[hosts]]),
+                speed=None if config.speed is None else tuple(config.speed[hosts]),
+                seed=config.seed + 7919 * o + k,
+            )
+            costs = Costs(cfg)
+            view = {n: np.full((w, w), np.nan) for n in ("cs", "ce", "ss", "se", "ks", "ke")}
+            step = iter(range(w))
+
+            def emit(*arrays, view=view, step=step):
+                j = next(step)
+                for name, arr in zip(("cs", "ce", "ss", "se", "ks", "ke"), arrays, strict=True):
+                    if arr is not None:
+                        view[name][j] = arr
+
+            schedule = _RoundSchedule(inner, step_work, step_kind, step_relation)
+            RING_ENGINES[engine](
+                schedule, costs.ring_rows(schedule), config.overlap, ready[hosts].copy(),
+                inner_free[hosts].copy(), emit,
+            )  # fmt: skip
+            flops += costs.flops_total
+            rs = slice(base, base + w)
+            a = part.a
+            for name in ("cs", "ce", "ss", "se"):
+                a[name][rs, hosts] = view[name]
+            a["rs"][rs, hosts] = np.roll(view["ss"], 1, axis=1)
+            a["re"][rs, hosts] = np.roll(view["se"], 1, axis=1)
+            if early_kv:
+                a["ks"][rs, hosts], a["ke"][rs, hosts] = view["ks"], view["ke"]
+                a["krs"][rs, hosts] = np.roll(view["ks"], 1, axis=1)
+                a["kre"][rs, hosts] = np.roll(view["ke"], 1, axis=1)
+            for name in ("se", "ke"):
+                ends = np.fmax.reduce(view[name], axis=0)
+                inner_free[hosts] = np.fmax(inner_free[hosts], ends)
+            round_end[hosts] = view["ce"][-1]
+            # backward: dk, dv of the round's first block come home on the last inner hop
+            home[hosts] = np.roll(view["se"][-1], 1) if backward and w > 1 else view["ce"][-1]
+        if backward:
+            part.grad_rows[base : base + w] = True
+        outer = replace(
+            config,
+            hop_bandwidth=tuple(out_bw[members]),
+            hop_latency=tuple(out_lat[members]),
+            seed=config.seed + 104729 + o,
+        )
+        clock = HostClock(outer)
+        nxt = round_end.copy()
+        a = part.a
+        if o < rounds - 1:  # the next round's block, sent while this round computes
+            start = np.maximum(ready, outer_free)
+            end = start + clock.transfer(kv_bytes)
+            r = base + w
+            a["ss"][r], a["se"][r] = start, end
+            a["rs"][r, succ], a["re"][r, succ] = start, end
+            outer_free = end
+            arrival = np.empty(R)
+            arrival[succ] = end
+            nxt = np.maximum(nxt, arrival)
+        if backward and rounds > 1:
+            if w > 1:
+                nxt = np.maximum(nxt, home)
+            start = np.maximum(np.maximum(home, outer_free), dkv_in)
+            end = start + clock.transfer(grad_bytes)
+            r = base + w + 1
+            a["ss"][r], a["se"][r] = start, end
+            a["rs"][r, succ], a["re"][r, succ] = start, end
+            outer_free = end
+            dkv_in = np.empty(R)
+            dkv_in[succ] = end
+            part.grad_rows[r] = True
+            if o == rounds - 1:  # the sum arrives home
+                nxt = np.maximum(nxt, dkv_in)
+        ready = nxt
+    return part, flops
+
+
+def cluster_hosts(groups: list[list[int]]) -> int:
+    return max(max(g) for g in groups) + 1
+
+
+def _speed(config: RingConfig):
+    return 1.0 if config.speed is None else np.asarray(config.speed)

@@ -1,0 +1,70 @@
+"""Pieces of a timeline, stitched: how the two-level strategies (Ulysses x ring, the double
+ring) build one ``Timeline`` out of the timelines of their parts.
+
+A ``Piece`` holds rows (steps or phases) x hosts of the six ``Timeline`` arrays (and the early
+``k, v`` messages of a backward pass); ``Piece.stack`` puts pieces one after the other in time,
+``place`` puts the pieces of several groups side by side in their hosts' columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ringsim.timer.engine.timeline import Timeline
+
+KEYS = ("cs", "ce", "ss", "se", "rs", "re")
+KV_KEYS = ("ks", "ke", "krs", "kre")
+
+
+class Piece:
+    """Rows x hosts of timeline arrays (``a[key]``, NaN where nothing happens)."""
+
+    def __init__(self, labels: list[str], hosts: int, kv: bool = False):
+        self.labels = labels
+        shape = (len(labels), hosts)
+        keys = KEYS + (KV_KEYS if kv else ())
+        self.a = {k: np.full(shape, np.nan) for k in keys}
+        self.grad_rows = np.zeros(len(labels), bool)
+
+    @classmethod
+    def of(cls, tl: Timeline) -> Piece:
+        part = cls(list(tl.step_labels), tl.hosts, kv="kv_send_start" in tl.meta)
+        arrays = (tl.compute_start, tl.compute_end, tl.send_start, tl.send_end)
+        arrays += (tl.recv_start, tl.recv_end)
+        for key, arr in zip(KEYS, arrays, strict=True):
+            part.a[key][...] = arr
+        if "kv_send_start" in tl.meta:
+            names = ("kv_send_start", "kv_send_end", "kv_recv_start", "kv_recv_end")
+            for key, name in zip(KV_KEYS, names, strict=True):
+                part.a[key][...] = tl.meta[name]
+            part.grad_rows[:] = np.asarray(tl.meta.get("grad_rows", True), bool)
+        return part
+
+    @staticmethod
+    def stack(parts: list[Piece]) -> Piece:
+        kv = any("ks" in p.a for p in parts)
+        out = Piece([x for p in parts for x in p.labels], parts[0].a["cs"].shape[1], kv)
+        row = 0
+        for p in parts:
+            rows = slice(row, row + len(p.labels))
+            for key, arr in p.a.items():
+                out.a[key][rows] = arr
+            out.grad_rows[rows] = p.grad_rows
+            row += len(p.labels)
+        return out
+
+    def end(self) -> float:
+        ends = [np.fmax.reduce(self.a[k], axis=None) for k in ("ce", "se", "ke") if k in self.a]
+        return float(np.nanmax([0.0, *ends]))
+
+
+def place(parts: list[Piece], groups: list[list[int]], hosts: int, offset: float) -> Piece:
+    """The ring groups' parts (same rows) side by side in their ranks' columns, shifted by
+    ``offset`` seconds."""
+    kv = any("ks" in p.a for p in parts)
+    out = Piece(parts[0].labels, hosts, kv)
+    for part, group in zip(parts, groups, strict=True):
+        for key, arr in part.a.items():
+            out.a[key][:, group] = arr + offset if offset else arr
+        out.grad_rows |= part.grad_rows
+    return out
