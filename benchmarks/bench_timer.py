@@ -22,7 +22,7 @@ from ringsim.timer.cost import overlap_threshold
 from ringsim.timer.machine.hardware import PRESETS
 
 BIG_RUN = (
-    "from ringsim.timer import RingConfig, simulate, parse_length;"
+    "from ringsim.timer import RingConfig, simulate; from ringsim.values import parse_length;"
     "from ringsim.timer.machine.hardware import get_hardware;"
     "cfg = RingConfig(hosts=4096, seq_len=parse_length('16M'),"
     " hardware=get_hardware('a100-nvlink'), layout='zigzag', causal=True);"

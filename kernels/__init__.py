@@ -4,18 +4,22 @@
 repository's ``kernels/`` folder, not the PyPI package of the same name: ``kernels.__file__``
 points into the ringsim checkout.
 
-* ``block`` (the dispatcher), ``block_args`` (the checked arguments every backend takes),
-  ``torch_block``, ``triton_block`` and ``tiles``: one (query block, kv block) pair on torch
-  tensors, masks from global positions, Triton on CUDA (or ``TRITON_INTERPRET=1``), torch else.
-* ``ring``: ring attention over ``torch.distributed`` (gloo on CPU, NCCL on GPUs), driven by
-  ``ringsim.schedule``; ``rank_timeline``: each rank's measured per-step timeline; ``launch``:
-  P local rank processes (or torchrun) and complete runs on random inputs.
-* ``probes`` (the measurements), ``profile`` (their fit into a ``Hardware``), ``calibrate``
-  (runs them and saves a profile) and ``measure`` (the real ring's time against the
-  simulator's prediction); ``gpu_check``: the prepared one-command GPU run.
+Its rooms, by role:
 
-The backend may import ``ringsim`` (the core, the timer and the views, never the command line);
-nothing in ``ringsim`` imports it, except the forwarded ``calibrate``/``measure`` subcommands.
+* ``blocks/``: one (query block, kv block) pair on torch tensors, forward and backward
+  (``dispatch``: Triton on CUDA or under ``TRITON_INTERPRET=1``, torch else; ``args``,
+  ``torch_block``, ``triton_block``, ``tiles``), masks from global positions;
+* ``distributed/``: ring attention over ``torch.distributed`` driven by ``ringsim.schedule``
+  (``ring``; ``hybrid``: Ulysses x ring), rank processes (``launch``, ``admission``,
+  ``progress``) and each rank's measured timeline (``rank_timeline``);
+* ``calibration/``: the probes, their fit into a ``Hardware``, ``ringsim calibrate`` and
+  ``ringsim measure`` (the real ring's time against the simulator's prediction);
+* ``gpu/``: the prepared one-command GPU check and the ahead-of-time compile check.
+
+The backend may import ``ringsim`` (the core, the timer and the views), never its command line
+(``ringsim.values`` and ``ringsim.files`` hold what both command lines share). Nothing in
+``ringsim`` imports it; the ``calibrate`` and ``measure`` subcommands are forwarded to it by
+name, at run time.
 """
 
 from kernels.blocks.dispatch import BACKENDS, block_attention, block_attention_backward

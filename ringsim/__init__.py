@@ -44,7 +44,7 @@ from ringsim.numerics.precision import error_growth
 from ringsim.numerics.ring import RingRecord, ring_attention, ring_attention_backward
 from ringsim.numerics.rounding import round_to
 from ringsim.schedule import BlockKind, Schedule, build_schedule
-from ringsim.timer import RingConfig, SimResult, parse_length, simulate
+from ringsim.timer import RingConfig, SimResult, simulate
 from ringsim.timer.cost import attention_flops, kv_block_bytes, overlap_threshold
 from ringsim.timer.engine.timeline import Timeline
 from ringsim.timer.machine.hardware import PRESETS, Hardware, custom_hardware, get_hardware
@@ -61,6 +61,7 @@ from ringsim.timer.strategies.peers import STRATEGIES, simulate_strategy
 from ringsim.timer.studies.planner import plan
 from ringsim.timer.studies.validate import validate
 from ringsim.timer.studies.waterfall import waterfall
+from ringsim.values import parse_length
 from ringsim.views.trace import chrome_trace, write_chrome_trace
 
 __version__ = "0.1.0"

@@ -16,6 +16,7 @@ Every file ringsim writes (traces, figures, profiles, the JSON of ``measure``/``
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -24,6 +25,12 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
+
+# what matplotlib's Agg, PDF, PS, SVG and PGF backends write (its get_supported_filetypes())
+FIGURE_FORMATS = (
+    *("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "svgz", "tif", "tiff", "webp"),
+    *("gif", "avif", "pgf", "raw", "rgba"),
+)
 
 
 def check_output_path(name: str, path: object, *, suffixes: Sequence[str] | None = None) -> Path:
@@ -156,3 +163,23 @@ def to_jsonable(value: object, *, finite: bool = True) -> object:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return str(value)
+
+
+# output flags of the in-process subcommands: flag, and the formats it takes (None: any)
+OUTPUT_FLAGS = {"trace": ("--trace", None), "plot": ("--plot", "figure")}
+
+
+def check_outputs(args: argparse.Namespace, flags: dict | None = None) -> None:
+    """Every output path the flags name, checked before any work and before any file is
+    written (``check_output_path``): a bad ``--plot`` must not cost the
+    ``--trace`` file written before it. Two flags naming one file are refused too."""
+    seen: dict = {}
+    for attr, (flag, kind) in (OUTPUT_FLAGS if flags is None else flags).items():
+        path = getattr(args, attr, None)
+        if path is None:
+            continue
+        suffixes = FIGURE_FORMATS if kind == "figure" else kind
+        target = check_output_path(flag, path, suffixes=suffixes).resolve()
+        if target in seen:
+            raise ValueError(f"{seen[target]} and {flag} name the same file {path!r}")
+        seen[target] = flag

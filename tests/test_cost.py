@@ -181,7 +181,7 @@ def test_calibrated_profiles_are_found_by_name_but_kept_out_of_the_presets(tmp_p
     path = tmp_path / "cpu-profile-test.json"
     hardware.save_profile(profile, path)
     monkeypatch.setattr(hardware, "RESULTS_DIR", tmp_path)
-    monkeypatch.setattr(hardware, "CALIBRATED", hardware._calibrated_presets())
+    monkeypatch.setattr(hardware, "calibrated_profiles", lambda: hardware.scan_profiles(tmp_path))
     assert "cpu-calibrated" not in hardware.PRESETS
     found = hardware.get_hardware("cpu-calibrated")
     assert found.flops_for("fp32") == 2e10 and found.link_latency == 2e-4

@@ -147,8 +147,7 @@ def test_a_corrupt_profile_is_an_error_naming_the_file_and_the_cause(tmp_path, k
 
 def test_cpu_calibrated_says_why_it_is_missing(monkeypatch, tmp_path):
     (tmp_path / "cpu-profile-x.json").write_text("{")
-    monkeypatch.setattr(hardware, "CALIBRATED", {})
-    monkeypatch.setattr(hardware, "CALIBRATION_ERRORS", hardware.scan_profiles(tmp_path)[1])
+    monkeypatch.setattr(hardware, "calibrated_profiles", lambda: hardware.scan_profiles(tmp_path))
     with pytest.raises(ValueError, match=r"cpu-profile-x\.json.*not valid JSON"):
         hardware.get_hardware("cpu-calibrated")
 
@@ -181,7 +180,8 @@ def test_save_profile_is_atomic(tmp_path, monkeypatch):
 
 # -- item 6: the calibrated profile from the command line ---------------------------------------
 def test_simulate_and_demo_on_cpu_calibrated_use_its_dtype(monkeypatch, capsys):
-    monkeypatch.setattr(hardware, "CALIBRATED", {"cpu-calibrated": _profile()})
+    calibrated = ({"cpu-calibrated": _profile()}, {})
+    monkeypatch.setattr(hardware, "calibrated_profiles", lambda: calibrated)
     argv = ["simulate", "--hardware", "cpu-calibrated", "--hosts", "2", "--seq-len", "4K"]
     assert cli.main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["dtype"] == "fp32"

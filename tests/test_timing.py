@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ringsim.layouts import LAYOUTS
 from ringsim.schedule import _relation, build_schedule
-from ringsim.timer import HostClock, RingConfig, parse_length, simulate
+from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import (
     attention_flops,
     ffn_flops,
@@ -20,7 +20,9 @@ from ringsim.timer.cost import (
     overlap_threshold,
     projection_flops,
 )
+from ringsim.timer.engine.clock import HostClock
 from ringsim.timer.machine.hardware import custom_hardware, get_hardware
+from ringsim.values import parse_length
 
 ARRAYS = ("compute_start", "compute_end", "send_start", "send_end", "recv_start", "recv_end")
 SMALL = dict(heads=2, head_dim=16)  # tiny blocks: fast, and easy to make comm-bound

@@ -270,7 +270,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from ringsim.cli.values import Parser, arg_type, parse_positive_int
+    from ringsim.values import Parser, arg_type, parse_positive_int
 
     positive = lambda name: arg_type(parse_positive_int, name)
     parser = parser or Parser(
@@ -325,7 +325,7 @@ def check_calibrate_args(args: argparse.Namespace) -> Path | None:
     this machine holds, and the profile and data files it will write. Returns the profile path
     (None with ``--no-save``)."""
     from kernels.distributed.admission import check_backend, check_local_ranks
-    from ringsim.cli.checks import check_outputs
+    from ringsim.files import check_outputs
 
     if args.backend != "cuda":
         if args.hosts < 2:

@@ -340,8 +340,8 @@ def _threshold(hw, shape: dict, dtype: str) -> float:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from ringsim.cli.values import Parser, arg_type, parse_positive_int
     from ringsim.layouts import LAYOUTS
+    from ringsim.values import Parser, arg_type, parse_positive_int
 
     positive = lambda name: arg_type(parse_positive_int, name)
     parser = parser or Parser(
@@ -381,8 +381,9 @@ def check_measure_args(args: argparse.Namespace) -> tuple[int, Calibration | Non
     ranks, the backend's device, how many ranks this machine holds, the ``--trace`` files and
     the ``--calibration`` file. Returns the sequence length and the calibration (or None)."""
     from kernels.distributed.admission import check_backend, check_local_ranks
-    from ringsim.cli.checks import check_outputs, check_ring_shape
-    from ringsim.cli.values import parse_seq_len
+    from ringsim.files import check_outputs
+    from ringsim.timer.engine.config import check_ring_shape
+    from ringsim.values import parse_seq_len
 
     seq_len = parse_seq_len(args.seq_len)
     if args.hosts < 2:

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from kernels.distributed.launch import RunConfig, _device, _sync, launch, start_line
+from kernels.distributed.launch import RunConfig, launch, rank_device, start_line, sync_device
 from kernels.distributed.ring import DEFAULT_TIMEOUT_S, ring_attention
 from ringsim.checks import check_segment_ids
 from ringsim.grid import Grid, check_ulysses_degree
@@ -190,7 +190,7 @@ def run_hybrid(
     times after ``warmup``; returns this rank's ``out``/``dq``/``dk``/``dv`` (numpy, its
     tokens ``positions``) and the forward/backward seconds of each repeat."""
     groups = hybrid_groups(ulysses_degree, placement)
-    device = _device()
+    device = rank_device()
     pos = groups.grid.positions(config.layout, config.seq_len)[rank]
     index = torch.as_tensor(pos, device=device)
     q, k, v, dout = (x.index_select(-2, index).contiguous() for x in config.inputs(device))
@@ -200,17 +200,17 @@ def run_hybrid(
     for i in range(config.warmup + config.repeats):
         qr, kr, vr = (x.detach().clone().requires_grad_(config.backward) for x in (q, k, v))
         start_line()
-        _sync(device)
+        sync_device(device)
         t0 = time.perf_counter()
         out = hybrid_attention(
             qr, kr, vr, groups=groups, layout=config.layout, causal=config.causal, scale=scale,
             segment_ids=segments, block_backend=config.block_backend, timeout_s=config.timeout_s,
         )  # fmt: skip
-        _sync(device)
+        sync_device(device)
         t1 = time.perf_counter()
         if config.backward:
             out.backward(dout)
-            _sync(device)
+            sync_device(device)
         t2 = time.perf_counter()
         if i >= config.warmup:
             result["forward_s"].append(t1 - t0)

@@ -304,7 +304,7 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
     """One rank's part of ``config``: forward (and backward) ``repeats`` times, timelines of
     the last repeat (and ``forward_timelines``: the forward's of every timed repeat). Returns
     this rank's output/gradients (numpy) and resolved timelines."""
-    device = _device()
+    device = rank_device()
     q_full, k_full, v_full, dout_full = config.inputs(device)
     q, k, v, dout = (
         shard(x, config.layout, hosts, rank) for x in (q_full, k_full, v_full, dout_full)
@@ -322,14 +322,14 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
             check_agreement(ring, agreement_header(ring, q, k, v, scale))
         qr, kr, vr = (x.detach().clone().requires_grad_(config.backward) for x in (q, k, v))
         start_line(group)
-        _sync(device)
+        sync_device(device)
         t0 = time.perf_counter()
         out = ring_attention(qr, kr, vr, scale=scale, ring=ring, check=False)
-        _sync(device)
+        sync_device(device)
         t1 = time.perf_counter()
         if config.backward:
             out.backward(dout)
-            _sync(device)
+            sync_device(device)
         t2 = time.perf_counter()
         if i >= config.warmup:
             result["forward_s"].append(t1 - t0)
@@ -379,13 +379,15 @@ def start_line(group=None) -> None:
         time.sleep(SETTLE_S)
 
 
-def _device() -> torch.device:
+def rank_device() -> torch.device:
+    """This rank's device: its CUDA device under NCCL, else the CPU."""
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA kernels run asynchronously), before a clock read."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 

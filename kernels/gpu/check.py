@@ -236,9 +236,9 @@ def plot_report(data: dict, path: str | Path) -> Path:
                  f"Triton {data.get('triton', '?')}  {data.get('date', '')}")  # fmt: skip
     fig.tight_layout()
     path = Path(path)
-    from ringsim.views.plots import _finish
+    from ringsim.views.plots import save_figure
 
-    _finish(plt, fig, path)  # atomic, the format from the suffix
+    save_figure(plt, fig, path)  # atomic, the format from the suffix
     return path
 
 

@@ -2,16 +2,15 @@
 
 One module per subcommand (``simulate``, ``sweep``, ``memory``, ``plan``, ``validate``,
 ``presets``, ``demo``), each with ``HELP``, ``EXAMPLES``, ``add_arguments`` and ``run``; the
-values they parse live in ``values``, the flags they share in ``args``, the checks that run
-before any work in ``checks`` and the printing in ``output``. ``calibrate`` and ``measure``
-are forwarded to the real backend (``kernels``). Every subcommand prints a table for people
-(rich when installed, plain text otherwise) and, with ``--json``, one JSON document for
-scripts. Bad input ends in one line on stderr naming the value, and exit code 2. Only what a
-command needs is imported: matplotlib when it plots, rich when it prints a table to a
-terminal, torch only for ``calibrate`` and ``measure``. The command line may import
-everything below it; only the real backend's own command-line entry points
-(``kernels.calibration.measure``, ``kernels.calibration.calibrate``) import its parsers and checks,
-so that every subcommand validates its flags the same way.
+flags they share live in ``args``, the checks after the work in ``checks``, the printing in
+``output``; the values they parse in ``ringsim.values`` and output paths are checked by
+``ringsim.files.check_outputs`` (both shared with the real backend's own command lines, which
+never import this package). ``calibrate`` and ``measure`` are forwarded to the real backend
+(``kernels``) by module name, at run time. Every subcommand prints a table for people (rich
+when installed, plain text otherwise) and, with ``--json``, one JSON document for scripts. Bad
+input ends in one line on stderr naming the value, and exit code 2. Only what a command needs
+is imported: matplotlib when it plots, rich when it prints a table to a terminal, torch only
+for ``calibrate`` and ``measure``.
 """
 
 from __future__ import annotations
@@ -21,9 +20,9 @@ import importlib
 import sys
 
 from ringsim.cli import memory, plan, presets, simulate, sweep, validate
-from ringsim.cli.checks import check_outputs
 from ringsim.cli.output import guarded, to_jsonable
-from ringsim.cli.values import Parser
+from ringsim.files import check_outputs
+from ringsim.values import Parser
 
 __all__ = ["build_parser", "guarded", "main", "to_jsonable"]
 

@@ -1,18 +1,18 @@
 """The flags the subcommands share (``add_*_flags``), turned into the library's objects:
 ``Hardware`` (``resolve_hardware``), ``RingConfig`` (``ring_config``), a cluster
 (``resolve_cluster``) and a run (``run_config``). The values themselves are parsed in
-``ringsim.cli.values``."""
+``ringsim.values``."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 
-from ringsim.cli.values import (
+from ringsim.cli.values import parse_implementation, parse_model
+from ringsim.grid import PLACEMENTS
+from ringsim.values import (
     arg_type,
     parse_fraction,
-    parse_implementation,
-    parse_model,
     parse_non_negative_int,
     parse_positive_int,
     parse_quantity,
@@ -20,7 +20,6 @@ from ringsim.cli.values import (
     parse_straggler,
     parse_tile,
 )
-from ringsim.grid import PLACEMENTS
 
 DTYPES = ("bf16", "fp16", "fp32")
 

@@ -1,45 +1,11 @@
-"""Checks a command makes before (and after) its work, beyond parsing one flag: every output
-path at once, a real ring's shape as ``simulate`` checks it, and run times that stayed inside
-float64. Each failure is a ``ValueError`` naming the flags, so ``guarded`` prints one line and
-exits 2."""
+"""Checks a command makes after its work: run times that stayed inside float64. A failure is a
+``ValueError`` naming the flags, so ``guarded`` prints one line and exits 2. (Output paths are
+checked before any work by ``ringsim.files.check_outputs``.)"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-
-# output flags of the in-process subcommands: flag, and the formats it takes (None: any)
-OUTPUT_FLAGS = {"trace": ("--trace", None), "plot": ("--plot", "figure")}
-
-
-def check_outputs(args: argparse.Namespace, flags: dict | None = None) -> None:
-    """Every output path the flags name, checked before any work and before any file is
-    written (``ringsim.files.check_output_path``): a bad ``--plot`` must not cost the
-    ``--trace`` file written before it. Two flags naming one file are refused too."""
-    from ringsim.files import check_output_path
-    from ringsim.views.plots import FIGURE_FORMATS
-
-    seen: dict = {}
-    for attr, (flag, kind) in (OUTPUT_FLAGS if flags is None else flags).items():
-        path = getattr(args, attr, None)
-        if path is None:
-            continue
-        suffixes = FIGURE_FORMATS if kind == "figure" else kind
-        target = check_output_path(flag, path, suffixes=suffixes).resolve()
-        if target in seen:
-            raise ValueError(f"{seen[target]} and {flag} name the same file {path!r}")
-        seen[target] = flag
-
-
-def check_ring_shape(**fields) -> None:
-    """The checks ``ringsim simulate`` makes on a ring's shape (``RingConfig``: hosts, seq_len
-    against the layout, heads and kv_heads, head_dim, ...), for a command that runs a real
-    ring (``measure``, ``calibrate``): one path, one set of messages, before any rank starts."""
-    from ringsim.timer import RingConfig
-    from ringsim.timer.machine.hardware import custom_hardware
-
-    RingConfig(hardware=custom_hardware(1e12, 1e9, dtype="fp32"), dtype="fp32", **fields)
-
 
 # flags whose extreme (finite) values can push a run's times past float64's range
 EXTREME_FLAGS = (

@@ -26,8 +26,8 @@ from ringsim.cli.output import (
     print_json,
     print_table,
 )
-from ringsim.cli.values import Parser, arg_type, parse_positive_int, parse_seq_len
 from ringsim.layouts import LAYOUTS
+from ringsim.values import Parser, arg_type, parse_positive_int, parse_seq_len
 
 
 def layout_rows(

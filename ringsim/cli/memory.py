@@ -6,7 +6,7 @@ import argparse
 
 from ringsim.cli.args import DTYPES, add_hardware_flags, resolve_hardware
 from ringsim.cli.output import format_bytes, format_length, print_json, print_table
-from ringsim.cli.values import arg_type, parse_positive_int
+from ringsim.values import arg_type, parse_positive_int
 
 HELP = "bytes per host and the longest context that fits, per method"
 EXAMPLES = """examples:

@@ -13,7 +13,7 @@ from ringsim.cli.args import (
     resolve_hardware,
 )
 from ringsim.cli.output import format_bytes, format_seconds, note, print_json, print_table
-from ringsim.cli.values import arg_type, parse_positive_int, parse_seq_len
+from ringsim.values import arg_type, parse_positive_int, parse_seq_len
 
 HELP = "rank sequence-parallel strategies for a model, a length and a cluster"
 EXAMPLES = """examples:

@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
         rows[-1].update(name=name, threshold_dtype=dtype)
     for row in rows:
         row["kind"] = "hardware"
-    from ringsim.timer.machine.hardware import CALIBRATION_ERRORS
+    from ringsim.timer.machine.hardware import calibrated_profiles
 
-    for name, problem in CALIBRATION_ERRORS.items():  # a corrupt profile is said, not hidden
+    for name, problem in calibrated_profiles()[1].items():  # a corrupt profile is said, not hidden
         note(f"{name} is not available: {problem}")
     clusters = _cluster_rows()
     if args.json:

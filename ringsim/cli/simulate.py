@@ -15,8 +15,8 @@ from ringsim.cli.args import (
     run_config,
 )
 from ringsim.cli.output import describe, human, note, print_json, print_table
-from ringsim.cli.values import arg_type, parse_positive_int, parse_seq_len
 from ringsim.layouts import LAYOUTS
+from ringsim.values import arg_type, parse_positive_int, parse_seq_len
 
 HELP = "time one ring run: makespan, idle, exposed communication"
 EXAMPLES = """examples:

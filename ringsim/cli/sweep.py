@@ -25,8 +25,8 @@ from ringsim.cli.output import (
     print_table,
     progress,
 )
-from ringsim.cli.values import arg_type, parse_positive_int, parse_seq_len
 from ringsim.layouts import LAYOUTS
+from ringsim.values import arg_type, parse_positive_int, parse_seq_len
 
 HELP = "sweep block size or hosts and tabulate (and plot) the result"
 EXAMPLES = """examples:
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 def _values(args: argparse.Namespace, default: list[int], name: str) -> list[int]:
     if not args.values:
         return default
-    from ringsim.timer import parse_length
+    from ringsim.values import parse_length
 
     try:
         values = [parse_length(v) for v in args.values.split(",")]

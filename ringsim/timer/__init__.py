@@ -1,51 +1,28 @@
 """The timed executor: the ring schedule turned into seconds on modelled hardware.
 
-What lives here, bottom up:
+Its rooms, bottom up (each may import the ones before it, never the ones after):
 
-* the machine: hardware presets and calibrated profiles (``hardware``), clusters of nodes and
-  their links (``topology``), kernel families and their achieved-rate curves
-  (``kernel_families``, read through ``kernel_model``: the time of one attention call by
-  shape, mask and tile), the work between kernel calls as real rings run it (``ring_steps``:
-  merges, accumulation, casts) and NCCL-like point-to-point transfers (``collectives``);
-* the counts: FLOPs, bytes and the overlap threshold (``cost``), model shapes (``models``),
-  memory per host (``memory``, with the frameworks' overhead in ``frameworks``);
-* the run: its configuration (``config``), the clock that turns work into durations
-  (``clock``), the two engines that execute one ring pass (``engines``: the vectorised one and
-  the heap oracle), the driver that chains passes into a ``Timeline`` (``run``) and its result
-  (``result``);
-* beyond one ring: Ulysses and all-gather (``strategies``), Ulysses x ring and the double ring
-  placed on a cluster (``hybrid``, ``double_ring``, stitched from ``pieces``), and the
-  planner that ranks them (``planner``);
-* checking the model: the waterfall from the ideal ring to a real one (``waterfall``), the
-  published measurements (``published``) and their prediction (``validate``).
+* ``cost``: the counts every room uses: FLOPs of attention, bytes of a block, the overlap
+  threshold ``c >= F / B``;
+* ``machine/``: what one device and its links can do: hardware presets and calibrated profiles,
+  clusters of nodes, kernel families and the one function that times an attention call,
+  NCCL-like transfers;
+* ``engine/``: one ring pass turned into seconds: the run's configuration (``RingConfig``), the
+  clock, a real family's calls and merges per step, the vectorised engine and its heap oracle,
+  the driver that chains passes into a ``Timeline``, and the result;
+* ``strategies/``: the ring, Ulysses, all-gather, Ulysses x ring and the double ring, each timed
+  on the engine and the machine;
+* ``step/``: a whole training step around attention: models, memory per device;
+* ``studies/``: the planner, the published measurements and their prediction (``validate``),
+  the waterfall from the ideal ring to a real one.
 
-It may import the core (``ringsim.schedule``, ``layouts``, ``masks``, ``grid``, ``_checks``)
-and NumPy, never the numerics, the views or the command line.
+The timer may import the core (``ringsim.schedule``, ``layouts``, ``masks``, ``grid``,
+``checks``, ``values``) and NumPy, never the numerics, the views or the command line. This
+module is the engine's front door: ``RingConfig``, ``simulate`` and its ``SimResult``.
 """
 
-from ringsim.timer.engine.clock import HostClock
-from ringsim.timer.engine.config import ENGINES, PASSES, RingConfig, parse_length
-from ringsim.timer.engine.result import (
-    SimResult,
-    count_events,
-    grad_rows,
-    kv_messages,
-    memory_per_host_bytes,
-    min_block_for_overlap,
-)
+from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.result import SimResult
 from ringsim.timer.engine.run import simulate
 
-__all__ = [
-    "ENGINES",
-    "PASSES",
-    "HostClock",
-    "RingConfig",
-    "SimResult",
-    "count_events",
-    "grad_rows",
-    "kv_messages",
-    "memory_per_host_bytes",
-    "min_block_for_overlap",
-    "parse_length",
-    "simulate",
-]
+__all__ = ["RingConfig", "SimResult", "simulate"]

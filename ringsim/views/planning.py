@@ -19,9 +19,9 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
     """Draw ``plan`` (a ``Plan``): x = GB per host, y = step time; candidates that do not fit
     sit right of the memory wall at the bottom (they were never timed). Returns the figure;
     writes it to ``path`` if given."""
-    from ringsim.views.plots import _finish, _pyplot
+    from ringsim.views.plots import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -69,4 +69,4 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _finish(plt, fig, path, dpi=120)  # atomic; the figure stays open without a path
+    return save_figure(plt, fig, path, dpi=120)  # atomic; the figure stays open without a path

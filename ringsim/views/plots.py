@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ringsim.timer import grad_rows, kv_messages
+from ringsim.timer.engine.result import grad_rows, kv_messages
 from ringsim.timer.engine.timeline import Timeline
 
 COLOURS = {  # Okabe-Ito: distinguishable with the common colour-vision deficiencies
@@ -48,12 +48,9 @@ LABELS = {
 KV_LABELS = {"send": "send k,v", "recv": "receive k,v"}  # names of the block in a backward run
 LABELLED_STEPS = 32  # above this, bars are too thin for step numbers
 LANES = {"recv": (0.08, 0.16), "compute": (0.28, 0.44), "send": (0.76, 0.16)}  # (offset, height)
-# what matplotlib's Agg, PDF, PS, SVG and PGF backends write (its get_supported_filetypes())
-FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "svgz", "tif", "tiff", "webp",
-                  "gif", "avif", "pgf", "raw", "rgba")  # fmt: skip
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     if "matplotlib.pyplot" not in __import__("sys").modules:
@@ -204,7 +201,7 @@ def plot_timelines(
         raise ValueError("panels must hold at least one (label, timeline) pair, got none")
     if max_hosts < 2:
         raise ValueError(f"max_hosts must be at least 2, got {max_hosts}")
-    plt = _pyplot()
+    plt = pyplot()
     span = max(t.makespan for _, t in items) or 1.0
     unit = time_unit(span)
     rows = [min(t.hosts, max_hosts) for _, t in items]
@@ -246,7 +243,7 @@ def plot_timelines(
         fig.suptitle(title, x=0.01, ha="left", fontsize=11, fontweight="bold")
     # Fixed strips in inches: the legend at the bottom, the title at the top.
     fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - (0.4 / height if title else 0)))
-    return _finish(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_timeline(
@@ -286,7 +283,7 @@ def plot_sweep(
     for label, y in {**series, **(references or {})}.items():
         if len(y) != len(x):
             raise ValueError(f"series {label!r} has {len(y)} values for {len(x)} x values")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.8))
     markers = "osD^vP"
     for i, (label, y) in enumerate(series.items()):
@@ -325,7 +322,7 @@ def plot_sweep(
         ax.set_ylim(*ylim)
     ax.legend(fontsize=9, frameon=False, loc=legend_loc)
     fig.tight_layout()
-    return _finish(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def pair_owners(
@@ -387,7 +384,7 @@ def plot_layout_masks(
 
     if not layouts or not orders:
         raise ValueError(f"layouts and orders must be non-empty, got {layouts!r}, {orders!r}")
-    plt = _pyplot()
+    plt = pyplot()
     cmap = plt.get_cmap("tab10" if hosts <= 10 else "viridis")
     colours = [cmap(h if hosts <= 10 else h / max(hosts - 1, 1)) for h in range(hosts)]
     palette = ListedColormap(["white", *colours])
@@ -423,7 +420,7 @@ def plot_layout_masks(
     fig.legend(handles=handles, loc="outside right center", fontsize=9)
     if title:
         fig.suptitle(title, fontsize=11)
-    return _finish(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def percent(fraction: float) -> str:
@@ -454,12 +451,12 @@ def _token_formatter(plain: bool = False):
 def check_figure_path(name: str, path: str | os.PathLike) -> None:
     """Refuse (``ValueError`` naming ``name``) a figure path that cannot be written or whose
     suffix is no format matplotlib writes; call it before the work that makes the figure."""
-    from ringsim.files import check_output_path
+    from ringsim.files import FIGURE_FORMATS, check_output_path
 
     check_output_path(name, path, suffixes=FIGURE_FORMATS)
 
 
-def _finish(plt, fig, path, dpi: int = 130):
+def save_figure(plt, fig, path, dpi: int = 130):
     """Save ``fig`` to ``path`` (format by suffix) atomically: the old file stays if it fails."""
     if path is not None:
         from ringsim.files import atomic_open

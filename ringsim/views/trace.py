@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ringsim.files import check_output_path, write_json
-from ringsim.timer import grad_rows, kv_messages
+from ringsim.timer.engine.result import grad_rows, kv_messages
 from ringsim.timer.engine.timeline import Timeline
 
 TRACKS = {"compute": 0, "send": 1, "recv": 2}

@@ -34,9 +34,9 @@ def plot_validation(results: list[dict], path: str | os.PathLike | None = None, 
     """Draw ``results`` (``ringsim.timer.studies.validate.validate()``): x = published, y =
     predicted.
     Hollow markers are outside their band. Returns the figure; writes it to ``path`` if given."""
-    from ringsim.views.plots import _finish, _pyplot
+    from ringsim.views.plots import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5.5 * len(PANELS), 4.8))
     for ax, (label, experiments) in zip(axes, PANELS, strict=True):
         values = []
@@ -76,4 +76,4 @@ def plot_validation(results: list[dict], path: str | os.PathLike | None = None, 
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(title or "ringsim validate: predicted against published (filled = in band)")
     fig.tight_layout()
-    return _finish(plt, fig, path)
+    return save_figure(plt, fig, path)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,22 +20,6 @@ from ringsim.timer.machine.kernel_model import KernelFamily, get_family
 
 PASSES = ("forward", "backward", "train-step", "decode")
 ENGINES = ("vectorized", "heap")
-
-_LENGTH = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)\s*$")
-_SUFFIX = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
-
-
-def parse_length(text: str) -> int:
-    """``"64K"`` -> 65536, ``"16M"`` -> 16777216, ``"1000"`` -> 1000 (suffixes are powers of 2)."""
-    match = _LENGTH.match(str(text))
-    if not match:
-        raise ValueError(
-            f"length must be a positive integer with an optional K, M or G suffix, got {text!r}"
-        )
-    value = int(match.group(1)) * _SUFFIX[match.group(2).lower()]
-    if value <= 0:
-        raise ValueError(f"length must be positive, got {text!r}")
-    return value
 
 
 def _check_real(name: str, value: object, *, positive: bool = False) -> float:
@@ -213,3 +196,12 @@ class RingConfig:
             segment_ids=self.segment_ids,
             tile_n=None if self.tile is None else self.tile_n,  # tile_n alone: the kernel's
         )
+
+
+def check_ring_shape(**fields) -> None:
+    """The checks ``ringsim simulate`` makes on a ring's shape (``RingConfig``: hosts, seq_len
+    against the layout, heads and kv_heads, head_dim, ...), for a command that runs a real
+    ring (``measure``, ``calibrate``): one path, one set of messages, before any rank starts."""
+    from ringsim.timer.machine.hardware import custom_hardware
+
+    RingConfig(hardware=custom_hardware(1e12, 1e9, dtype="fp32"), dtype="fp32", **fields)

@@ -7,14 +7,16 @@ in a unidirectional ring each host only sends to one neighbour and receives from
 the one-way rate is what bounds a transfer.
 
 A calibrated profile (FLOP/s and bandwidth measured on this machine by the real backend) is
-saved with ``save_profile`` as JSON under ``results/``; any ``results/cpu-profile*.json`` found
-there becomes the profile ``cpu-calibrated``. Calibrated profiles live in ``CALIBRATED``, not
-``PRESETS``: a preset states peak rates for every dtype of the paper's comparison, while a
-calibrated profile knows only the dtype it was measured at. ``get_hardware`` finds both.
+saved with ``save_profile`` as JSON under ``results/``; the newest ``results/cpu-profile*.json``
+becomes the profile ``cpu-calibrated``. Calibrated profiles are read on first use
+(``calibrated_profiles``: ``import ringsim`` scans nothing) and are not ``PRESETS``: a preset
+states peak rates for every dtype of the paper's comparison, while a calibrated profile knows
+only the dtype it was measured at. ``get_hardware`` finds both.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import numbers
@@ -80,8 +82,8 @@ class Hardware:
       (``step > c + t``): on a CPU whose cores both the compute and the transport's threads
       need, each slows the other. The timer stretches both by ``(1 - f) min(c, t)``.
 
-    ``ringsim.timer.simulate`` applies the first, ``ringsim.timer.HostClock.block`` the
-    next three and ``ringsim.timer.HostClock.overlapped`` the last (which only a run with
+    ``ringsim.timer.simulate`` applies the first, ``HostClock.block`` the
+    next three and ``HostClock.overlapped`` the last (which only a run with
     ``overlap`` reads; ``ringsim.timer.cost.overlap_threshold`` assumes ``f = 1``)."""
 
     name: str
@@ -337,20 +339,21 @@ def scan_profiles(directory: str | Path | None = None) -> tuple[dict[str, Hardwa
     return {"cpu-calibrated": replace(newest, name="cpu-calibrated")}, {}
 
 
-def _calibrated_presets() -> dict[str, Hardware]:
-    """``cpu-calibrated`` from the newest ``results/cpu-profile*.json``, if there is one (and
-    none of them is corrupt: see ``scan_profiles``)."""
-    return scan_profiles(RESULTS_DIR)[0]
+@functools.cache
+def calibrated_profiles() -> tuple[dict[str, Hardware], dict[str, str]]:
+    """``scan_profiles`` of ``RESULTS_DIR``, read once, on first use: ``cpu-calibrated`` from
+    the newest ``results/cpu-profile*.json`` if there is one and none of them is corrupt, else
+    why not (a corrupt profile must not break ``import ringsim``: its error waits for
+    ``get_hardware``)."""
+    return scan_profiles(RESULTS_DIR)
 
 
 PRESETS: dict[str, Hardware] = {hw.name: hw for hw in _BUILTIN}
-# a corrupt profile must not break `import ringsim`: its error is kept for `get_hardware`
-CALIBRATED, CALIBRATION_ERRORS = scan_profiles(RESULTS_DIR)
 
 
 def all_hardware() -> dict[str, Hardware]:
     """The presets, then the calibrated profiles."""
-    return PRESETS | CALIBRATED
+    return PRESETS | calibrated_profiles()[0]
 
 
 def get_hardware(name: str) -> Hardware:
@@ -360,8 +363,9 @@ def get_hardware(name: str) -> Hardware:
     known = all_hardware()
     if name in known:
         return known[name]
-    if name in CALIBRATION_ERRORS:
-        raise ValueError(f"hardware {name!r}: {CALIBRATION_ERRORS[name]}")
+    errors = calibrated_profiles()[1]
+    if name in errors:
+        raise ValueError(f"hardware {name!r}: {errors[name]}")
     raise ValueError(f"unknown hardware preset {name!r}; known: {', '.join(known)}")
 
 
