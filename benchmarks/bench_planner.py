@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 
 from ringsim.timer import RingConfig
 from ringsim.timer.machine.topology import get_cluster
@@ -75,7 +74,7 @@ def predicted_its(cluster_name, batch, seq_len, heads, kv_heads, head_dim, u) ->
                       kv_heads=kv_heads, head_dim=head_dim, batch=batch, causal=True)  # fmt: skip
     best = float("inf")
     for layout in ("contiguous", "zigzag", "striped"):
-        cfg = replace(base, layout=layout)
+        cfg = base.replace(layout=layout)
         if u == 1:
             s = simulate_strategy(cfg, "ring", cluster=cluster)
         elif u == hosts:

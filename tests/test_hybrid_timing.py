@@ -1,8 +1,6 @@
 """Hybrid sequence parallelism timed on a cluster: Ulysses x ring (USP), the double ring
 (LoongTrain), all-gather (ringsim.timer.strategies.hybrid, ringsim.timer.strategies.double_ring)."""
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,7 +70,7 @@ def test_heap_and_vectorized_agree_on_every_strategy(pass_, overlap):
              ("hybrid", 2), ("hybrid", 8), ("double-ring", 1), ("double-ring", 2)]  # fmt: skip
     for strategy, u in cases:
         if strategy == "ulysses":
-            cfg_u = replace(cfg, hosts=8, seq_len=8 * 1024)
+            cfg_u = cfg.replace(hosts=8, seq_len=8 * 1024)
             a = summary(cfg_u, strategy, cluster=DGX.with_nodes(1))
             b = summary(cfg_u, strategy, cluster=DGX.with_nodes(1), engine="heap")
         else:
@@ -169,6 +167,6 @@ def test_every_strategy_runs_under_a_real_kernel_family(strategy) -> None:
     kw = {} if strategy == "ring" else {"ulysses_degree": 2 if strategy != "double-ring" else 1}
     real = simulate_strategy(config, strategy, cluster=cluster, **kw).summary()["total_time_s"]
     ideal = simulate_strategy(
-        replace(config, implementation="ideal"), strategy, cluster=cluster, **kw
+        config.replace(implementation="ideal"), strategy, cluster=cluster, **kw
     ).summary()["total_time_s"]
     assert real > ideal > 0  # a real kernel never beats the ideal one

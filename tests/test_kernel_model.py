@@ -231,7 +231,7 @@ def test_real_implementation_is_slower_than_ideal_and_term_by_term():
     terms = waterfall(cfg)
     assert [t for t, _ in terms] == list(WATERFALL_TERMS)
     times = [s for _, s in terms]
-    assert times[0] == simulate(replace(cfg, implementation="ideal")).makespan
+    assert times[0] == simulate(cfg.replace(implementation="ideal")).makespan
     assert times[-1] == simulate(cfg).makespan
     assert all(b >= a for a, b in itertools.pairwise(times))
     assert times[-1] > 2 * times[0]

@@ -41,14 +41,13 @@ def test_plan_ranks_fitting_candidates_best_first(two_nodes):
 
 def test_a_candidates_time_is_its_strategys_simulated_time(two_nodes):
     best = two_nodes.candidates[0]
-    from dataclasses import replace
 
     from ringsim.timer.studies.planner import _base_config, local_seconds
 
     base = _base_config(GQA, 128 * 1024, 16, DGX2, True, "bf16", 1, "ideal")
     total = 0.0
     for pass_ in ("forward", "backward"):
-        cfg = replace(base, pass_=pass_, layout=best.layout)
+        cfg = base.replace(pass_=pass_, layout=best.layout)
         u = None if best.strategy in ("ring", "ulysses") else best.ulysses_degree
         s = simulate_strategy(
             cfg, best.strategy, ulysses_degree=u, cluster=DGX2, placement=best.placement

@@ -1,7 +1,5 @@
 """The ring beside Ulysses and all-gather context parallelism (ringsim.timer.strategies.peers)."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -121,7 +119,7 @@ def test_allgather_overlaps_only_its_own_block():
     gather = (P - 1) * 2 * c * 32 * 128 * 2 / 25e9
     assert gather > block  # the gather is longer than the one block it can hide behind
     assert makespan(cfg, "allgather") == pytest.approx(gather + (P - 1) * block, rel=1e-12)
-    serial = makespan(replace(cfg, overlap=False), "allgather")
+    serial = makespan(cfg.replace(overlap=False), "allgather")
     assert serial == pytest.approx(gather + P * block, rel=1e-12)
 
 
@@ -146,7 +144,7 @@ def test_allgather_backward_reduce_scatters_the_gradients():
 
 def test_a_straggler_slows_ulysses_by_its_factor():
     cfg = config(seq_len=8 * 2048)
-    slow = replace(cfg, speed=(0.5,) + (1.0,) * 7)
+    slow = cfg.replace(speed=(0.5,) + (1.0,) * 7)
     base, straggler = simulate_strategy(cfg, "ulysses"), simulate_strategy(slow, "ulysses")
     attend = np.nanmax(base.timeline.compute_end - base.timeline.compute_start)
     assert straggler.makespan == pytest.approx(base.makespan + attend, rel=1e-9)
@@ -157,7 +155,7 @@ def test_jitter_is_seeded_and_only_slows():
     for strategy in ("ulysses", "allgather"):
         one, two = makespan(cfg, strategy), makespan(cfg, strategy)
         assert one == two
-        assert one >= makespan(replace(cfg, jitter=0.0), strategy)
+        assert one >= makespan(cfg.replace(jitter=0.0), strategy)
 
 
 # -- memory per host -------------------------------------------------------------------------

@@ -59,10 +59,10 @@ def test_rings_that_share_one_nic_share_its_bandwidth():
 
 def test_per_hop_links_equal_to_the_hardware_change_no_float():
     cfg = RingConfig(hosts=8, seq_len=8 * 2048, hardware=H100, causal=True, layout="zigzag")
-    hops = replace(cfg, hop_bandwidth=(H100.link_bandwidth,) * 8, hop_latency=(5e-6,) * 8)
+    hops = cfg.replace(hop_bandwidth=(H100.link_bandwidth,) * 8, hop_latency=(5e-6,) * 8)
     for pass_ in ("forward", "backward"):
-        a = simulate(replace(cfg, pass_=pass_)).summary()
-        b = simulate(replace(hops, pass_=pass_)).summary()
+        a = simulate(cfg.replace(pass_=pass_)).summary()
+        b = simulate(hops.replace(pass_=pass_)).summary()
         assert a == b
 
 
@@ -70,7 +70,7 @@ def test_the_slowest_hop_paces_the_ring():
     """A link-bound forward ring on two nodes runs as if every hop were the NIC."""
     cfg = RingConfig(hosts=16, seq_len=16 * 1024, hardware=H100, heads=32, kv_heads=32)
     on_cluster = simulate_strategy(cfg, "ring", cluster=DGX.with_nodes(2)).summary()
-    all_nic = simulate(replace(cfg, hardware=replace(H100, link_bandwidth=50e9))).summary()
+    all_nic = simulate(cfg.replace(hardware=replace(H100, link_bandwidth=50e9))).summary()
     fast = simulate(cfg).summary()
     assert on_cluster["total_time_s"] == pytest.approx(all_nic["total_time_s"], rel=0.02)
     assert on_cluster["total_time_s"] > 2 * fast["total_time_s"]

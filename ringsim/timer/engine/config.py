@@ -6,6 +6,7 @@ out the ring ``Schedule`` the timer executes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -164,6 +165,10 @@ class RingConfig:
         if not isinstance(self.recompute, (bool, np.bool_)):
             raise ValueError(f"recompute must be True or False, got {self.recompute!r}")
         put("recompute", bool(self.recompute))
+
+    def replace(self, **changes) -> RingConfig:
+        """A copy with ``changes`` (the keyword names of ``RingConfig(...)``), checked again."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def block_tokens(self) -> int:

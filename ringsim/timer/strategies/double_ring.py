@@ -16,7 +16,6 @@ after the last round home. ``ringsim.timer.strategies.hybrid`` states the rules 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 import numpy as np
 
@@ -84,7 +83,7 @@ def double_ring(
     in_bw, in_lat = cluster.ring_links(inner_rings, cluster_hosts(all_groups))
     out_bw, out_lat = cluster.ring_links(outer_rings, cluster_hosts(all_groups))
     members_arr = np.asarray(members)
-    sub = replace(config, hosts=w, seq_len=w * config.block_tokens, speed=None, segment_ids=None)
+    sub = config.replace(hosts=w, seq_len=w * config.block_tokens, speed=None, segment_ids=None)
     inner = sub.schedule()
     backward = config.pass_ == "backward"
     early_kv = backward and config.overlap
@@ -122,8 +121,7 @@ def double_ring(
                 key = ((k - o) % rounds) * w + (i - j) % w
                 step_work[j], step_kind[j] = work[q, key], kind[q, key]
                 step_relation[j] = np.sign(key - q)
-            cfg = replace(
-                sub,
+            cfg = sub.replace(
                 hop_bandwidth=tuple(in_bw[members_arr[hosts]]),
                 hop_latency=tuple(in_lat[members_arr[hosts]]),
                 speed=None if config.speed is None else tuple(config.speed[hosts]),
@@ -163,8 +161,7 @@ def double_ring(
             home[hosts] = np.roll(view["se"][-1], 1) if backward and w > 1 else view["ce"][-1]
         if backward:
             part.grad_rows[base : base + w] = True
-        outer = replace(
-            config,
+        outer = config.replace(
             hop_bandwidth=tuple(out_bw[members]),
             hop_latency=tuple(out_lat[members]),
             seed=config.seed + 104729 + o,

@@ -35,8 +35,6 @@ all-to-all starts when the slowest ring group has finished (the all-to-alls sync
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree, heads_per_host
@@ -95,7 +93,7 @@ def _with_hops(config: RingConfig, bw: np.ndarray, lat: np.ndarray) -> RingConfi
     hardware = config.hardware
     if np.all(bw == hardware.link_bandwidth) and np.all(lat == hardware.link_latency):
         return config
-    return replace(config, hop_bandwidth=tuple(bw), hop_latency=tuple(lat))
+    return config.replace(hop_bandwidth=tuple(bw), hop_latency=tuple(lat))
 
 
 # -- a part of the timeline: (rows, hosts) arrays ----------------------------------------------
@@ -121,8 +119,7 @@ def _run(config, grid: Grid, method, cluster, window, engine):
         groups = grid.ring_groups
         heads = H // U
         sub = [
-            replace(
-                config,
+            config.replace(
                 hosts=R,
                 heads=heads,
                 kv_heads=H_kv // U,

@@ -187,4 +187,4 @@ def compare_strategies(config: RingConfig, strategies=STRATEGIES) -> dict[str, d
 
 def with_bandwidth(config: RingConfig, bandwidth: float) -> RingConfig:
     """``config`` on the same hardware with another link bandwidth (for sweeps)."""
-    return replace(config, hardware=replace(config.hardware, link_bandwidth=bandwidth))
+    return config.replace(hardware=replace(config.hardware, link_bandwidth=bandwidth))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ringsim.grid import check_ulysses_degree
 from ringsim.timer.cost import DTYPE_BYTES, ffn_flops, projection_flops
@@ -228,7 +228,7 @@ def _base_config(m, seq_len, hosts, cluster, causal, dtype, batch, implementatio
 def candidate_bytes(m: ModelSpec, base: RingConfig, cand: Candidate, mode: str) -> float:
     """Bytes on one host for ``cand`` (the module docstring's accounting)."""
     pass_ = "backward" if mode == "train" else "forward"
-    cfg = replace(base, pass_=pass_, layout=cand.layout)
+    cfg = base.replace(pass_=pass_, layout=cand.layout)
     method = {"ring": "ring", "hybrid": "ring", "ulysses": "ring"}.get(cand.strategy, cand.strategy)
     attention = hybrid_memory_bytes(cfg, cand.ulysses_degree, method)
     e, c, P = DTYPE_BYTES[base.dtype], base.block_tokens, base.hosts
@@ -261,7 +261,7 @@ def _time(m: ModelSpec, base: RingConfig, cluster: Cluster, cand: Candidate, mod
     passes = ("forward", "backward") if mode == "train" else ("forward",)
     attention = compute = exposed = idle = 0.0
     for pass_ in passes:
-        cfg = replace(base, pass_=pass_, layout=cand.layout)
+        cfg = base.replace(pass_=pass_, layout=cand.layout)
         u = None if cand.strategy in ("ring", "ulysses") else cand.ulysses_degree
         result = simulate_strategy(
             cfg, cand.strategy, ulysses_degree=u, cluster=cluster, placement=cand.placement
@@ -288,7 +288,7 @@ def _nothing_fits(m, base, cluster, hosts, mode, dropped) -> str:
 
     def fits(seq_len: int, devices: int) -> bool:
         try:
-            cfg = replace(base, seq_len=seq_len, hosts=devices, speed=None)
+            cfg = base.replace(seq_len=seq_len, hosts=devices, speed=None)
             return candidate_bytes(m, cfg, leanest, mode) <= budget
         except ValueError:  # the layout cannot split this length
             return False

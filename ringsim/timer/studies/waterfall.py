@@ -50,6 +50,6 @@ def waterfall(config: RingConfig) -> list[tuple[str, float]]:
         family,
     ]
     return [
-        (term, simulate(replace(config, implementation=stage), keep_timeline=False).makespan)
+        (term, simulate(config.replace(implementation=stage), keep_timeline=False).makespan)
         for term, stage in zip(WATERFALL_TERMS, stages, strict=True)
     ]
