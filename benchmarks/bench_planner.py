@@ -30,8 +30,8 @@ import time
 
 from ringsim.timer import RingConfig
 from ringsim.timer.machine.topology import get_cluster
-from ringsim.timer.step.memory import ModelSpec, get_model
-from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.step.models import ModelSpec, get_model
+from ringsim.timer.strategies import simulate_strategy
 from ringsim.timer.studies.planner import plan
 
 # Llama 3 shapes (Llama Team, arXiv 2407.21783, Table 3), if ringsim.timer.step.memory lacks them

@@ -72,6 +72,22 @@ COMMANDS = [
     "simulate --hosts 0 --seq-len 64K",
     "simulate --hosts 8 --seq-len 1000 --layout zigzag",
     "plan --model nope --seq-len 1M --hosts 8",
+    "simulate --hosts 8 --seq-len 64K --strategy ulysses --causal --pass backward --json",
+    "simulate --hosts 8 --seq-len 64K --strategy allgather --causal --layout zigzag "
+    "--pass backward --json",
+    "simulate --hosts 8 --seq-len 48K --strategy ulysses --causal --json",
+    "simulate --hosts 6 --seq-len 60000 --strategy allgather --causal --layout striped "
+    "--pass backward --json",
+    "simulate --hosts 6 --seq-len 60000 --strategy ulysses --causal --pass backward --heads 12 "
+    "--json",
+    "simulate --hosts 16 --seq-len 256K --strategy allgather --ulysses-degree 4 --cluster dgx-h100 "
+    "--json",
+    "simulate --hosts 8 --seq-len 64K --strategy ulysses --causal --implementation fa2 "
+    "--hardware h800-nvlink --json",
+    "simulate --hosts 8 --seq-len 64K --strategy allgather --causal --layout zigzag "
+    "--implementation fa2 --hardware h800-nvlink --json",
+    "sweep --vary hosts --strategy allgather --json",
+    "simulate --hosts 8 --seq-len 64K --strategy ring --json",
 ]
 
 #: Values that depend on the machine, not the model: masked before comparing.

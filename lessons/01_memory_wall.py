@@ -30,7 +30,7 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ringsim.timer.step.memory import MODELS, ModelSpec
+from ringsim.timer.step.models import MODELS, ModelSpec
 from ringsim.views.lessons_support import (
     Exercise,
     exercises,

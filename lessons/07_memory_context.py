@@ -32,6 +32,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ringsim.timer.step import memory
+from ringsim.timer.studies.published import PAPER_TABLE_SOURCE
+from ringsim.timer.studies.validate import paper_comparison
 from ringsim.views.lessons_support import (
     Exercise,
     exercises,
@@ -151,7 +153,7 @@ plt.show()
 
 # %%
 comparison = []
-for row in memory.paper_comparison():
+for row in paper_comparison():
     for method, paper_k in row["paper_k"].items():
         ours = row["ours_k"][method]
         comparison.append(
@@ -183,7 +185,7 @@ for hardware in dict.fromkeys(r["hardware"] for r in comparison):
         f"baselines {min(base):.2f} to {max(base):.2f}"
     )
 print()
-print(textwrap.fill(memory.PAPER_TABLE_SOURCE, width=88))
+print(textwrap.fill(PAPER_TABLE_SOURCE, width=88))
 
 # %% [markdown]
 # The summary lines above are computed from the table. The ring is over-predicted on 8

@@ -34,10 +34,10 @@ import numpy as np
 import ringsim
 from ringsim.numerics.decode import ring_decode
 from ringsim.numerics.rounding import relative_error
-from ringsim.timer import RingConfig, simulate
+from ringsim.timer import RingConfig, simulate, strategies
 from ringsim.timer.machine.hardware import get_hardware
-from ringsim.timer.step.memory import ModelSpec
-from ringsim.timer.strategies import peers as strategies
+from ringsim.timer.step.models import ModelSpec
+from ringsim.timer.strategies.ulysses import crossover_bandwidth
 from ringsim.views.lessons_support import (
     Exercise,
     exercises,
@@ -61,20 +61,20 @@ a100 = get_hardware("a100-nvlink")
 # compute speed; Ulysses and all-gather pay collectives that nothing (or little) overlaps, so
 # the ring is fastest. On the slow link the ring pushes $P-1$ whole blocks through one link
 # while Ulysses' all-to-all moves each token about once: Ulysses wins (see the crossover
-# bandwidth in `ringsim.timer.strategies.peers`).
+# bandwidth in `ringsim.timer.strategies.ulysses`).
 #
 # </details>
 
 # %%
 config = RingConfig(hosts=8, seq_len=8 * 4096, hardware=a100)
 bandwidths = np.geomspace(2e9, 600e9, 12)
-times = {name: [] for name in strategies.STRATEGIES}
+times = {name: [] for name in strategies.FLAT_STRATEGIES}
 for bw in bandwidths:
     for name, summary in strategies.compare_strategies(
         strategies.with_bandwidth(config, bw)
     ).items():
         times[name].append(summary["total_time_s"] * 1e3)
-crossover = strategies.crossover_bandwidth(config)
+crossover = crossover_bandwidth(config)
 
 fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.8))
 for name, values in times.items():
@@ -287,7 +287,7 @@ exercises(
         "At what link bandwidth does Ulysses overtake the ring for this lesson's 8 hosts, "
         "32K tokens, 32 heads? Which strategy is fastest at 10 GB/s?",
         f"The crossover is {crossover / 1e9:.0f} GB/s "
-        f"(`strategies.crossover_bandwidth(config)`). At 10 GB/s: {fastest_slow} "
+        f"(`crossover_bandwidth(config)`). At 10 GB/s: {fastest_slow} "
         f"({', '.join(f'{n} {t:.1f} ms' for n, t in slow_times.items())}).",
     ),
     Exercise(
@@ -301,7 +301,7 @@ exercises(
     Exercise(
         "A model has 64 query heads and 8 key/value heads. What is the largest Ulysses "
         "degree, and how would you use 64 GPUs for one long sequence?",
-        "8, one key/value head per host (`strategies.check_ulysses_hosts` refuses more). "
+        "8, one key/value head per host (`ringsim.timer.strategies.ulysses.check_ulysses_hosts` refuses more). "
         "For 64 GPUs combine: Ulysses over 8 inside a node and a ring over 8 nodes "
         "(2D or hybrid context parallelism), so the ring's blocks are 8 times larger and "
         "easier to overlap.",

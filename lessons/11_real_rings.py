@@ -127,7 +127,7 @@ plt.show()
 
 # %% [markdown]
 # *Figure 11.1. What to notice:* each bar adds one term, computed by running the timer with
-# that term switched on (`kernel_model.waterfall`); the grey bar is the README's measured
+# that term switched on (`ringsim.waterfall`); the grey bar is the README's measured
 # time: compare it with the last coloured bar. Read the table's "added" column for the size
 # of each term. No parameter of the model was taken from this measurement: the kernel
 # curves come from the FlashAttention papers' single-GPU figures, the merge from the bytes
@@ -261,7 +261,7 @@ t2 = summary["ring-t2"]
 exercises(
     Exercise(
         "Run the waterfall for the *backward* pass of the same zigzag ring on 8 A100s "
-        "(`kernel_model.waterfall` with `pass_='backward'`). Which term adds the most time?",
+        "(`ringsim.waterfall` with `pass_='backward'`). Which term adds the most time?",
         f"`{big_term}` adds {1e3 * big_s:.2f} ms of {1e3 * bsteps[-1][1]:.2f} ms (ideal: "
         f"{1e3 * bsteps[0][1]:.2f} ms); every term: "
         + ", ".join(f"{t.removeprefix('+ ')} {1e3 * dt:+.2f} ms" for t, dt in added)

@@ -37,7 +37,7 @@ import numpy as np
 
 from ringsim.timer import RingConfig
 from ringsim.timer.machine.topology import CLUSTERS, get_cluster
-from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.strategies import simulate_strategy
 from ringsim.views.lessons_support import (
     Exercise,
     Markdown,

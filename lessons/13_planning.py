@@ -33,8 +33,8 @@ import numpy as np
 
 from ringsim.timer import RingConfig
 from ringsim.timer.machine.topology import get_cluster
-from ringsim.timer.step.memory import ModelSpec, get_model
-from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.step.models import ModelSpec, get_model
+from ringsim.timer.strategies import simulate_strategy
 from ringsim.timer.studies.planner import plan
 from ringsim.views.lessons_support import (
     Exercise,

@@ -45,19 +45,20 @@ from ringsim.numerics.ring import RingRecord, ring_attention, ring_attention_bac
 from ringsim.numerics.rounding import round_to
 from ringsim.schedule import BlockKind, Schedule, build_schedule
 from ringsim.timer import RingConfig, SimResult, simulate
-from ringsim.timer.cost import attention_flops, kv_block_bytes, overlap_threshold
-from ringsim.timer.engine.timeline import Timeline
-from ringsim.timer.machine.hardware import PRESETS, Hardware, custom_hardware, get_hardware
-from ringsim.timer.machine.kernel_model import (
-    KERNELS,
-    KernelFamily,
-    attention_call_seconds,
-    get_family,
+from ringsim.timer.cost import (
+    attention_flops,
+    attention_working_set_bytes,
+    kv_block_bytes,
+    overlap_threshold,
 )
+from ringsim.timer.engine.timeline import Timeline
+from ringsim.timer.machine.families import KERNELS, KernelFamily, get_family
+from ringsim.timer.machine.hardware import PRESETS, Hardware, custom_hardware, get_hardware
+from ringsim.timer.machine.kernel_model import attention_call_seconds
 from ringsim.timer.machine.topology import CLUSTERS, Cluster, get_cluster
-from ringsim.timer.step.memory import MODELS, ModelSpec, attention_working_set_bytes, memory_report
-from ringsim.timer.step.models import get_model
-from ringsim.timer.strategies.peers import STRATEGIES, simulate_strategy
+from ringsim.timer.step.memory import memory_report
+from ringsim.timer.step.models import MODELS, ModelSpec, get_model
+from ringsim.timer.strategies import STRATEGIES, simulate_strategy
 from ringsim.timer.studies.planner import plan
 from ringsim.timer.studies.validate import validate
 from ringsim.timer.studies.waterfall import waterfall

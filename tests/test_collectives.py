@@ -83,7 +83,7 @@ def test_the_timer_sends_like_nccl_under_a_real_implementation():
     nbytes = kv_block_bytes(4096, 8, 128, "bf16")
     expected = float(p2p_seconds(nbytes, H100.link_bandwidth, H100.link_latency))
     assert sent[0] == pytest.approx(expected)
-    ideal = simulate(RingConfig(**{**cfg.__dict__, "implementation": "ideal"})).timeline
+    ideal = simulate(cfg.replace(implementation="ideal")).timeline
     assert sent[0] > (ideal.send_end - ideal.send_start)[0, 0]
 
 

@@ -1,5 +1,5 @@
 """Hybrid sequence parallelism timed on a cluster: Ulysses x ring (USP), the double ring
-(LoongTrain), all-gather (ringsim.timer.strategies.hybrid, ringsim.timer.strategies.double_ring)."""
+(LoongTrain), all-gather (ringsim.timer.strategies)."""
 
 import pytest
 from hypothesis import given, settings
@@ -9,7 +9,7 @@ from ringsim.grid import Grid, check_ulysses_degree
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.machine.hardware import custom_hardware, get_hardware
 from ringsim.timer.machine.topology import get_cluster
-from ringsim.timer.strategies.peers import ALL_STRATEGIES, simulate_strategy
+from ringsim.timer.strategies import STRATEGIES, simulate_strategy
 
 H100 = get_hardware("h100-nvlink")
 DGX = get_cluster("dgx-h100")
@@ -151,7 +151,7 @@ def test_memory_of_the_special_cases_is_the_flat_strategies():
 
 
 def test_every_strategy_name_runs():
-    for strategy in ALL_STRATEGIES:
+    for strategy in STRATEGIES:
         assert summary(config(), strategy)["total_time_s"] > 0
 
 

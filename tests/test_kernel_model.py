@@ -13,15 +13,9 @@ from ringsim.layouts import LAYOUTS
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.ring_steps import StepModel, grad_seconds, merge_seconds
+from ringsim.timer.machine.families import KERNELS, get_family
 from ringsim.timer.machine.hardware import PRESETS, custom_hardware
-from ringsim.timer.machine.kernel_model import (
-    KERNELS,
-    MASKS,
-    attention_call_seconds,
-    get_family,
-    kind_rate,
-    tile_work,
-)
+from ringsim.timer.machine.kernel_model import MASKS, attention_call_seconds, kind_rate, tile_work
 from ringsim.timer.studies.waterfall import WATERFALL_TERMS, waterfall
 
 H100, A100 = PRESETS["h100-nvlink"], PRESETS["a100-nvlink"]

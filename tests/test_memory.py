@@ -7,22 +7,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringsim.timer.cost import DTYPE_BYTES
+from ringsim.timer.cost import DTYPE_BYTES, attention_working_set_bytes
 from ringsim.timer.machine.hardware import get_hardware
 from ringsim.timer.step.memory import (
     KERNEL_CHUNK,
     METHODS,
-    MODELS,
-    PAPER_TABLE,
     STATE_BYTES_PER_PARAM,
     TOKEN_UNIT,
-    attention_working_set_bytes,
     bytes_per_host,
     max_context,
     memory_report,
-    paper_comparison,
     sequence_hosts,
 )
+from ringsim.timer.step.models import MODELS
+from ringsim.timer.studies.published import PAPER_TABLE
+from ringsim.timer.studies.validate import paper_comparison
 
 A100 = get_hardware("a100-nvlink")
 

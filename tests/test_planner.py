@@ -7,8 +7,8 @@ import pytest
 
 from ringsim.cli import main
 from ringsim.timer.machine.topology import get_cluster
-from ringsim.timer.step.memory import ModelSpec
-from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.step.models import ModelSpec
+from ringsim.timer.strategies import simulate_strategy
 from ringsim.timer.studies.planner import candidate_bytes, enumerate_candidates, plan
 
 GQA = ModelSpec("gqa-8b", layers=32, d_model=4096, heads=32, ffn_hidden=14336, kv_heads=8)

@@ -1,4 +1,4 @@
-"""The ring beside Ulysses and all-gather context parallelism (ringsim.timer.strategies.peers)."""
+"""The ring beside Ulysses and all-gather context parallelism (ringsim.timer.strategies)."""
 
 import numpy as np
 import pytest
@@ -9,14 +9,14 @@ from ringsim.grid import heads_per_host
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import attention_flops, overlap_threshold
 from ringsim.timer.machine.hardware import custom_hardware, get_hardware
-from ringsim.timer.strategies.peers import (
-    STRATEGIES,
-    allgather_overlap_block,
+from ringsim.timer.strategies import (
+    FLAT_STRATEGIES,
     compare_strategies,
-    crossover_bandwidth,
     simulate_strategy,
     with_bandwidth,
 )
+from ringsim.timer.strategies.allgather import allgather_overlap_block
+from ringsim.timer.strategies.ulysses import crossover_bandwidth
 
 F = 312e12
 NO_LATENCY = custom_hardware(F, 300e9, latency=0.0)
@@ -66,7 +66,7 @@ def test_compute_bound_strategies_take_the_same_time(hosts, causal, pass_, kv_he
         pass_=pass_,
         kv_heads=kv_heads,
     )
-    results = {s: simulate_strategy(cfg, s).summary() for s in STRATEGIES}
+    results = {s: simulate_strategy(cfg, s).summary() for s in FLAT_STRATEGIES}
     flops = {r["flops_total"] for r in results.values()}
     assert max(flops) == pytest.approx(min(flops), rel=1e-12)  # the same exact work
     ideal = results["ring"]["flops_total"] / (hosts * F)
@@ -77,7 +77,7 @@ def test_compute_bound_strategies_take_the_same_time(hosts, causal, pass_, kv_he
 def test_summary_has_the_ring_keys_and_the_strategy():
     cfg = config(causal=True, layout="zigzag")
     ring_keys = set(simulate(cfg).summary())
-    for strategy in STRATEGIES:
+    for strategy in FLAT_STRATEGIES:
         summary = simulate_strategy(cfg, strategy).summary()
         assert ring_keys <= set(summary)
         assert summary["strategy"] == strategy
@@ -166,7 +166,7 @@ def test_allgather_memory_grows_with_n_not_n_over_p():
             simulate_strategy(config(hosts=p, seq_len=n), s).summary()["memory_per_host_bytes"]
             for p in (4, 8, 16)
         ]
-        for s in STRATEGIES
+        for s in FLAT_STRATEGIES
     }
     for s in ("ring", "ulysses"):  # ~ N / P
         assert memory[s][1] == pytest.approx(memory[s][0] / 2, rel=1e-6)
@@ -227,4 +227,4 @@ def test_bad_strategy_and_pass_name_the_value():
 
 def test_presets_run_every_strategy():
     cfg = config(hardware=get_hardware("h200-ib"), causal=True, layout="zigzag")
-    assert set(compare_strategies(cfg)) == set(STRATEGIES)
+    assert set(compare_strategies(cfg)) == set(FLAT_STRATEGIES)

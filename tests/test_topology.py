@@ -9,7 +9,7 @@ import pytest
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.machine.hardware import get_hardware
 from ringsim.timer.machine.topology import CLUSTERS, Cluster, get_cluster
-from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.strategies import simulate_strategy
 
 H100 = get_hardware("h100-nvlink")
 DGX = get_cluster("dgx-h100")

@@ -214,10 +214,10 @@ def test_cli_bad_experiment_exits_2(capsys):
 def test_validation_and_kernel_model_are_public_api():
     """What users reach for is importable from ``ringsim`` itself (NumPy only)."""
     import ringsim
-    from ringsim.timer.machine import kernel_model
+    from ringsim.timer.machine import families
 
     assert ringsim.validate is validate
-    assert ringsim.KERNELS is kernel_model.KERNELS and ringsim.get_family("fa2").tile == (128, 64)
+    assert ringsim.KERNELS is families.KERNELS and ringsim.get_family("fa2").tile == (128, 64)
     for name in ("attention_call_seconds", "waterfall", "KernelFamily", "get_model", "plan"):
         assert name in ringsim.__all__ and hasattr(ringsim, name)
 

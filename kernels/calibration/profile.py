@@ -375,7 +375,7 @@ class Calibration:
         """The ``"torch"`` kernel family of ``ringsim.timer.machine.kernel_model`` from this fit:
         the fixed cost per call (``block_overhead()``) and the masked-tile speed at ``block_tokens``
         (default: the largest block measured); its rate is ``hardware()``'s."""
-        from ringsim.timer.machine.kernel_model import torch_family
+        from ringsim.timer.machine.families import torch_family
 
         c = block_tokens or max(r["block_tokens"] for r in self.compute)
         return torch_family(

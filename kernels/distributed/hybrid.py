@@ -249,7 +249,7 @@ def predict_hybrid(
     all-to-alls on one node with an ideal switch at the calibrated link."""
     from kernels.blocks.torch_block import TILE
     from ringsim.timer import RingConfig
-    from ringsim.timer.strategies.peers import simulate_strategy
+    from ringsim.timer.strategies import simulate_strategy
 
     ring = hosts // ulysses_degree
     hw = calibration.hardware(

@@ -10,6 +10,7 @@ import dataclasses
 
 from ringsim.cli.values import parse_implementation, parse_model
 from ringsim.grid import PLACEMENTS
+from ringsim.timer.strategies import STRATEGIES as STRATEGY_REGISTRY
 from ringsim.values import (
     arg_type,
     parse_fraction,
@@ -27,13 +28,9 @@ DTYPES = ("bf16", "fp16", "fp32")
 PASSES = ("forward", "backward", "train-step", "decode")
 
 
-STRATEGIES = (
-    "ring",
-    "ulysses",
-    "allgather",
-    "hybrid",
-    "double-ring",
-)  # ringsim.timer.strategies.peers.ALL_STRATEGIES, without importing it
+STRATEGIES = tuple(STRATEGY_REGISTRY)
+DEFAULT_STRATEGY = "ring"
+"""``--strategy``'s default: the ring engine itself (its summary names no strategy)."""
 
 
 DEFAULT_HARDWARE = "a100-nvlink"
@@ -393,11 +390,11 @@ def run_config(config, strategy: str = "ring", *, keep_timeline: bool | None = N
 def _run_config(config, strategy: str, *, keep_timeline: bool | None, args):
     cluster = None if args is None else resolve_cluster(args, config.hardware)
     degree = getattr(args, "ulysses_degree", None)
-    if strategy == "ring" and cluster is None and degree is None:
+    if strategy == DEFAULT_STRATEGY and cluster is None and degree is None:
         from ringsim.timer import simulate
 
         return simulate(config, keep_timeline=keep_timeline)
-    from ringsim.timer.strategies.peers import simulate_strategy
+    from ringsim.timer.strategies import simulate_strategy
 
     return simulate_strategy(
         config,

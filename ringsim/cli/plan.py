@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ringsim.timer.machine.topology import Cluster
-    from ringsim.timer.step.memory import get_model
+    from ringsim.timer.step.models import get_model
     from ringsim.timer.studies.planner import plan
 
     model = get_model(args.model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ringsim.cli.args import (
+    DEFAULT_STRATEGY,
     STRATEGIES,
     add_cluster_flags,
     add_hardware_flags,
@@ -44,7 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="token split")
     p.add_argument("--causal", action="store_true", help="causal mask")
     p.add_argument("--no-overlap", action="store_true", help="compute and transfer alternate")
-    p.add_argument("--strategy", choices=STRATEGIES, default="ring", help="how hosts share work")
+    p.add_argument(
+        "--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY, help="how hosts share work"
+    )
     add_model_flags(p)
     add_implementation_flags(p)
     add_hardware_flags(p)
@@ -81,8 +84,6 @@ def run(args: argparse.Namespace) -> int:
     _add_paper_minimum(summary)
     if config.implementation != "ideal":
         summary["implementation"] = config.implementation
-    if args.strategy != "ring":
-        summary.setdefault("strategy", args.strategy)
     if args.trace:
         from ringsim.views.trace import write_chrome_trace
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ringsim.cli.args import (
+    DEFAULT_STRATEGY,
     STRATEGIES,
     add_cluster_flags,
     add_hardware_flags,
@@ -59,7 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="causal mask (default: on for --vary hosts, off for --vary block)",
     )
     p.add_argument("--no-overlap", action="store_true", help="for --vary hosts")
-    p.add_argument("--strategy", choices=STRATEGIES, default="ring", help="how hosts share work")
+    p.add_argument(
+        "--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY, help="how hosts share work"
+    )
     add_model_flags(p)
     add_implementation_flags(p)
     add_hardware_flags(p)

@@ -12,6 +12,6 @@ def parse_model(name: str, text: str) -> str:
 
 
 def parse_implementation(name: str, text: str) -> str:
-    from ringsim.timer.machine.kernel_model import get_family
+    from ringsim.timer.machine.families import get_family
 
     return get_family(text).name

@@ -4,7 +4,7 @@
 The hosts form a ``U x R`` grid (``ulysses_degree`` ``U``, ring degree ``R = P / U``; Fang &
 Zhao, USP, arXiv 2405.07719). The ring's layout deals the sequence to ``R`` ring slots; host
 ``(u, j)`` starts with the ``u``-th of ``U`` equal pieces of slot ``j``'s tokens, all heads.
-``placement`` numbers the hosts as the timer does (``ringsim.timer.strategies.hybrid.Grid``):
+``placement`` numbers the hosts as the timer does (``ringsim.grid.Grid``):
 ``"ulysses-inner"`` makes rank ``j U + u``, ``"ring-inner"`` rank ``u R + j``. Forward::
 
     all-to-all in each Ulysses group j:  heads scattered, slot j's tokens gathered

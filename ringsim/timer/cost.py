@@ -242,3 +242,53 @@ def ffn_flops(tokens: int, d_model: int, ffn: int, *, pass_: str = "forward") ->
     pass_ = _check_pass(pass_, BLOCK_PASSES)
     factor = LINEAR_BACKWARD_FACTOR if pass_ == "backward" else 1.0
     return 2.0 * 2.0 * tokens * d_model * ffn * factor
+
+
+def attention_working_set_bytes(
+    block_tokens: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    pass_: str = "forward",
+    batch: int = 1,
+) -> float:
+    """Bytes the attention layer holds on one ring host with a block of ``c = block_tokens``.
+
+    With ``H`` heads, ``H_kv`` key/value heads, head dim ``d``, element size ``e``:
+
+    * forward: q block ``cHde`` + output ``cHde`` + fp32 accumulators (acc ``4cHd``, row_max
+      and row_sum ``4cH`` each) + the current and the incoming key/value block
+      (``2 * kv_block_bytes``: ``2 c H_kv d e`` each).
+    * backward (and a training step, whose peak is the backward): q, out, dout (``3cHde``),
+      lse (``4cH``), the fp32 dq accumulator (``4cHd``), and the current and incoming block,
+      each carrying k, v, dk, dv (``2 * kv_block_bytes(pass_="backward")``).
+    * decode (``ringsim.numerics.decode``: the cache stays put, partials are tree-merged): the
+      host's
+      cache shard of ``c`` tokens (``2 c H_kv d e``), the one query token and its output
+      (``2Hde``), and two partials (its own and the one it merges in: acc ``4Hd``, row_max and
+      row_sum ``4H`` each).
+
+    Everything is proportional to ``c``: doubling the hosts at a fixed sequence halves it.
+    """
+    c = check_positive_int("block_tokens", block_tokens)
+    heads = check_positive_int("heads", heads)
+    kv_heads = check_positive_int("kv_heads", kv_heads)
+    head_dim = check_positive_int("head_dim", head_dim)
+    batch = check_positive_int("batch", batch)
+    e = DTYPE_BYTES[check_dtype(dtype)]
+    _check_pass(pass_, ATTENTION_PASSES)
+    q_like = c * heads * head_dim * e  # q, out or dout block
+    row_stat = c * heads * 4  # one fp32 number per query row and head
+    acc = c * heads * head_dim * 4
+    if pass_ == "forward":  # the accumulators are a Partial of c rows
+        kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
+        per_seq = 2 * q_like + partial_bytes(heads, head_dim, tokens=c) + 2 * kv
+    elif pass_ in ("backward", "train-step"):
+        kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="backward", batch=1)
+        per_seq = 3 * q_like + row_stat + acc + 2 * kv
+    else:
+        cache = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
+        per_seq = cache + 2 * heads * head_dim * e + 2 * partial_bytes(heads, head_dim)
+    return float(batch * per_seq)

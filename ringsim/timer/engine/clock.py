@@ -15,7 +15,7 @@ from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.ring_steps import StepModel
 from ringsim.timer.machine.collectives import link_model, overlap_efficiency, p2p_seconds
-from ringsim.timer.machine.kernel_model import SMS, arch_of, get_family
+from ringsim.timer.machine.families import SMS, arch_of
 
 
 class HostClock:
@@ -30,19 +30,21 @@ class HostClock:
     """
 
     def __init__(self, config: RingConfig):
+        self.config = config
         self.hosts = config.hosts
         self.hardware = config.hardware
         self.amount = config.jitter
         self.speed = np.ones(self.hosts) if config.speed is None else np.asarray(config.speed)
         self.seconds_per_flop = 1.0 / (config.attention_rate * self.speed)  # (P,)
         self.linear_seconds_per_flop = 1.0 / (config.linear_rate * self.speed)
-        self.family = get_family(config.implementation)
+        self.family = config.family
         self.link = link_model(config.hardware) if self.family.collectives else None
         f = config.overlap_efficiency
         if f is None and self.link is not None and arch_of(config.hardware) is not None:
             f = overlap_efficiency(SMS[arch_of(config.hardware)], self.link)
         self.overlap_f = config.hardware.overlap_efficiency if f is None else f
         self.rng = np.random.default_rng(config.seed)
+        self._steps = None  # the run's StepModel (its calls), made on first use
         # the hop of each host to h + 1: one hardware link, or per host on a cluster
         hw = config.hardware
         bw, lat = config.hop_bandwidth, config.hop_latency
@@ -60,6 +62,17 @@ class HostClock:
         attention (or, ``linear=True``, of projections and MLP at the linear rate)."""
         per_flop = self.linear_seconds_per_flop if linear else self.seconds_per_flop
         return self.jitter(flops * per_flop)
+
+    def attention(self, plan) -> np.ndarray:
+        """``(P,)`` seconds for each host to compute a strategy's attention ``plan``
+        (``ringsim.timer.engine.attention``: ``BlockSteps``, ``FullSequence``): under the ideal
+        family its FLOPs at the attention rate (``compute``), under a real one its kernel
+        calls (``kernel``). Every strategy's attention goes through here."""
+        if self.family.ideal:
+            return self.compute(plan.flops(self.config))
+        if self._steps is None:
+            self._steps = StepModel(self.config, self.family)
+        return self.kernel(plan.seconds(self.config, self._steps))
 
     def kernel(self, seconds: np.ndarray) -> np.ndarray:
         """``(P,)`` seconds of a step under a kernel family (``ringsim.timer.engine.ring_steps``):

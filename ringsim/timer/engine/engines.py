@@ -61,7 +61,7 @@ a ``max`` of the times at which its conditions become true):
 Per-host ``speed`` factors divide compute times (a straggler has ``speed < 1``); ``jitter``
 multiplies every compute and every transfer by its own ``1 + jitter * u``, ``u ~ U[0, 1)``
 from a generator seeded with ``seed`` (noise only ever slows an event down). ``HostClock``
-holds both rules; the peers of ``ringsim.timer.strategies.peers`` use it too.
+holds both rules; the strategies of ``ringsim.timer.strategies`` use it too.
 
 The ``Timeline`` has one row per ring step (or local phase, or decode round) and one column per
 host, in seconds; NaN where a host does nothing. In a ring pass ``recv[s, h]`` is

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ringsim.schedule import Schedule
-from ringsim.timer.cost import kv_block_bytes, overlap_threshold
+from ringsim.timer.cost import attention_working_set_bytes, kv_block_bytes, overlap_threshold
 from ringsim.timer.engine.clock import decode_seconds
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.timeline import Timeline
-from ringsim.timer.step.memory import attention_working_set_bytes
 
 _CHUNK = 256  # rows per partial sum: the order of additions of the former chunked reductions
 
@@ -281,8 +280,7 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
 
 
 def memory_per_host_bytes(config: RingConfig) -> float:
-    """The attention layer's working set on one host (``ringsim.timer.step.memory`` owns the
-    accounting)."""
+    """The attention layer's working set on one ring host (``cost.attention_working_set_bytes``)."""
     args = (config.block_tokens, config.heads, config.kv_heads, config.head_dim, config.dtype)
     return float(attention_working_set_bytes(*args, pass_=config.pass_, batch=config.batch))
 

@@ -37,12 +37,9 @@ from __future__ import annotations
 import numpy as np
 
 from ringsim.schedule import BlockKind, Schedule
-from ringsim.timer.machine.kernel_model import (
-    HBM_FRACTION,
-    KernelFamily,
-    attention_call_seconds,
-    for_hardware,
-)
+from ringsim.timer.engine.attention import CallTimer
+from ringsim.timer.machine.families import KernelFamily, for_hardware
+from ringsim.timer.machine.kernel_model import HBM_FRACTION
 
 FORWARD_BYTES = {"first": 6, "merge": 38, "slice": 8, "final": 6}
 FUSED_FORWARD_BYTES = {"first": 6, "merge": 10, "slice": 0, "final": 6}
@@ -120,21 +117,37 @@ class StepModel:
     def __init__(self, config, family: KernelFamily):
         self.config, self.family = config, for_hardware(family, config.hardware)
         self.cache: dict[tuple, float] = {}
-        M = config.tile if config.tile is not None else family.tile[0]
-        N = config.tile_n if config.tile_n is not None else (config.tile or family.tile[1])
-        self.tile = (M, N)
+        self.calls = CallTimer(config)
 
     def seconds(self, schedule: Schedule, s: int) -> np.ndarray:
         """``(P,)`` seconds of step ``s`` (before the host's speed and jitter)."""
-        P = schedule.hosts
+        first, last = s == 0, s == schedule.steps - 1
+        cell = lambda *key: self._cell(schedule.pass_, *key, first, last)
+        return self._per_cell(schedule, s, cell, (first, last))
+
+    def attention_seconds(self, schedule: Schedule, s: int) -> np.ndarray:
+        """``(P,)`` seconds of the kernel call each host makes at step ``s``, without the
+        merges around it."""
+
+        def cell(kind, relation, work) -> float:
+            call = self.call(kind, relation, work)
+            if call is None:
+                return 0.0
+            q, k, mask, visible, _ = call
+            return self.calls.seconds(schedule.pass_, q, k, mask, visible)
+
+        return self._per_cell(schedule, s, cell, ("call",))
+
+    def _per_cell(self, schedule: Schedule, s: int, cell, tag: tuple) -> np.ndarray:
+        """``cell(kind, relation, work)`` for each host at step ``s``, computed once per distinct
+        key of the run and shared."""
         relation = schedule.relation_at(s)
         kind, work = schedule.kind_at(s), np.round(schedule.work_at(s), 12)
-        first, last = s == 0, s == schedule.steps - 1
-        out = np.empty(P)
+        out = np.empty(schedule.hosts)
         for key in set(zip(kind.tolist(), relation.tolist(), work.tolist(), strict=True)):
-            full_key = (schedule.pass_, *key, first, last)
+            full_key = (schedule.pass_, *key, *tag)
             if full_key not in self.cache:
-                self.cache[full_key] = self._cell(schedule.pass_, *key, first, last)
+                self.cache[full_key] = cell(*key)
             hit = (kind == key[0]) & (relation == key[1]) & (work == key[2])
             out[hit] = self.cache[full_key]
         return out
@@ -169,12 +182,7 @@ class StepModel:
         total = 0.0
         if call is not None:
             q, k, mask, visible, sliced = call
-            total += attention_call_seconds(
-                fam, cfg.hardware, q_tokens=q, k_tokens=k, kv_heads=cfg.kv_heads,
-                dtype=cfg.dtype, pass_=pass_, mask=mask, tile=self.tile,
-                visible=visible if mask == "documents" else None, peak=cfg.attention_rate,
-                **shape,
-            )  # fmt: skip
+            total += self.calls.seconds(pass_, q, k, mask, visible)
             if pass_ == "forward":
                 op = "first" if first else ("slice" if sliced else "merge")
                 total += merge_seconds(fam, hbm, op=op, rows=q, **shape)

@@ -75,8 +75,14 @@ INFINIBAND = LinkModel(
     source="estimate: NCCL over one NIC per GPU reaches ~90% of the port's rate; 2 thread "
     "blocks per net peer (NCCL_NCHANNELS_PER_NET_PEER default 2, NCCL environment docs)",
 )
-IDEAL = LinkModel("ideal", 1.0, ll_threshold=0.0, ll_efficiency=1.0, channels=0,
-                  source="the ideal link: line rate, no SMs taken")  # fmt: skip
+IDEAL = LinkModel(
+    "ideal",
+    1.0,
+    ll_threshold=0.0,
+    ll_efficiency=1.0,
+    channels=0,
+    source="the ideal link: line rate, no SMs taken",
+)
 
 
 def link_model(hardware: Hardware) -> LinkModel:
@@ -129,8 +135,9 @@ def overlap_efficiency(sms: int, link: LinkModel = NVLINK) -> float:
     return 1.0 - sm_share(sms, link)
 
 
-def achieved_bandwidth(nbytes: float, bandwidth: float, latency: float,
-                       link: LinkModel = NVLINK) -> float:  # fmt: skip
+def achieved_bandwidth(
+    nbytes: float, bandwidth: float, latency: float, link: LinkModel = NVLINK
+) -> float:
     """Bytes/s a message of ``nbytes`` actually moves at (nccl-tests' ``algbw`` for one p2p)."""
     if not nbytes > 0 or not math.isfinite(nbytes):
         raise ValueError(f"nbytes must be positive, got {nbytes!r}")

@@ -23,8 +23,7 @@ sweeps at ``batch x seqlen = 16K`` tokens: the non-causal sweep gives ``fraction
 ``keys_half``, the causal sweep ``masked_speed`` and ``causal_factor``. Never to a ring
 measurement: those are what ``ringsim validate`` tests. ``ideal`` is today's timer: peak rate,
 no overhead (``attention_flops / rate`` exactly).
-The families and their curves are defined in ``ringsim.timer.machine.families`` (and importable
-from here).
+The families and their curves are defined in ``ringsim.timer.machine.families``.
 
 Mask names (``MASKS``), for a call of ``q`` query rows against ``k`` keys:
 
@@ -48,50 +47,25 @@ import numpy as np
 
 from ringsim.checks import check_positive_int
 from ringsim.timer.cost import attention_flops
-from ringsim.timer.machine.families import (  # the families, importable from here too
-    ARCH_OF_PREFIX,
-    CUDNN,
-    FA2,
-    FA3,
-    IDEAL,
-    KERNELS,
-    MERGES,
+from ringsim.timer.machine.families import (
     SMS,
-    TRITON,
-    Curve,
     KernelFamily,
     arch_of,
     for_hardware,
     get_family,
-    torch_family,
 )
 from ringsim.timer.machine.hardware import Hardware, check_dtype
 
-__all__ = [  # the kernel families live in ringsim.timer.machine.families
-    "ARCH_OF_PREFIX",
+__all__ = [
     "BENCHMARK_CTAS",
     "CALL_PASSES",
-    "CUDNN",
-    "FA2",
-    "FA3",
     "HBM_FRACTION",
-    "IDEAL",
-    "KERNELS",
     "MASKS",
-    "MERGES",
-    "SMS",
-    "TRITON",
-    "Curve",
-    "KernelFamily",
     "TileWork",
-    "arch_of",
     "attention_call_seconds",
     "call_bytes",
-    "for_hardware",
-    "get_family",
     "kind_rate",
     "tile_work",
-    "torch_family",
 ]
 
 MASKS = ("full", "causal-diagonal", "offset-causal", "zigzag-half", "documents")
@@ -134,9 +108,13 @@ def tile_work(q: int, k: int, mask: str, tile: tuple[int, int], visible: float |
 
 def _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dtype, pass_, mask):
     for name, value in (
-        ("q_tokens", q_tokens), ("k_tokens", k_tokens), ("heads", heads),
-        ("kv_heads", kv_heads), ("head_dim", head_dim), ("batch", batch),
-    ):  # fmt: skip
+        ("q_tokens", q_tokens),
+        ("k_tokens", k_tokens),
+        ("heads", heads),
+        ("kv_heads", kv_heads),
+        ("head_dim", head_dim),
+        ("batch", batch),
+    ):
         check_positive_int(name, value)
     check_dtype(dtype)
     if pass_ not in CALL_PASSES:
@@ -150,8 +128,9 @@ def _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dt
         )
 
 
-def call_bytes(q: int, k: int, heads: int, kv_heads: int, head_dim: int, dtype: str,
-               pass_: str, batch: int = 1) -> float:  # fmt: skip
+def call_bytes(
+    q: int, k: int, heads: int, kv_heads: int, head_dim: int, dtype: str, pass_: str, batch: int = 1
+) -> float:
     """HBM bytes one call moves at least: forward reads ``Q, K, V`` and writes ``O`` and the
     fp32 ``lse``; backward reads ``Q, K, V, O, dO, lse``, writes ``dQ, dK, dV`` and round-trips
     the fp32 ``dQ`` accumulator."""
@@ -192,16 +171,18 @@ def attention_call_seconds(
     if family.ideal:
         if visible is None:
             visible = _visible_fraction(q_tokens, k_tokens, mask)
-        flops = attention_flops(q_tokens, k_tokens, heads, head_dim, work=visible, pass_=pass_,
-                                batch=batch)  # fmt: skip
+        flops = attention_flops(
+            q_tokens, k_tokens, heads, head_dim, work=visible, pass_=pass_, batch=batch
+        )
         return flops / rate
     tile = family.tile if tile is None else _check_tile(tile)
     curve = family.curve(hardware, pass_)
     if "cpu" in {arch for arch, _ in family.curves}:  # HostClock.block's calibrated rule
         if visible is None:
             visible = _visible_fraction(q_tokens, k_tokens, mask)
-        flops = attention_flops(q_tokens, k_tokens, heads, head_dim, work=visible, pass_=pass_,
-                                batch=batch)  # fmt: skip
+        flops = attention_flops(
+            q_tokens, k_tokens, heads, head_dim, work=visible, pass_=pass_, batch=batch
+        )
         masked = curve.masked_speed if mask != "full" and mask != "zigzag-half" else 1.0
         return family.call_overhead_s + flops / (rate * masked)
     work = tile_work(q_tokens, k_tokens, mask, tile, visible)

@@ -66,13 +66,10 @@ import math
 from collections.abc import Callable
 
 from ringsim.checks import check_positive_int
-from ringsim.timer.cost import DTYPE_BYTES, kv_block_bytes, partial_bytes
+from ringsim.timer.cost import DTYPE_BYTES
 from ringsim.timer.machine.hardware import Hardware, check_dtype, get_hardware
 from ringsim.timer.step.frameworks import Framework, default_framework, get_framework
-
-# MODELS and the paper's table are re-exported: they lived here before the split
-from ringsim.timer.step.models import MODELS, ModelSpec, get_model  # noqa: F401
-from ringsim.timer.studies.published import PAPER_PRESETS, PAPER_TABLE, PAPER_TABLE_SOURCE  # noqa: F401
+from ringsim.timer.step.models import ModelSpec, get_model
 
 METHODS = ("vanilla", "memory_efficient", "blockwise", "ring", "ulysses")
 
@@ -87,8 +84,6 @@ KERNEL_CHUNK = 512
 
 TOKEN_UNIT = 256
 """Contexts are reported as multiples of 256 tokens per host sharing the sequence."""
-
-WORKING_SET_PASSES = ("forward", "backward", "train-step", "decode")
 
 
 def _check_dtype(dtype: object) -> int:
@@ -269,181 +264,3 @@ def memory_report(
         "bytes_per_host": parts,
         "total_bytes_per_host": sum(parts.values()),
     }
-
-
-# -- the attention layer's working set on one ring host -------------------------------------
-def attention_working_set_bytes(
-    block_tokens: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    dtype: str,
-    *,
-    pass_: str = "forward",
-    batch: int = 1,
-) -> float:
-    """Bytes the attention layer holds on one ring host with a block of ``c = block_tokens``.
-
-    With ``H`` heads, ``H_kv`` key/value heads, head dim ``d``, element size ``e``:
-
-    * forward: q block ``cHde`` + output ``cHde`` + fp32 accumulators (acc ``4cHd``, row_max
-      and row_sum ``4cH`` each) + the current and the incoming key/value block
-      (``2 * kv_block_bytes``: ``2 c H_kv d e`` each).
-    * backward (and a training step, whose peak is the backward): q, out, dout (``3cHde``),
-      lse (``4cH``), the fp32 dq accumulator (``4cHd``), and the current and incoming block,
-      each carrying k, v, dk, dv (``2 * kv_block_bytes(pass_="backward")``).
-    * decode (``ringsim.numerics.decode``: the cache stays put, partials are tree-merged): the
-      host's
-      cache shard of ``c`` tokens (``2 c H_kv d e``), the one query token and its output
-      (``2Hde``), and two partials (its own and the one it merges in: acc ``4Hd``, row_max and
-      row_sum ``4H`` each).
-
-    Everything is proportional to ``c``: doubling the hosts at a fixed sequence halves it.
-    """
-    c = check_positive_int("block_tokens", block_tokens)
-    heads = check_positive_int("heads", heads)
-    kv_heads = check_positive_int("kv_heads", kv_heads)
-    head_dim = check_positive_int("head_dim", head_dim)
-    batch = check_positive_int("batch", batch)
-    e = _check_dtype(dtype)
-    if pass_ not in WORKING_SET_PASSES:
-        raise ValueError(f"pass must be one of {', '.join(WORKING_SET_PASSES)}, got {pass_!r}")
-    q_like = c * heads * head_dim * e  # q, out or dout block
-    row_stat = c * heads * 4  # one fp32 number per query row and head
-    acc = c * heads * head_dim * 4
-    if pass_ == "forward":  # the accumulators are a Partial of c rows
-        kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
-        per_seq = 2 * q_like + partial_bytes(heads, head_dim, tokens=c) + 2 * kv
-    elif pass_ in ("backward", "train-step"):
-        kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="backward", batch=1)
-        per_seq = 3 * q_like + row_stat + acc + 2 * kv
-    else:
-        cache = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
-        per_seq = cache + 2 * heads * head_dim * e + 2 * partial_bytes(heads, head_dim)
-    return float(batch * per_seq)
-
-
-def _check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_):
-    for name, value in (
-        ("seq_len", seq_len),
-        ("hosts", hosts),
-        ("heads", heads),
-        ("kv_heads", kv_heads),
-        ("head_dim", head_dim),
-        ("batch", batch),
-    ):
-        check_positive_int(name, value)
-    if pass_ not in ("forward", "backward"):
-        raise ValueError(f"pass must be forward or backward for the peers, got {pass_!r}")
-
-
-def ulysses_working_set_bytes(
-    seq_len: int,
-    hosts: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    dtype: str,
-    *,
-    pass_: str = "forward",
-    batch: int = 1,
-) -> float:
-    """Bytes the attention layer holds on one Ulysses host (``ringsim.timer.strategies.peers``).
-
-    The host owns ``c = N / P`` tokens of every head; after the all-to-all it holds all ``N``
-    tokens of ``ceil(H / P)`` query heads and ``ceil(H_kv / P)`` key/value heads. Peak:
-
-    * forward: its own q/k/v shard (``c (H + 2H_kv) d e``, the send buffer) plus the received
-      head shard (``N (H' + 2H'_kv) d e``), the head-sharded output and lse
-      (``N H' d e + 4 N H'``).
-    * backward: the head-sharded q, k, v, out, dout (``N (3H' + 2H'_kv) d e``), lse, the fp32 dq
-      accumulator (``4 N H' d``) and dk, dv (``2 N H'_kv d e``), plus the own-shard buffer of
-      q, k, v, dout (``c (2H + 2H_kv) d e``).
-
-    Every term is proportional to ``N / P`` while ``P`` divides the heads.
-    """
-    _check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_)
-    e = _check_dtype(dtype)
-    n, c = seq_len, seq_len / hosts
-    h_here, kv_here = math.ceil(heads / hosts), math.ceil(kv_heads / hosts)
-    if pass_ == "forward":
-        own = c * (heads + 2 * kv_heads) * head_dim * e
-        gathered = n * (h_here + 2 * kv_here) * head_dim * e
-        out = n * h_here * head_dim * e + 4 * n * h_here
-        per_seq = own + gathered + out
-    else:
-        own = c * (2 * heads + 2 * kv_heads) * head_dim * e
-        sharded = n * (3 * h_here + 2 * kv_here) * head_dim * e + 4 * n * h_here
-        grads = 4 * n * h_here * head_dim + 2 * n * kv_here * head_dim * e
-        per_seq = own + sharded + grads
-    return float(batch * per_seq)
-
-
-def allgather_working_set_bytes(
-    seq_len: int,
-    hosts: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    dtype: str,
-    *,
-    pass_: str = "forward",
-    batch: int = 1,
-) -> float:
-    """Bytes the attention layer holds on one all-gather (Llama 3 context-parallel) host.
-
-    The host keeps its ``c = N / P`` queries and gathers the keys and values of **all** ``N``
-    tokens, so the dominant term grows with ``N``, not ``N / P``:
-
-    * forward: q and out (``2 c H d e``), lse (``4cH``), all keys and values
-      (``kv_block_bytes(N)`` = ``2 N H_kv d e``).
-    * backward: q, out, dout (``3 c H d e``), lse, the fp32 dq accumulator (``4 c H d``), and all
-      keys and values with their dk, dv partial sums before the reduce-scatter
-      (``kv_block_bytes(N, pass_="backward")``).
-    """
-    _check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_)
-    e = _check_dtype(dtype)
-    c = seq_len / hosts
-    q_like = c * heads * head_dim * e
-    lse = 4 * c * heads
-    everything = kv_block_bytes(seq_len, kv_heads, head_dim, dtype, pass_=pass_, batch=1)
-    if pass_ == "forward":
-        per_seq = 2 * q_like + lse + everything
-    else:
-        per_seq = 3 * q_like + lse + 4 * c * heads * head_dim + everything
-    return float(batch * per_seq)
-
-
-# -- the paper's measured maximum contexts (ringsim.timer.studies.published), for comparison ----
-def paper_comparison(*, dtype: str = "fp32", framework: str | Framework = "none") -> list[dict]:
-    """The paper's Table 3 rows that have a preset, with our predicted contexts beside them.
-
-    Each row: ``hardware``, ``hosts``, ``model``, ``paper_k`` and ``ours_k`` ({method: x1e3
-    tokens}) and ``ratio`` (ours / paper). ``fp32`` by default: the paper's GPU runs were fp32.
-    ``framework="none"`` is the pure tensor bound; ``"jax"`` is how the paper's code ran.
-    """
-    rows = []
-    for row in PAPER_TABLE:
-        preset = PAPER_PRESETS.get(row["hardware"])
-        if preset is None:
-            continue
-        hw = get_hardware(preset)
-        ours = {
-            method: max_context(
-                method, row["model"], hw, row["hosts"], dtype=dtype, framework=framework
-            )
-            / 1000
-            for method in row["max_context_k"]
-        }
-        rows.append(
-            {
-                "hardware": row["hardware"],
-                "preset": preset,
-                "hosts": row["hosts"],
-                "model": row["model"],
-                "paper_k": row["max_context_k"],
-                "ours_k": ours,
-                "ratio": {k: ours[k] / v for k, v in row["max_context_k"].items()},
-            }
-        )
-    return rows

@@ -1,4 +1,15 @@
-"""The double ring (LoongTrain): inner rings inside a node, an outer ring across nodes.
+"""The double ring (LoongTrain, Gu et al., arXiv 2406.18485; InternEvo's ``window_size``):
+inner rings inside a node, an outer ring across nodes.
+
+The ring group is cut into inner rings of ``window`` consecutive members (one node's worth by
+default). The pass runs ``R / window`` **rounds**; in each, every inner ring runs a ring pass
+of ``window`` steps (the ring engines, rules unchanged) over the blocks it holds, while every
+host sends the block it started the round with to the same slot of the next inner ring (the
+**outer ring**), so all NICs work at once and each outer hop has a whole round of compute to
+hide behind. A round starts on a host when it finished the previous round and the outer block
+has arrived. Backward: the outer ring also carries each round's ``dk, dv`` (home from the
+inner ring) to the next inner ring, where they accumulate, and the last round's sum goes
+home; a host is done when it has arrived. ``window = R`` is the flat ring, bit for bit.
 
 One ring group of ``R`` ranks (``members``, in ring order) is cut into ``R / w`` inner rings of
 ``w`` consecutive members. Ring slot ``k w + i`` is slot ``i`` of inner ring ``k``. In round
@@ -10,7 +21,7 @@ the work is the ring's, only visited in another order. Meanwhile the outer ring 
 of inner ring ``k`` to slot ``i`` of ring ``k + 1``) carries the round's first block on, for
 the next round; backward, after the round it also carries that block's ``dk, dv``
 (accumulated by the inner ring and returned to the host) to where they are summed next, and
-after the last round home. ``ringsim.timer.strategies.hybrid`` states the rules in words.
+after the last round home.
 """
 
 from __future__ import annotations
@@ -19,11 +30,16 @@ from collections import Counter
 
 import numpy as np
 
+from ringsim.timer.cost import kv_block_bytes
 from ringsim.timer.engine.clock import Costs, HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.engines import RING_ENGINES
+from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.strategies.base import Strategy
+from ringsim.timer.strategies.frame import run_two_level, two_level_memory
 from ringsim.timer.strategies.pieces import Piece
+from ringsim.timer.strategies.ring import ring_working_set
 
 
 class _RoundSchedule:
@@ -139,9 +155,13 @@ def double_ring(
 
             schedule = _RoundSchedule(inner, step_work, step_kind, step_relation)
             RING_ENGINES[engine](
-                schedule, costs.ring_rows(schedule), config.overlap, ready[hosts].copy(),
-                inner_free[hosts].copy(), emit,
-            )  # fmt: skip
+                schedule,
+                costs.ring_rows(schedule),
+                config.overlap,
+                ready[hosts].copy(),
+                inner_free[hosts].copy(),
+                emit,
+            )
             flops += costs.flops_total
             rs = slice(base, base + w)
             a = part.a
@@ -203,3 +223,35 @@ def cluster_hosts(groups: list[list[int]]) -> int:
 
 def _speed(config: RingConfig):
     return 1.0 if config.speed is None else np.asarray(config.speed)
+
+
+class DoubleRing(Strategy):
+    name = "double-ring"
+    description = "inner rings inside a node, an outer ring across nodes (LoongTrain)"
+
+    def run(self, config, grid, cluster, window, engine) -> StrategyResult:
+        def double_rings(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
+            done = [
+                double_ring(c, g, groups, cluster, window, engine)
+                for c, g in zip(configs, groups, strict=True)
+            ]
+            return [p for p, _ in done], sum(f for _, f in done)
+
+        memory = self.working_set_bytes(config, grid.ulysses)
+        return run_two_level(
+            config,
+            grid,
+            cluster,
+            double_rings,
+            strategy=self.name,
+            memory_bytes=memory,
+            engine=engine,
+        )
+
+    def working_set_bytes(self, config: RingConfig, ulysses_degree: int = 1) -> float:
+        """A ring host's, plus one more block: the one the outer ring carries."""
+        U = ulysses_degree
+        R = config.hosts // U
+        shape = (config.seq_len // R, config.kv_heads // U, config.head_dim, config.dtype)
+        outer = kv_block_bytes(*shape, pass_=config.pass_, batch=config.batch)
+        return two_level_memory(config, U, lambda: ring_working_set(config, U) + outer)

@@ -7,7 +7,7 @@ every Ulysses degree ``U`` that divides ``P`` and the key/value heads, both plac
 Ulysses groups inside nodes or across them), and every layout (causal: ``zigzag``,
 ``striped``, ``contiguous``; Ulysses' compute has no layout). The ring block is ``N / R``
 tokens, so the degrees choose the block size. It drops the candidates whose bytes per host do
-not fit the device, and times the rest on the cluster (``ringsim.timer.strategies.hybrid``).
+not fit the device, and times the rest on the cluster (``ringsim.timer.strategies``).
 
 One candidate's time, per transformer layer (every host runs all layers on its ``c = N / P``
 tokens): the attention layer's forward and, for training, backward pass (each timed as one
@@ -20,7 +20,7 @@ modelled: activation recomputation, the data-parallel/FSDP traffic of weights an
 
 Memory (``bytes_per_host``): ``ringsim.timer.step.memory.bytes_per_host`` for the model states
 (FSDP over all ``P`` hosts), the gathered layer, the layer-input checkpoints and the logits of
-``c`` tokens, and the strategy's own attention working set (``hybrid_memory_bytes``: the
+``c`` tokens, and the strategy's own attention working set (``Strategy.working_set_bytes``: the
 ring's block and the one in flight, Ulysses' gathered heads, all-gather's full k, v) in place
 of the ring's. For inference prefill: the bf16 weights over ``P`` hosts, the key/value cache
 of ``c`` tokens in every layer, and the forward working set.
@@ -36,9 +36,9 @@ from ringsim.grid import check_ulysses_degree
 from ringsim.timer.cost import DTYPE_BYTES, ffn_flops, projection_flops
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.machine.topology import Cluster
-from ringsim.timer.step.memory import ModelSpec, bytes_per_host, get_model
-from ringsim.timer.strategies.hybrid import hybrid_memory_bytes
-from ringsim.timer.strategies.peers import simulate_strategy
+from ringsim.timer.step.memory import bytes_per_host
+from ringsim.timer.step.models import ModelSpec, get_model
+from ringsim.timer.strategies import get_strategy, simulate_strategy
 
 MODES = ("train", "prefill")
 CAUSAL_LAYOUTS = ("zigzag", "striped", "contiguous")
@@ -216,12 +216,8 @@ def _base_config(m, seq_len, hosts, cluster, causal, dtype, batch, implementatio
         d_model=m.d_model,
         ffn=m.ffn_hidden,
         layout="contiguous",
+        implementation=implementation,
     )
-    known = {f.name for f in dataclasses.fields(RingConfig)}
-    if "implementation" in known:
-        fields["implementation"] = implementation
-    elif implementation != "ideal":
-        raise ValueError(f"implementation must be ideal in this version, got {implementation!r}")
     return RingConfig(**fields)
 
 
@@ -229,8 +225,7 @@ def candidate_bytes(m: ModelSpec, base: RingConfig, cand: Candidate, mode: str) 
     """Bytes on one host for ``cand`` (the module docstring's accounting)."""
     pass_ = "backward" if mode == "train" else "forward"
     cfg = base.replace(pass_=pass_, layout=cand.layout)
-    method = {"ring": "ring", "hybrid": "ring", "ulysses": "ring"}.get(cand.strategy, cand.strategy)
-    attention = hybrid_memory_bytes(cfg, cand.ulysses_degree, method)
+    attention = get_strategy(cand.strategy).working_set_bytes(cfg, cand.ulysses_degree)
     e, c, P = DTYPE_BYTES[base.dtype], base.block_tokens, base.hosts
     if mode == "prefill":
         weights = e * m.params / P

@@ -143,8 +143,13 @@ def _zhuzilin_its_rows(table: str) -> list[Published]:
         for (variant, layout), value in zip(ZHUZILIN_LAYOUTS.items(), rings, strict=True):
             variants[variant] = (layout, value)
         for variant, (layout, value) in variants.items():
-            config = {**base, "hardware": ZHUZILIN_HARDWARE[gpu], "pass": pass_,
-                      "layout": layout, "variant": variant}  # fmt: skip
+            config = {
+                **base,
+                "hardware": ZHUZILIN_HARDWARE[gpu],
+                "pass": pass_,
+                "layout": layout,
+                "variant": variant,
+            }
             what = "one GPU, the 8K local sequence" if layout is None else "the 8-GPU ring"
             rows.append(
                 Published(
@@ -384,7 +389,15 @@ def _ring_t3_rows() -> list[Published]:
 
 DATASET: tuple[Published, ...] = tuple(
     [row for t in ZHUZILIN_TABLES for row in _zhuzilin_rows(t) + _zhuzilin_its_rows(t)]
-    + _striped_rows() + _ring_t2_rows() + _ring_t3_rows()
-)  # fmt: skip
-EXPERIMENTS = (*(name for t in ZHUZILIN_TABLES for name in (t, f"{t}-its")), "striped-t3",
-               "striped-t4", "striped-t5", "ring-t2", "ring-t3")  # fmt: skip
+    + _striped_rows()
+    + _ring_t2_rows()
+    + _ring_t3_rows()
+)
+EXPERIMENTS = (
+    *(name for t in ZHUZILIN_TABLES for name in (t, f"{t}-its")),
+    "striped-t3",
+    "striped-t4",
+    "striped-t5",
+    "ring-t2",
+    "ring-t3",
+)

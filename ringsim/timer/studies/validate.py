@@ -13,7 +13,6 @@ predicted with the ideal model and says so in ``implementation``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable
 
@@ -22,90 +21,54 @@ import numpy as np
 from ringsim.timer.cost import overlap_threshold
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.run import simulate
+from ringsim.timer.machine.families import get_family
 from ringsim.timer.machine.hardware import get_hardware
+from ringsim.timer.machine.kernel_model import attention_call_seconds, kind_rate
+from ringsim.timer.step.frameworks import Framework
 from ringsim.timer.step.memory import max_context
-from ringsim.timer.studies.published import DATASET, EXPERIMENTS, SHARE_EXPERIMENTS, Published
+from ringsim.timer.studies.published import (
+    DATASET,
+    EXPERIMENTS,
+    PAPER_PRESETS,
+    PAPER_TABLE,
+    SHARE_EXPERIMENTS,
+    Published,
+)
 
 RING_BLOCKS = 6
 """The Ring Attention paper's minimal sequence per device is ``6c``: six blocks resident (q,
 current k and v, incoming k and v, output; Sec. 3 and ``ringsim.timer.step.memory``)."""
 
 
-def _config_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(RingConfig)}
-
-
-def supports(field: str) -> bool:
-    """Whether ``RingConfig`` has ``field`` (the real-implementation timer adds some)."""
-    return field in _config_fields()
-
-
-def known_implementations() -> tuple[str, ...]:
-    """``ideal`` and the kernel families of the real-implementation timer, where it exists."""
-    if not supports("implementation"):
-        return ("ideal",)
-    from ringsim.timer.machine import families
-
-    return ("ideal", *(k for k in families.KERNELS if k != "ideal"))
-
-
 def _implementation(wanted: str, override: str | None) -> str:
-    """The kernel family a row runs with: ``override`` if given (it must exist), else the
-    row's own, else ``ideal`` when this timer has no real implementations."""
-    known = known_implementations()
-    if override is not None:
-        if override not in known:
-            raise ValueError(f"implementation must be one of {', '.join(known)}, got {override!r}")
-        return override
-    return wanted if wanted in known else "ideal"
+    """The kernel family a row runs with: ``override`` if given, else the row's own."""
+    return wanted if override is None else get_family(override).name
 
 
 def _ring(**fields) -> RingConfig:
-    """A ``RingConfig`` with the fields this timer supports: a rectangular ``tile`` becomes
-    ``tile`` x ``tile_n`` where the timer has ``tile_n``, else its query side."""
-    known = _config_fields()
-    if fields.get("implementation") == "ideal" or "implementation" not in known:
-        fields.pop("implementation", None)
+    """A ``RingConfig``; a rectangular ``tile`` ``(M, N)`` becomes ``tile`` x ``tile_n``."""
     tile = fields.get("tile")
     if isinstance(tile, tuple):
-        fields["tile"] = tile[0]
-        if "tile_n" in known:
-            fields["tile_n"] = tile[1]
-    return RingConfig(**{k: v for k, v in fields.items() if k in known})
+        fields["tile"], fields["tile_n"] = tile
+    return RingConfig(**fields)
 
 
 def single_call_seconds(pass_: str, hosts_local: int, impl: str, hw, c: dict) -> float:
-    """One flash-attention call on one GPU's ``hosts_local`` causal tokens: the kernel model's
-    ``attention_call_seconds`` where it exists, else a one-host ring (the same single call)."""
-    if supports("implementation"):
-        from ringsim.timer.machine.kernel_model import attention_call_seconds
-
-        return attention_call_seconds(
-            impl,
-            hw,
-            q_tokens=hosts_local,
-            k_tokens=hosts_local,
-            heads=c["heads"],
-            kv_heads=c["kv_heads"],
-            head_dim=c["head_dim"],
-            dtype=c["dtype"],
-            pass_=pass_,
-            mask="causal-diagonal",
-            batch=c["batch"],
-        )
-    config = RingConfig(
-        hosts=1,
-        seq_len=hosts_local,
-        hardware=hw,
+    """One flash-attention call on one GPU's ``hosts_local`` causal tokens (the kernel
+    model's ``attention_call_seconds``)."""
+    return attention_call_seconds(
+        impl,
+        hw,
+        q_tokens=hosts_local,
+        k_tokens=hosts_local,
         heads=c["heads"],
         kv_heads=c["kv_heads"],
         head_dim=c["head_dim"],
         dtype=c["dtype"],
-        batch=c["batch"],
-        causal=True,
         pass_=pass_,
+        mask="causal-diagonal",
+        batch=c["batch"],
     )
-    return _seconds(config)
 
 
 def _seconds(config: RingConfig) -> float:
@@ -116,11 +79,53 @@ def _passes(pass_: str) -> tuple[str, ...]:
     return ("forward", "backward") if pass_ == "forward+backward" else (pass_,)
 
 
+# -- the paper's measured maximum contexts (Table 3), beside the memory model's -------------
+def paper_comparison(*, dtype: str = "fp32", framework: str | Framework = "none") -> list[dict]:
+    """The paper's Table 3 rows that have a preset, with our predicted contexts beside them.
+
+    Each row: ``hardware``, ``hosts``, ``model``, ``paper_k`` and ``ours_k`` ({method: x1e3
+    tokens}) and ``ratio`` (ours / paper). ``fp32`` by default: the paper's GPU runs were fp32.
+    ``framework="none"`` is the pure tensor bound; ``"jax"`` is how the paper's code ran.
+    """
+    rows = []
+    for row in PAPER_TABLE:
+        preset = PAPER_PRESETS.get(row["hardware"])
+        if preset is None:
+            continue
+        hw = get_hardware(preset)
+        ours = {
+            method: max_context(
+                method, row["model"], hw, row["hosts"], dtype=dtype, framework=framework
+            )
+            / 1000
+            for method in row["max_context_k"]
+        }
+        rows.append(
+            {
+                "hardware": row["hardware"],
+                "preset": preset,
+                "hosts": row["hosts"],
+                "model": row["model"],
+                "paper_k": row["max_context_k"],
+                "ours_k": ours,
+                "ratio": {k: ours[k] / v for k, v in row["max_context_k"].items()},
+            }
+        )
+    return rows
+
+
 # -- the experiments ------------------------------------------------------------------------
 def _zhuzilin_common(c: dict, impl: str) -> dict:
-    return dict(hardware=get_hardware(c["hardware"]), heads=c["heads"], kv_heads=c["kv_heads"],
-                head_dim=c["head_dim"], dtype=c["dtype"], batch=c["batch"], causal=c["causal"],
-                implementation=impl)  # fmt: skip
+    return dict(
+        hardware=get_hardware(c["hardware"]),
+        heads=c["heads"],
+        kv_heads=c["kv_heads"],
+        head_dim=c["head_dim"],
+        dtype=c["dtype"],
+        batch=c["batch"],
+        causal=c["causal"],
+        implementation=impl,
+    )
 
 
 def _zhuzilin_seconds(c: dict, impl: str) -> tuple[float, float]:
@@ -131,8 +136,15 @@ def _zhuzilin_seconds(c: dict, impl: str) -> tuple[float, float]:
     ring = single = 0.0
     for pass_ in _passes(c["pass"]):
         if c.get("layout") is not None:
-            ring += _seconds(_ring(hosts=c["hosts"], seq_len=c["seq_len"], layout=c["layout"],
-                                   pass_=pass_, **common))  # fmt: skip
+            ring += _seconds(
+                _ring(
+                    hosts=c["hosts"],
+                    seq_len=c["seq_len"],
+                    layout=c["layout"],
+                    pass_=pass_,
+                    **common,
+                )
+            )
         single += single_call_seconds(pass_, local, impl, common["hardware"], c)
     return ring, single
 
@@ -202,12 +214,9 @@ def predict_striped(row: Published, implementation: str | None = None) -> tuple[
         tile=tuple(c["tile"]),
         implementation=impl,
     )
-    if supports("attention_flops"):  # TF32 attention beside bf16 matmuls (A100)
-        from ringsim.timer.machine.kernel_model import kind_rate
-
-        fields["attention_flops"] = kind_rate(fields["hardware"], c["attention_dtype"])
-    if supports("recompute"):
-        fields["recompute"] = c["recompute"]
+    # TF32 attention beside bf16 matmuls (A100)
+    fields["attention_flops"] = kind_rate(fields["hardware"], c["attention_dtype"])
+    fields["recompute"] = c["recompute"]
     ring = _seconds(_ring(layout="contiguous", **fields))
     striped = _seconds(_ring(layout="striped", **fields))
     return ring / striped, impl

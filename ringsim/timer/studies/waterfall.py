@@ -11,7 +11,6 @@ from dataclasses import replace
 
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.run import simulate
-from ringsim.timer.machine.kernel_model import for_hardware, get_family
 
 WATERFALL_TERMS = (
     "ideal ring",
@@ -33,7 +32,7 @@ def waterfall(config: RingConfig) -> list[tuple[str, float]]:
     * + collective contention: NCCL-like transfers (protocol, achieved bandwidth) and the SMs
       they take from compute;
     * + launch overhead: the fixed cost of each kernel call and elementwise op."""
-    family = for_hardware(get_family(config.implementation), config.hardware)
+    family = config.family
     bare = replace(
         family,
         merge="none",

@@ -1,0 +1,140 @@
+"""Attention work turned into seconds, the same way for every strategy.
+
+A strategy says *what* each host computes as a plan: the blocks of some ring steps
+(``BlockSteps``: the all-gather's own block and the rest), or one call over a whole sequence
+(``FullSequence``: Ulysses' heads). ``HostClock.attention`` turns a plan into ``(P,)``
+seconds: under the ``ideal`` family, the plan's FLOPs at the attention rate (the paper's
+model); under a real family, each kernel call the plan makes (``plan.seconds(config,
+steps)``, with the run's ``StepModel``: the layout's call per block), timed by ``CallTimer``,
+this run's one door to ``ringsim.timer.machine.kernel_model.attention_call_seconds``; the
+ring's own steps go through the same door with their merges (``StepModel.seconds``). So
+``--implementation`` means the same thing for the ring, Ulysses and all-gather, and no
+strategy divides FLOPs by a peak rate itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ringsim.grid import heads_per_host
+from ringsim.schedule import Schedule
+from ringsim.timer.cost import attention_flops
+from ringsim.timer.machine.kernel_model import attention_call_seconds
+
+
+class CallTimer:
+    """Seconds of one attention call of this run (its family, hardware, tile, dtype, head dim,
+    batch and attention rate), cached by the call's shape: a run makes few distinct calls."""
+
+    def __init__(self, config):
+        self.config = config
+        family, kernel = config.family, config.kernel
+        M = kernel.tile if kernel.tile is not None else family.tile[0]
+        N = kernel.tile_n if kernel.tile_n is not None else (kernel.tile or family.tile[1])
+        self.tile = (M, N)
+        self.cache: dict[tuple, float] = {}
+
+    def seconds(
+        self,
+        pass_: str,
+        q_tokens: int,
+        k_tokens: int,
+        mask: str,
+        visible: float | None = None,
+        *,
+        heads: int | None = None,
+        kv_heads: int | None = None,
+    ) -> float:
+        """One call of ``q_tokens`` queries on ``k_tokens`` keys under ``mask`` (``visible``: the
+        fraction computed, for ``"documents"``), on ``heads``/``kv_heads`` (default the
+        run's)."""
+        cfg = self.config
+        heads = cfg.heads if heads is None else heads
+        kv_heads = cfg.kv_heads if kv_heads is None else kv_heads
+        key = (pass_, q_tokens, k_tokens, mask, visible, heads, kv_heads)
+        if key not in self.cache:
+            self.cache[key] = attention_call_seconds(
+                cfg.family,
+                cfg.hardware,
+                q_tokens=q_tokens,
+                k_tokens=k_tokens,
+                heads=heads,
+                kv_heads=kv_heads,
+                head_dim=cfg.head_dim,
+                dtype=cfg.dtype,
+                pass_=pass_,
+                mask=mask,
+                tile=self.tile,
+                batch=cfg.batch,
+                visible=visible if mask == "documents" else None,
+                peak=cfg.attention_rate,
+            )
+        return self.cache[key]
+
+
+@dataclass(frozen=True)
+class BlockSteps:
+    """The blocks a ring schedule gives each host at ``steps``, computed one kernel call per
+    block (the call its layout makes: ``ringsim.timer.engine.ring_steps.StepModel.call``),
+    without the merges between them."""
+
+    schedule: Schedule
+    steps: Iterable[int]
+
+    def flops(self, config) -> np.ndarray:
+        c = self.schedule.block_tokens
+        block = attention_flops(
+            c, c, config.heads, config.head_dim, pass_=self.schedule.pass_, batch=config.batch
+        )
+        return block * sum((self.schedule.work_at(s) for s in self.steps), np.zeros(config.hosts))
+
+    def seconds(self, config, steps) -> np.ndarray:
+        total = np.zeros(config.hosts)
+        for s in self.steps:
+            total += steps.attention_seconds(self.schedule, s)
+        return total
+
+
+@dataclass(frozen=True)
+class FullSequence:
+    """Every host attends all ``seq_len`` tokens of its own heads (Ulysses after its
+    all-to-all): one ``seq_len x seq_len`` call per host on ``heads_per_host`` query heads and
+    their key/value heads. ``visible`` is the fraction of pairs the mask leaves (the ideal
+    model's count: the contiguous schedule's mean block work)."""
+
+    seq_len: int
+    causal: bool
+    visible: float
+    pass_: str
+
+    def flops(self, config) -> np.ndarray:
+        return np.array(
+            [
+                attention_flops(
+                    self.seq_len,
+                    self.seq_len,
+                    int(h),
+                    config.head_dim,
+                    work=self.visible,
+                    pass_=self.pass_,
+                    batch=config.batch,
+                )
+                for h in heads_per_host(config.heads, config.hosts)
+            ]
+        )
+
+    def seconds(self, config, steps) -> np.ndarray:
+        calls = steps.calls
+        mask = "causal-diagonal" if self.causal else "full"
+        heads = heads_per_host(config.heads, config.hosts)
+        kv_heads = np.maximum(heads_per_host(config.kv_heads, config.hosts), 1)
+        N = self.seq_len
+        return np.array(
+            [
+                calls.seconds(self.pass_, N, N, mask, heads=int(h), kv_heads=int(kv))
+                for h, kv in zip(heads, kv_heads, strict=True)
+            ]
+        )

@@ -1,0 +1,152 @@
+"""All-gather context parallelism (the context parallelism used to train Llama 3, arXiv
+2407.21783 Sec. 3.3.2): every host gathers the keys and values of all ``N`` tokens, then
+attends its own ``c`` queries to them.
+
+Each ring group (``U = 1``: all hosts) all-gathers k, v while computing the one block it
+already holds, its own; then it computes the rest, the blocks of every other host (layout
+``zigzag`` balances the causal work). Both are ``BlockSteps`` plans: the blocks the ring
+schedule gives the host, one kernel call each as a ring makes them, without the merges
+between them (a real implementation may make fewer, longer calls). Backward gathers k, v
+again, computes, and reduce-scatters ``dk, dv``. Memory per host ``~ N``: all keys and values.
+
+The all-gather and reduce-scatter are rings of ``P - 1`` hops of one ``c``-token block each
+(``m alpha + M / B``, as every collective here), on the cluster's links.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ringsim.timer.cost import (
+    DTYPE_BYTES,
+    attention_flops,
+    grad_block_bytes,
+    hiding_block,
+    kv_block_bytes,
+)
+from ringsim.timer.engine.attention import BlockSteps
+from ringsim.timer.engine.clock import HostClock
+from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.result import StrategyResult
+from ringsim.timer.machine.hardware import check_dtype
+from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.strategies.base import Strategy, check_layer_args
+from ringsim.timer.strategies.frame import collective, run_two_level, two_level_memory
+from ringsim.timer.strategies.pieces import Piece
+
+
+class AllGather(Strategy):
+    name = "allgather"
+    description = "all-gather every key and value, then attend the host's own queries"
+    flat = True  # at its default U = 1, every host gathers from every other
+
+    def run(self, config, grid, cluster, window, engine) -> StrategyResult:
+        def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
+            links = cluster.allgather_links(groups, config.hosts)
+            done = [
+                allgather_group(c, (links[0][g], links[1][g]))
+                for c, g in zip(configs, groups, strict=True)
+            ]
+            return [p for p, _ in done], sum(f for _, f in done)
+
+        memory = self.working_set_bytes(config, grid.ulysses)
+        result = run_two_level(
+            config, grid, cluster, gathers, strategy=self.name, memory_bytes=memory, engine=engine
+        )
+        if grid.ulysses == 1 and config.overlap:
+            result.overlap_block = allgather_overlap_block(config)
+        return result
+
+    def working_set_bytes(self, config: RingConfig, ulysses_degree: int = 1) -> float:
+        U = ulysses_degree
+        R = config.hosts // U
+        args = (config.seq_len, R, config.heads // U, config.kv_heads // U, config.head_dim)
+        group = lambda: allgather_working_set_bytes(
+            *args, config.dtype, pass_=config.pass_, batch=config.batch
+        )
+        return two_level_memory(config, U, group)
+
+
+def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
+    """All-gather context parallelism on one group (``config.hosts`` ranks): gather k, v while
+    computing the own block, attend to the rest; backward reduce-scatters dk, dv."""
+    P, c = config.hosts, config.block_tokens
+    schedule = config.schedule()
+    own, rest = BlockSteps(schedule, (0,)), BlockSteps(schedule, tuple(range(1, P)))
+    kv = kv_block_bytes(c, config.kv_heads, config.head_dim, config.dtype, batch=config.batch)
+    clock = HostClock(config)
+    labels = ["all-gather k, v + own block", "attention to the gathered k, v"]
+    if config.pass_ == "backward":
+        labels.append("reduce-scatter dk, dv")
+    part = Piece(labels, P)
+    gather = clock.transfer((P - 1) * kv, P - 1, links)
+    gathered = np.full(P, collective(part, 0, np.zeros(P), gather))
+    a = part.a
+    own_start = np.zeros(P) if config.overlap else gathered
+    a["cs"][0], a["ce"][0] = own_start, own_start + clock.attention(own)
+    a["cs"][1] = np.maximum(a["ce"][0], gathered)
+    a["ce"][1] = a["cs"][1] + clock.attention(rest)
+    if config.pass_ == "backward":
+        grads = grad_block_bytes(
+            c,
+            config.kv_heads,
+            config.head_dim,
+            config.dtype,
+            batch=config.batch,
+            grad_dtype=config.grad_dtype,
+        )
+        ready = np.full(P, a["ce"][1].max())
+        collective(part, 2, ready, clock.transfer((P - 1) * grads, P - 1, links))
+    return part, float(own.flops(config).sum() + rest.flops(config).sum())
+
+
+def allgather_overlap_block(config: RingConfig) -> float:
+    """Smallest ``c`` for which the host's own block (no mask) hides the whole all-gather.
+
+    ``4 c^2 H d / F >= (P - 1) (alpha + 2 c H_kv d e / B)`` (forward; a backward block computes
+    2.5 x that against the same gather): the ring's condition with ``P - 1`` blocks to hide
+    instead of one, so about ``(P - 1)`` times the ring's threshold. (The ideal model's rates.)
+    """
+    if config.hosts == 1:
+        return 0.0
+    hw, hops = config.hardware, config.hosts - 1
+    a = attention_flops(1, 1, config.heads, config.head_dim, pass_=config.pass_) / config.flops_rate
+    beta = hops * kv_block_bytes(1, config.kv_heads, config.head_dim, config.dtype)
+    beta /= hw.link_bandwidth
+    latency = hops * hw.link_latency / config.batch
+    return hiding_block(a, beta, latency)
+
+
+def allgather_working_set_bytes(
+    seq_len: int,
+    hosts: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    pass_: str = "forward",
+    batch: int = 1,
+) -> float:
+    """Bytes the attention layer holds on one all-gather (Llama 3 context-parallel) host.
+
+    The host keeps its ``c = N / P`` queries and gathers the keys and values of **all** ``N``
+    tokens, so the dominant term grows with ``N``, not ``N / P``:
+
+    * forward: q and out (``2 c H d e``), lse (``4cH``), all keys and values
+      (``kv_block_bytes(N)`` = ``2 N H_kv d e``).
+    * backward: q, out, dout (``3 c H d e``), lse, the fp32 dq accumulator (``4 c H d``), and all
+      keys and values with their dk, dv partial sums before the reduce-scatter
+      (``kv_block_bytes(N, pass_="backward")``).
+    """
+    check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_)
+    e = DTYPE_BYTES[check_dtype(dtype)]
+    c = seq_len / hosts
+    q_like = c * heads * head_dim * e
+    lse = 4 * c * heads
+    everything = kv_block_bytes(seq_len, kv_heads, head_dim, dtype, pass_=pass_, batch=1)
+    if pass_ == "forward":
+        per_seq = 2 * q_like + lse + everything
+    else:
+        per_seq = 3 * q_like + lse + 4 * c * heads * head_dim + everything
+    return float(batch * per_seq)

@@ -1,0 +1,124 @@
+"""What a strategy is, and the registry of them.
+
+A strategy is a way for ``P`` hosts to share one sequence's attention: the ring, Ulysses,
+all-gather context parallelism, Ulysses x ring (USP) and the double ring. Each is a
+``Strategy`` object in ``STRATEGIES``: it resolves its Ulysses degree ``U`` (``P = U x R``),
+times a run as a plan of kernel calls (``HostClock.attention``, or the ring engine's steps)
+and collectives (``HostClock.transfer`` on the cluster's links), and counts its attention
+working set on one host. Adding a strategy is one class and its tests; nothing else compares
+strategy names.
+"""
+
+from __future__ import annotations
+
+from ringsim.checks import check_positive_int
+from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
+from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.result import StrategyResult
+from ringsim.timer.machine.topology import Cluster
+
+PEER_PASSES = ("forward", "backward")
+"""The passes every strategy but the plain ring times (the ring also runs a training step and
+decode)."""
+
+
+class Strategy:
+    """One way to share a sequence's attention. Subclasses set ``name``, ``description``,
+    ``flat`` (at its default degree every host is in one group) and implement ``run`` and
+    ``working_set_bytes``."""
+
+    name: str = ""
+    description: str = ""
+    flat: bool = False
+    passes: tuple[str, ...] = PEER_PASSES
+
+    def degree(self, config: RingConfig, ulysses_degree: int | None) -> int:
+        """The Ulysses degree ``U`` this run uses (default 1), checked against the hosts and
+        heads (``ValueError`` naming it)."""
+        u = 1 if ulysses_degree is None else ulysses_degree
+        return check_ulysses_degree(config.hosts, config.kv_heads, u)
+
+    def simulate(
+        self,
+        config: RingConfig,
+        *,
+        ulysses_degree: int | None = None,
+        cluster: Cluster | None = None,
+        placement: str = "ulysses-inner",
+        window: int | None = None,
+        engine: str = "vectorized",
+    ) -> StrategyResult:
+        """Time ``config`` under this strategy on ``cluster`` (default: one node with an ideal
+        switch at the hardware's link), Ulysses groups placed by ``placement``; ``window``
+        sizes the double ring's inner rings."""
+        if not isinstance(config, RingConfig):
+            raise ValueError(f"config must be a RingConfig, got {config!r}")
+        U = self.degree(config, ulysses_degree)
+        if config.pass_ not in self.passes:
+            raise ValueError(
+                f"pass must be one of {', '.join(self.passes)} for strategy {self.name}, "
+                f"got {config.pass_!r}"
+            )
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+        P = config.hosts
+        cluster = Cluster.switch(config.hardware, P) if cluster is None else cluster
+        cluster.check_hosts(P)
+        if U > 1 and config.segment_ids is not None:
+            raise ValueError("segment_ids are not supported with ulysses_degree > 1")
+        return self.run(config, Grid(U, P // U, placement), cluster, window, engine)
+
+    def can_run(self, config: RingConfig) -> bool:
+        """Whether this strategy can run ``config`` at all (every one can but Ulysses past
+        its head cap)."""
+        return True
+
+    def run(
+        self, config: RingConfig, grid: Grid, cluster: Cluster, window: int | None, engine: str
+    ) -> StrategyResult:
+        raise NotImplementedError
+
+    def working_set_bytes(self, config: RingConfig, ulysses_degree: int = 1) -> float:
+        """The attention layer's working set on one host (bytes)."""
+        raise NotImplementedError
+
+    def label(self, ulysses_degree: int, ring_degree: int, placement: str) -> str:
+        """How a planner names one of this strategy's configurations."""
+        label = f"{self.name} U{ulysses_degree}xR{ring_degree}"
+        return label + (f" ({placement})" if ulysses_degree > 1 else "")
+
+
+STRATEGIES: dict[str, Strategy] = {}
+"""Every strategy, by name, in the order they were registered."""
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Add ``strategy`` to ``STRATEGIES`` (its ``name`` must be new)."""
+    if not strategy.name or strategy.name in STRATEGIES:
+        raise ValueError(f"a strategy needs a new name, got {strategy.name!r}")
+    STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+def get_strategy(strategy: str | Strategy) -> Strategy:
+    """The strategy called ``strategy`` (a ``Strategy`` is returned as is)."""
+    if isinstance(strategy, Strategy):
+        return strategy
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    return STRATEGIES[strategy]
+
+
+def check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_) -> None:
+    """The arguments of a peer's working-set count: positive sizes, a forward or backward."""
+    for name, value in (
+        ("seq_len", seq_len),
+        ("hosts", hosts),
+        ("heads", heads),
+        ("kv_heads", kv_heads),
+        ("head_dim", head_dim),
+        ("batch", batch),
+    ):
+        check_positive_int(name, value)
+    if pass_ not in PEER_PASSES:
+        raise ValueError(f"pass must be forward or backward for the peers, got {pass_!r}")

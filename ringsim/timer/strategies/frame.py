@@ -1,0 +1,228 @@
+"""The two-level frame: Ulysses all-to-alls around a sequence-parallel part (USP, arXiv
+2405.07719, Sec. 3), on a cluster.
+
+``P = U x R`` hosts form a grid (``ringsim.grid.Grid``). A **Ulysses group** of ``U`` hosts
+re-shards q, k, v by heads with an all-to-all (each host then holds ``H / U`` heads of the
+group's ``U c = N / R`` tokens), the ``R`` hosts holding the same heads form a **ring group**
+and run the strategy's sequence-parallel part on those heads (``inner``: a ring, an all-gather,
+a double ring), and a second all-to-all returns the output. ``placement`` says which groups
+are consecutive ranks (and so share a node): ``"ulysses-inner"`` puts rank ``j U + u`` at
+Ulysses slot ``u`` of ring slot ``j`` (the all-to-all inside a node, the ring across nodes:
+LoongTrain's ``head_first``), ``"ring-inner"`` the other way round. With ``R = 1`` the part is
+Ulysses' own: every host attends the whole sequence on its heads.
+
+Collectives and hops are timed on the cluster (``ringsim.timer.machine.topology``); without
+one, on one node with an ideal switch at the hardware's link. Every ring group starts its part
+when the slowest host has finished the first all-to-all, and the second all-to-all starts when
+the slowest ring group has finished (the all-to-alls synchronise).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ringsim.grid import Grid
+from ringsim.timer.cost import DTYPE_BYTES
+from ringsim.timer.engine.attention import FullSequence
+from ringsim.timer.engine.clock import HostClock
+from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.result import StrategyResult
+from ringsim.timer.engine.timeline import Timeline
+from ringsim.timer.machine.hardware import check_dtype
+from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.strategies.base import check_layer_args
+from ringsim.timer.strategies.pieces import Piece, place
+
+Inner = Callable[[list[RingConfig], list[list[int]], Cluster], tuple[list[Piece], float]]
+"""``inner(group_configs, ring_groups, cluster) -> (one Piece per group, FLOPs)``: a strategy's
+sequence-parallel part on every ring group at once (they share the cluster's links)."""
+
+
+def with_hops(config: RingConfig, bw: np.ndarray, lat: np.ndarray) -> RingConfig:
+    """``config`` with per-host hop links (unchanged when every hop is the hardware's link)."""
+    hardware = config.hardware
+    if np.all(bw == hardware.link_bandwidth) and np.all(lat == hardware.link_latency):
+        return config
+    return config.replace(hop_bandwidth=tuple(bw), hop_latency=tuple(lat))
+
+
+def group_configs(config: RingConfig, grid: Grid) -> list[RingConfig]:
+    """One ``R``-host config per ring group: its ``H / U`` heads, its hosts' speeds and a seed
+    of its own."""
+    U = grid.ulysses
+    speeds = lambda group: None if config.speed is None else tuple(config.speed[r] for r in group)
+    return [
+        config.replace(
+            hosts=grid.ring,
+            heads=config.heads // U,
+            kv_heads=config.kv_heads // U,
+            speed=speeds(group),
+            d_model=None,
+            ffn=None,
+            seed=config.seed + u,
+        )
+        for u, group in enumerate(grid.ring_groups)
+    ]
+
+
+def collective(part: Piece, row: int, start: np.ndarray, seconds: np.ndarray) -> float:
+    """Every host sends for ``seconds`` from ``start``; the collective ends for all at the
+    latest end (each host needs every other host's data). Returns that end."""
+    end = start + seconds
+    a = part.a
+    a["ss"][row], a["se"][row], a["rs"][row] = start, end, start
+    a["re"][row] = end.max()
+    return float(end.max())
+
+
+def run_two_level(
+    config: RingConfig,
+    grid: Grid,
+    cluster: Cluster,
+    inner: Inner,
+    *,
+    strategy: str,
+    memory_bytes: float,
+    engine: str,
+) -> StrategyResult:
+    """Time ``config`` as ``U``-way Ulysses by ``R``-way ``inner`` (the module docstring);
+    the result's timeline has one column per rank."""
+    P, U, R = config.hosts, grid.ulysses, grid.ring
+    H, H_kv, d = config.heads, config.kv_heads, config.head_dim
+    e, backward = DTYPE_BYTES[config.dtype], config.pass_ == "backward"
+    clock = HostClock(config)
+    parts, start = [], 0.0
+    if U > 1:
+        links = cluster.alltoall_links(grid.ulysses_groups, P)
+        share = (U - 1) / U * config.block_tokens * d * e * config.batch
+        name_in, width_in = (
+            ("q, k, v, dout", 2 * H + 2 * H_kv) if backward else ("q, k, v", H + 2 * H_kv)
+        )
+        first = Piece([f"all-to-all {name_in}"], P)
+        start = collective(first, 0, np.zeros(P), clock.transfer(share * width_in, 1, links))
+        parts.append(first)
+    if R == 1:
+        middle, flops = ulysses_attention(config, clock, start)
+    else:
+        group_parts, flops = inner(group_configs(config, grid), grid.ring_groups, cluster)
+        middle = place(group_parts, grid.ring_groups, P, start)
+    parts.append(middle)
+    if U > 1:
+        name_out, width_out = ("dq, dk, dv", H + 2 * H_kv) if backward else ("out", H)
+        last = Piece([f"all-to-all {name_out}"], P)
+        ready = np.full(P, max(middle.end(), start))
+        collective(last, 0, ready, clock.transfer(share * width_out, 1, links))
+        parts.append(last)
+    return _result(config, grid, Piece.stack(parts), flops, strategy, memory_bytes, engine)
+
+
+def ulysses_attention(config: RingConfig, clock: HostClock, start: float) -> tuple[Piece, float]:
+    """Every host attends all ``N`` tokens of its heads (``heads_per_host``): the Ulysses
+    compute, one ``FullSequence`` plan. The ideal model counts the causal work as the
+    ``P``-host contiguous ring's mean block work."""
+    P = config.hosts
+    schedule = config.schedule(layout="contiguous")
+    work = float(sum(schedule.work_at(s).sum() for s in range(P))) / P**2
+    plan = FullSequence(config.seq_len, config.causal, work, config.pass_)
+    part = Piece([f"attention, {config.heads}/{P} heads"], P)
+    begin = np.full(P, start)
+    part.a["cs"][0], part.a["ce"][0] = begin, begin + clock.attention(plan)
+    return part, float(plan.flops(config).sum())
+
+
+def _result(config, grid, part, flops, strategy, memory_bytes, engine) -> StrategyResult:
+    meta = {
+        "pass": config.pass_,
+        "engine": engine,
+        "hardware": config.hardware.name,
+        "strategy": "ulysses" if grid.ring == 1 else strategy,
+        "ulysses_degree": grid.ulysses,
+        "ring_degree": grid.ring,
+        "placement": grid.placement,
+    }
+    a = part.a
+    if "ks" in a:
+        meta.update(
+            kv_send_start=a["ks"],
+            kv_send_end=a["ke"],
+            kv_recv_start=a["krs"],
+            kv_recv_end=a["kre"],
+            grad_rows=part.grad_rows,
+        )
+    timeline = Timeline(a["cs"], a["ce"], a["ss"], a["se"], a["rs"], a["re"], part.labels, meta)
+    return StrategyResult(
+        config,
+        timeline,
+        None,
+        float(flops),
+        engine=engine,
+        strategy=strategy,
+        memory_bytes=memory_bytes,
+        overlap_block=None,
+        peer=True,
+    )
+
+
+def two_level_memory(
+    config: RingConfig, ulysses_degree: int, group_bytes: Callable[[], float]
+) -> float:
+    """A ``U x R`` host's working set: Ulysses' own with ``R = 1``; else its ring group's part
+    (``group_bytes()``, on ``H / U`` heads of ``N / R``-token blocks) plus, with ``U > 1``, the
+    host's own q, k, v (or q, k, v, dout) shard, the all-to-all's send buffer."""
+    if ulysses_degree == config.hosts:
+        args = (config.seq_len, config.hosts, config.heads, config.kv_heads, config.head_dim)
+        return ulysses_working_set_bytes(
+            *args, config.dtype, pass_=config.pass_, batch=config.batch
+        )
+    total = group_bytes()
+    if ulysses_degree > 1:
+        H, H_kv = config.heads, config.kv_heads
+        width = 2 * H + 2 * H_kv if config.pass_ == "backward" else H + 2 * H_kv
+        e = DTYPE_BYTES[config.dtype]
+        total += config.block_tokens * width * config.head_dim * e * config.batch
+    return float(total)
+
+
+def ulysses_working_set_bytes(
+    seq_len: int,
+    hosts: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    pass_: str = "forward",
+    batch: int = 1,
+) -> float:
+    """Bytes the attention layer holds on one Ulysses host (``ringsim.timer.strategies.ulysses``).
+
+    The host owns ``c = N / P`` tokens of every head; after the all-to-all it holds all ``N``
+    tokens of ``ceil(H / P)`` query heads and ``ceil(H_kv / P)`` key/value heads. Peak:
+
+    * forward: its own q/k/v shard (``c (H + 2H_kv) d e``, the send buffer) plus the received
+      head shard (``N (H' + 2H'_kv) d e``), the head-sharded output and lse
+      (``N H' d e + 4 N H'``).
+    * backward: the head-sharded q, k, v, out, dout (``N (3H' + 2H'_kv) d e``), lse, the fp32 dq
+      accumulator (``4 N H' d``) and dk, dv (``2 N H'_kv d e``), plus the own-shard buffer of
+      q, k, v, dout (``c (2H + 2H_kv) d e``).
+
+    Every term is proportional to ``N / P`` while ``P`` divides the heads.
+    """
+    check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_)
+    e = DTYPE_BYTES[check_dtype(dtype)]
+    n, c = seq_len, seq_len / hosts
+    h_here, kv_here = math.ceil(heads / hosts), math.ceil(kv_heads / hosts)
+    if pass_ == "forward":
+        own = c * (heads + 2 * kv_heads) * head_dim * e
+        gathered = n * (h_here + 2 * kv_here) * head_dim * e
+        out = n * h_here * head_dim * e + 4 * n * h_here
+        per_seq = own + gathered + out
+    else:
+        own = c * (2 * heads + 2 * kv_heads) * head_dim * e
+        sharded = n * (3 * h_here + 2 * kv_here) * head_dim * e + 4 * n * h_here
+        grads = 4 * n * h_here * head_dim + 2 * n * kv_here * head_dim * e
+        per_seq = own + sharded + grads
+    return float(batch * per_seq)

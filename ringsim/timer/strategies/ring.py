@@ -1,0 +1,85 @@
+"""The ring (Liu, Zaharia & Abbeel, 2023) and Ulysses x ring (USP: Fang & Zhao, arXiv
+2405.07719): both run the ring engine (``ringsim.timer.simulate``) on each ring group's hops.
+
+* ``ring``: all ``P`` hosts in one ring, ``P - 1`` hops of one key/value block each,
+  overlapped with the compute of the previous block; memory per host ``~ c = N / P``. It runs
+  every pass the timer has (forward, backward, a training step, decode).
+* ``hybrid``: ``U``-host Ulysses groups around ``R = P / U``-host rings
+  (``ringsim.timer.strategies.frame``); ``U = 1`` is the ring itself, bit for bit.
+"""
+
+from __future__ import annotations
+
+from ringsim.grid import Grid
+from ringsim.timer.cost import attention_working_set_bytes
+from ringsim.timer.engine.config import PASSES, RingConfig
+from ringsim.timer.engine.result import StrategyResult
+from ringsim.timer.engine.run import simulate
+from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.strategies.base import Strategy
+from ringsim.timer.strategies.frame import run_two_level, two_level_memory, with_hops
+from ringsim.timer.strategies.pieces import Piece
+
+
+def ring_on_cluster(config: RingConfig, grid: Grid, cluster: Cluster, engine: str, name: str):
+    """The plain ring of all ``P`` hosts, each hop timed on the cluster."""
+    bw, lat = cluster.ring_links(grid.ring_groups, config.hosts)
+    ring = simulate(with_hops(config, bw, lat), engine=engine)
+    return StrategyResult(**vars(ring), strategy=name)
+
+
+def ring_working_set(config: RingConfig, ulysses_degree: int) -> float:
+    """One ring group's working set: a ring host's, on ``H / U`` heads of ``N / R`` blocks."""
+    U = ulysses_degree
+    R = config.hosts // U
+    args = (config.seq_len // R, config.heads // U, config.kv_heads // U, config.head_dim)
+    return attention_working_set_bytes(*args, config.dtype, pass_=config.pass_, batch=config.batch)
+
+
+class Ring(Strategy):
+    name = "ring"
+    description = "one ring of all hosts; each passes its key/value block on, P - 1 hops"
+    flat = True
+    passes = PASSES
+
+    def degree(self, config: RingConfig, ulysses_degree: int | None) -> int:
+        if ulysses_degree not in (None, 1):
+            raise ValueError(
+                f"ulysses_degree must be 1 for the ring (use strategy hybrid), got {ulysses_degree}"
+            )
+        return 1
+
+    def run(self, config, grid, cluster, window, engine) -> StrategyResult:
+        return ring_on_cluster(config, grid, cluster, engine, self.name)
+
+    def working_set_bytes(self, config: RingConfig, ulysses_degree: int = 1) -> float:
+        return ring_working_set(config, 1)
+
+    def label(self, ulysses_degree: int, ring_degree: int, placement: str) -> str:
+        return self.name
+
+
+class Hybrid(Strategy):
+    name = "hybrid"
+    description = "Ulysses x ring (USP): U-host all-to-alls around R-host rings"
+
+    def run(self, config, grid, cluster, window, engine) -> StrategyResult:
+        if grid.ulysses == 1:
+            return ring_on_cluster(config, grid, cluster, engine, self.name)
+
+        def rings(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
+            bw, lat = cluster.ring_links(groups, config.hosts)
+            runs = [
+                simulate(with_hops(c, bw[g], lat[g]), engine=engine)
+                for c, g in zip(configs, groups, strict=True)
+            ]
+            return [Piece.of(r.timeline) for r in runs], sum(r.flops_total for r in runs)
+
+        memory = self.working_set_bytes(config, grid.ulysses)
+        return run_two_level(
+            config, grid, cluster, rings, strategy=self.name, memory_bytes=memory, engine=engine
+        )
+
+    def working_set_bytes(self, config: RingConfig, ulysses_degree: int = 1) -> float:
+        U = ulysses_degree
+        return two_level_memory(config, U, lambda: ring_working_set(config, U))
