@@ -103,7 +103,7 @@ class RingConfig:
                     f"cache shard), got seq_len={self.seq_len}"
                 )
         else:
-            check_seq_len(self.seq_len, hosts, self.layout)
+            check_seq_len(self.seq_len, hosts, self.layout, self.segment_ids)
         for name in ("heads", "head_dim", "batch"):
             check_positive_int(name, getattr(self, name))
         kv_heads = self.heads if self.kv_heads is None else self.kv_heads
