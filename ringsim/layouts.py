@@ -102,7 +102,15 @@ class Layout:
         """Global token positions held by each host: int64 ``(hosts, seq_len // hosts)``, sorted."""
         hosts = check_positive_int("hosts", hosts)
         seq_len = self.check_seq_len(seq_len, hosts, segment_ids)
-        return self.deal(hosts, seq_len, check_segment_ids(segment_ids, seq_len))
+        pos = self.deal(hosts, seq_len, check_segment_ids(segment_ids, seq_len))
+        shape = (hosts, seq_len // hosts)
+        if pos.shape != shape or np.any(pos[:, 1:] <= pos[:, :-1]):
+            what = f"shape {pos.shape}" if pos.shape != shape else "a row not increasing"
+            raise ValueError(
+                f"layout {self.name!r} must deal each host an increasing row of "
+                f"{seq_len // hosts} positions, got {what}"
+            )
+        return pos
 
     def positions_of_host(
         self, hosts: int, seq_len: int, host: int, segment_ids: np.ndarray | None = None

@@ -147,3 +147,14 @@ def test_timer_under_a_real_family_makes_the_calls_of_the_mirrored_contiguous_ri
         assert steps.call(BlockKind.PARTIAL, 0, 0.5)[:3] == (8192, 8192, "causal-diagonal")
         assert steps.call(BlockKind.FULL, 1, 1.0)[:3] == (8192, 8192, "full")
         assert steps.call(BlockKind.SKIP, -1, 0.0) is None
+
+
+def test_a_layout_that_deals_unsorted_rows_is_refused():
+    class Shuffled(Reversed):
+        name = "shuffled-toy"
+
+        def deal(self, hosts, seq_len, segment_ids):
+            return super().deal(hosts, seq_len, segment_ids)[:, ::-1]
+
+    with pytest.raises(ValueError, match="must deal each host an increasing row of 4 positions"):
+        ringsim.host_positions(Shuffled(), 2, 8)
