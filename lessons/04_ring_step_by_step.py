@@ -158,7 +158,7 @@ plt.show()
 # are dealt to hosts, lesson 6), the output equals dense attention to rounding.
 
 # %%
-for layout in ringsim.LAYOUTS:
+for layout in ringsim.layout_names():
     for causal in (False, True):
         out = ringsim.ring_attention(q, k, v, hosts=hosts, layout=layout, causal=causal)
         exact = ringsim.reference_attention(q, k, v, causal=causal)

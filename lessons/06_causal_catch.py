@@ -51,7 +51,7 @@ a100 = get_hardware("a100-nvlink")
 # (query block, key/value block) pair. Sixteen tokens on 4 hosts, four tokens per host:
 
 # %%
-for layout in ringsim.LAYOUTS:
+for layout in ringsim.layout_names():
     print(f"{layout:>10}: {ringsim.host_positions(layout, 4, 16).tolist()}")
 
 # %% [markdown]
@@ -89,7 +89,7 @@ plt.show()
 
 # %%
 runs = {}
-for layout in ringsim.LAYOUTS:
+for layout in ringsim.layout_names():
     config = RingConfig(
         hosts=8, seq_len=8 * 16384, hardware=a100, layout=layout, causal=True
     )
@@ -104,9 +104,9 @@ plt.show()
 
 # %%
 host_counts = [2, 4, 8, 16, 32, 64]
-idle = {layout: [] for layout in ringsim.LAYOUTS}
+idle = {layout: [] for layout in ringsim.layout_names()}
 for p in host_counts:
-    for layout in ringsim.LAYOUTS:
+    for layout in ringsim.layout_names():
         config = RingConfig(
             hosts=p, seq_len=p * 8192, hardware=a100, layout=layout, causal=True
         )
@@ -207,7 +207,7 @@ segment_ids = np.repeat(
 )  # one long document, four short
 fig = plots.plot_layout_masks(P_doc, n_doc, causal=True, segment_ids=segment_ids)
 plt.show()
-for layout in ringsim.LAYOUTS:
+for layout in ringsim.layout_names():
     sched = ringsim.build_schedule(
         P_doc, layout, causal=True, seq_len=n_doc, segment_ids=segment_ids
     )

@@ -95,7 +95,7 @@ print(backward.describe())
 n, d = scaled(256, multiple=32), 32
 q, k, v, dout = (rng.standard_normal((2, n, d)) for _ in range(4))
 exact = ringsim.reference_attention_grad(q, k, v, dout, causal=True)
-for layout in ringsim.LAYOUTS:
+for layout in ringsim.layout_names():
     ring = ringsim.ring_attention_backward(
         q, k, v, dout, hosts=8, layout=layout, causal=True
     )

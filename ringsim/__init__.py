@@ -13,7 +13,18 @@ top. The real backend, ``kernels/`` beside this package, runs the same schedule 
 module is the public API: everything a user needs is importable from ``ringsim``.
 """
 
-from ringsim.layouts import LAYOUTS, from_layout, host_positions, permutation, to_layout
+from ringsim.layouts import (
+    LAYOUTS,
+    Layout,
+    from_layout,
+    get_layout,
+    host_positions,
+    layout_names,
+    permutation,
+    register_layout,
+    to_layout,
+    unregister_layout,
+)
 from ringsim.numerics.attention import (
     Partial,
     block_attention,
@@ -78,6 +89,7 @@ __all__ = [
     "Cluster",
     "Hardware",
     "KernelFamily",
+    "Layout",
     "ModelSpec",
     "Partial",
     "RingConfig",
@@ -105,12 +117,14 @@ __all__ = [
     "get_cluster",
     "get_family",
     "get_hardware",
+    "get_layout",
     "get_model",
     "host_positions",
     "hybrid_attention",
     "hybrid_attention_backward",
     "init_params",
     "kv_block_bytes",
+    "layout_names",
     "memory_report",
     "merge",
     "overlap_threshold",
@@ -119,6 +133,7 @@ __all__ = [
     "plan",
     "reference_attention",
     "reference_attention_grad",
+    "register_layout",
     "ring_attention",
     "ring_attention_backward",
     "ring_block",
@@ -129,6 +144,7 @@ __all__ = [
     "to_layout",
     "ulysses_attention",
     "ulysses_attention_backward",
+    "unregister_layout",
     "validate",
     "waterfall",
     "write_chrome_trace",

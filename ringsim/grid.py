@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim.layouts import host_positions
+from ringsim.layouts import Layout, host_positions
 
 PLACEMENTS = ("ulysses-inner", "ring-inner")
 
@@ -51,10 +51,13 @@ class Grid:
     def ring_groups(self) -> list[list[int]]:
         return [self.ring_group(u) for u in range(self.ulysses)]
 
-    def positions(self, layout: str, seq_len: int) -> np.ndarray:
+    def positions(
+        self, layout: str | Layout, seq_len: int, segment_ids: np.ndarray | None = None
+    ) -> np.ndarray:
         """``(P, N / P)`` token positions each host starts with (sorted): piece ``u`` of slot
-        ``j``'s tokens for host ``(u, j)``."""
-        slots = host_positions(layout, self.ring, seq_len)
+        ``j``'s tokens for host ``(u, j)`` (``segment_ids``: the documents, for a layout that
+        deals by them)."""
+        slots = host_positions(layout, self.ring, seq_len, segment_ids)
         pieces = slots.reshape(self.ring, self.ulysses, -1)
         out = np.empty((self.ring * self.ulysses, pieces.shape[-1]), np.int64)
         for j in range(self.ring):

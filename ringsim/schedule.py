@@ -22,36 +22,20 @@ tile granularity; the timer turns it into time.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from ringsim.checks import check_bool, check_positive_int, check_segment_ids
-from ringsim.layouts import check_layout, check_seq_len, host_positions
-from ringsim.masks import count_visible, tile_shape
+from ringsim.layouts import Layout, get_layout
+from ringsim.masks import BlockKind, count_visible, tile_shape
 
 PASSES = ("forward", "backward")
 
 KV_PAYLOAD = ("k", "v")
 BACKWARD_PAYLOAD = ("k", "v", "dk", "dv")
 HOMECOMING_PAYLOAD = ("dk", "dv")
-
-
-class BlockKind(enum.IntEnum):
-    SKIP = 0
-    PARTIAL = 1
-    FULL = 2
-
-
-def _relation(q_host: np.ndarray, kv_host: np.ndarray) -> np.ndarray:
-    """0 if the kv owner comes before the query host in the ring order, 1 if same, 2 after.
-
-    For all three layouts the mask of a block depends only on this relation: every position
-    comparison between two hosts' tokens is decided by it (and the offsets inside the block).
-    """
-    return (np.sign(kv_host - q_host) + 1).astype(np.int8)
 
 
 @dataclass(frozen=True)
@@ -63,7 +47,7 @@ class Schedule:
     """
 
     hosts: int
-    layout: str
+    layout: Layout
     causal: bool
     pass_: str
     seq_len: int
@@ -83,7 +67,7 @@ class Schedule:
     @cached_property
     def positions(self) -> np.ndarray:
         """``(P, c)`` global positions held by each host (materialised on first use)."""
-        return host_positions(self.layout, self.hosts, self.seq_len)
+        return self.layout.positions(self.hosts, self.seq_len, self.segment_ids)
 
     @cached_property
     def send_to(self) -> np.ndarray:
@@ -117,15 +101,18 @@ class Schedule:
     # -- work per block ---------------------------------------------------------------------
     @cached_property
     def _work_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        """Exact and tile-granular work fractions, per relation (3,) or per pair (P, P)."""
+        """Exact and tile-granular work fractions, per relation (3,) where the layout's masks
+        depend only on it (``Layout.by_relation``, no documents), else per pair (P, P)."""
         c = self.block_tokens
-        if self.segment_ids is not None:
+        if self.segment_ids is not None or not self.layout.by_relation:
             pos, seg = self.positions, self.segment_ids
             shape = (self.hosts, self.hosts)
             exact, tiled = np.empty(shape), np.empty(shape)
             for i in range(self.hosts):
                 for j in range(self.hosts):
-                    kw = dict(causal=self.causal, q_seg=seg[pos[i]], k_seg=seg[pos[j]])
+                    kw = dict(causal=self.causal)
+                    if seg is not None:
+                        kw.update(q_seg=seg[pos[i]], k_seg=seg[pos[j]])
                     exact[i, j] = count_visible(pos[i], pos[j], **kw) / c**2
                     tiled[i, j] = count_visible(pos[i], pos[j], **kw, **self._tile_kw) / c**2
             return exact, tiled
@@ -145,9 +132,9 @@ class Schedule:
     def _lookup(self, table: np.ndarray, step: int) -> np.ndarray:
         if table.ndim == 2:
             return table[np.arange(self.hosts), self.kv_owner(step)]
-        # Same as table[_relation(hosts, owners)], without per-host arithmetic (the timer calls
-        # this P times for P hosts): owner (h - step) mod P is h itself at step 0, comes after
-        # h for h < step and before h for h >= step > 0.
+        # table[sign(owner - h) + 1] without per-host arithmetic (the timer calls this P times
+        # for P hosts): owner (h - step) mod P is h itself at step 0, comes after h for
+        # h < step and before h for h >= step > 0.
         row = np.empty(self.hosts)
         row[:step] = table[2]
         row[step:] = table[1] if step == 0 else table[0]
@@ -222,7 +209,7 @@ _TILE_CHUNK = 1 << 20  # query tiles per vector pass: bounded memory whatever th
 
 
 def visible_pairs(
-    layout: str,
+    layout: str | Layout,
     hosts: int,
     c: int,
     q_host: int,
@@ -232,68 +219,40 @@ def visible_pairs(
     tile_n: int | None = None,
 ) -> int:
     """``count_visible`` for the blocks of two hosts of a ``layout`` with ``c`` tokens each,
-    without building their ``c`` positions (the timer runs blocks of half a billion tokens).
+    without building their ``c`` positions where the layout has formulas (the timer runs
+    blocks of half a billion tokens).
 
-    Exact counts (``tile`` ``None`` or 1) are closed forms: a causal diagonal block sees
-    ``c (c + 1) / 2`` pairs in every layout; a block of an earlier host ``c^2`` (contiguous),
-    ``c (c + 1) / 2`` (striped) or ``c^2 / 2`` (zigzag: one of its two chunks precedes both of
-    ours); a later host's 0, ``c (c - 1) / 2`` or ``c^2 / 2``. A tiled count sums, over query
-    tiles, the query tile's size times the keys of the key tiles that start at or before its
-    last position; the key tiles that do are a prefix (positions are sorted), counted in
-    closed form from the layout's position formula, one vector over query tiles at a time.
-    Tiles are ``tile`` queries x ``tile_n`` keys (``tile_n`` default ``tile``)."""
+    Exact counts (``tile`` ``None`` or 1) are the layout's closed forms
+    (``Layout.causal_pairs``). A tiled count sums, over query tiles, the query tile's size
+    times the keys of the key tiles that start at or before its last position; the key tiles
+    that do are a prefix (positions are sorted), counted from the layout's position formula
+    (``Layout.position``, ``Layout.key_tiles_starting_by``), one vector over query tiles at a
+    time. Tiles are ``tile`` queries x ``tile_n`` keys (``tile_n`` default ``tile``)."""
     if not causal:
         return c * c
+    layout = get_layout(layout)
     tile, tile_n = tile_shape(tile, tile_n)
     if tile is None:
-        if q_host == kv_host:
-            return c * (c + 1) // 2
-        before = kv_host < q_host
-        if layout == "contiguous":
-            return c * c if before else 0
-        if layout == "striped":
-            return c * (c + 1) // 2 if before else c * (c - 1) // 2
-        return c * c // 2
+        exact = layout.causal_pairs(c, int(np.sign(kv_host - q_host)))
+        if exact is not None:
+            return exact
+        local = np.arange(c, dtype=np.int64)
+        q_pos = layout.position(hosts, c, q_host, local)
+        return count_visible(q_pos, layout.position(hosts, c, kv_host, local), causal=True)
     n_q, n_k = -(-c // tile), -(-c // tile_n)  # query and key tiles
     total = 0
     for first in range(0, n_q, _TILE_CHUNK):
         a = np.arange(first, min(first + _TILE_CHUNK, n_q), dtype=np.int64)
         ends = np.minimum((a + 1) * tile, c)  # one past each query tile's last local index
-        last_q = _position(layout, hosts, c, q_host, ends - 1)
-        live = _tiles_starting_by(layout, hosts, c, kv_host, tile_n, n_k, last_q)
+        last_q = layout.position(hosts, c, q_host, ends - 1)
+        live = layout.key_tiles_starting_by(hosts, c, kv_host, tile_n, n_k, last_q)
         total += int(((ends - a * tile) * np.minimum(live * tile_n, c)).sum())
     return total
 
 
-def _position(layout: str, hosts: int, c: int, host: int, local: np.ndarray) -> np.ndarray:
-    """Global positions of ``host``'s tokens at ``local`` indices (``layouts.host_positions``)."""
-    if layout == "contiguous":
-        return host * c + local
-    if layout == "striped":
-        return host + local * hosts
-    half = c // 2  # zigzag: chunk ``host``, then its mirror ``2P - 1 - host``
-    mirror = 2 * hosts - 1 - host
-    return np.where(local < half, host * half + local, mirror * half + local - half)
-
-
-def _tiles_starting_by(layout, hosts, c, host, tile, n, pos: np.ndarray) -> np.ndarray:
-    """How many of ``host``'s ``n`` key tiles start at a position ``<= pos`` (each entry)."""
-    count = lambda base, step, m: np.clip((pos - base) // step + 1, 0, m)
-    if layout == "contiguous":
-        return count(host * c, tile, n)
-    if layout == "striped":
-        return count(host, tile * hosts, n)
-    half = c // 2
-    first_half = -(-half // tile)  # tiles starting in the first chunk
-    mirror_start = (2 * hosts - 1 - host) * half - half  # position of local index 0, if mirrored
-    head = count(host * half, tile, first_half)
-    tail = np.clip((pos - mirror_start) // tile - first_half + 1, 0, n - first_half)
-    return head + tail
-
-
 def build_schedule(
     hosts: int,
-    layout: str = "contiguous",
+    layout: str | Layout = "contiguous",
     causal: bool = False,
     pass_: str = "forward",
     *,
@@ -310,10 +269,10 @@ def build_schedule(
     ``segment_ids`` ``(seq_len,)`` make the work per block data dependent (packed documents).
     """
     hosts = check_positive_int("hosts", hosts)
-    layout = check_layout(layout)
+    layout = get_layout(layout)
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {', '.join(PASSES)}, got {pass_!r}")
-    seq_len = check_seq_len(2 * hosts if seq_len is None else seq_len, hosts, layout)
+    seq_len = layout.check_seq_len(2 * hosts if seq_len is None else seq_len, hosts, segment_ids)
     if tile is not None:
         tile = check_positive_int("tile", tile)
     if tile_n is not None:

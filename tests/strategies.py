@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from hypothesis import strategies as st
 
-from ringsim.layouts import LAYOUTS
+from ringsim.layouts import get_layout, layout_names
 
 BASE_TOL = {np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-10}
 HOSTILE = ("none", "big_scores", "huge_v")
@@ -196,10 +196,11 @@ def ring_cases(
     """Hosts 1..16, every layout, causal or not, segment ids, GQA, 0-2 batch dims, head dims
     from 1, scales, float32/float64 and hostile values. Sizes stay small: seq_len <= 4 * hosts."""
     hosts = draw(st.integers(1, max_hosts))
-    layout = draw(st.sampled_from(LAYOUTS))
+    layout = draw(st.sampled_from(layout_names()))
     causal = draw(st.booleans())
     dtype = np.dtype(draw(st.sampled_from(dtypes)))
-    per_host = draw(st.sampled_from([2, 4])) if layout == "zigzag" else draw(st.integers(1, 3))
+    chunks = get_layout(layout).chunks_per_host
+    per_host = chunks * draw(st.sampled_from([1, 2])) if chunks > 1 else draw(st.integers(1, 3))
     n = hosts * per_host
     d = draw(st.integers(1, 8))
     if draw(st.booleans()):

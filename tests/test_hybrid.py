@@ -29,13 +29,14 @@ from strategies import (
 
 import ringsim.numerics.hybrid as hybrid
 from ringsim import (
-    LAYOUTS,
     allgather_attention,
     allgather_attention_backward,
     double_ring_attention,
     double_ring_attention_backward,
+    get_layout,
     hybrid_attention,
     hybrid_attention_backward,
+    layout_names,
     reference_attention,
     reference_attention_grad,
     ring_attention,
@@ -64,10 +65,10 @@ def hybrid_cases(draw: st.DrawFn, methods: tuple = METHODS) -> tuple[Case, dict]
     if method == "double-ring":
         divisors = [w for w in range(1, ring + 1) if ring % w == 0]
         window = draw(st.sampled_from([w for w in divisors if 1 < w < ring] or divisors))
-    layout = draw(st.sampled_from(LAYOUTS))
+    layout = draw(st.sampled_from(layout_names()))
     causal = draw(st.booleans())
     dtype = np.dtype(draw(st.sampled_from([np.float32, np.float64])))
-    n = hosts * draw(st.integers(1, 2)) * (2 if layout == "zigzag" else 1)
+    n = draw(st.integers(1, 2)) * get_layout(layout).divisor(hosts)
     d = draw(st.integers(1, 6))
     if ring == 1:
         kv_heads = draw(st.integers(ulysses, ulysses + 2))  # Ulysses: uneven head groups too
@@ -144,7 +145,7 @@ ROUNDS = [(1, 4, 2), (1, 6, 2), (1, 6, 3), (2, 4, 2)]  # (U, R, window): 2 or 3 
 
 
 @pytest.mark.parametrize(("ulysses", "ring", "window"), ROUNDS)
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", layout_names())
 @pytest.mark.parametrize("causal", [False, True])
 def test_double_ring_over_several_rounds(ulysses, ring, window, layout, causal) -> None:
     """Inner rings that do not cover the ring group: blocks cross the outer ring every round
@@ -297,7 +298,7 @@ def test_grid_groups_partition_the_hosts(placement, ulysses, ring) -> None:
             assert set(ring_members) & set(ulysses_members) == {grid.rank(u, j)}
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", layout_names())
 def test_all_to_all_hands_each_host_its_heads_of_its_slot(layout) -> None:
     grid = Grid(2, 3, "ring-inner")
     n, heads = 24, 4

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ringsim.layouts import LAYOUTS
+from ringsim.layouts import layout_names
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.ring_steps import StepModel, grad_seconds, merge_seconds
@@ -258,7 +258,7 @@ def test_bad_config_fields_name_themselves(field, value):
 @given(
     implementation=st.sampled_from(["fa2", "fa3", "cudnn", "triton"]),
     hosts=st.integers(1, 7),
-    layout=st.sampled_from(LAYOUTS),
+    layout=st.sampled_from(layout_names()),
     causal=st.booleans(),
     overlap=st.booleans(),
     pass_=st.sampled_from(["forward", "backward", "train-step"]),

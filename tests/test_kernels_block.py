@@ -39,7 +39,7 @@ def test_kernels_is_this_repository():
     assert Path(kernels.__file__).resolve().parent == repo / "kernels"
 
 
-@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+@pytest.mark.parametrize("layout", ringsim.layout_names())
 @pytest.mark.parametrize("causal", [False, True])
 def test_triton_blocks_merged_over_a_ring_equal_reference(layout, causal):
     """Two hosts: every (query block, kv block) pair through the kernel, merged with the lse,
@@ -156,7 +156,7 @@ def test_gqa_two_dim_and_batch_shapes(backend):
     assert lse2.shape == (17,)
 
 
-@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+@pytest.mark.parametrize("layout", ringsim.layout_names())
 def test_tile_skipping_matches_the_cost_models_tile_count(layout):
     """The kernel visits, per query tile, the range [lo, hi) of key tiles; for every layout's
     sorted positions that range holds exactly the live tiles, and the live tiles cover exactly
@@ -215,7 +215,7 @@ def test_bad_arguments_name_the_argument():
         block_attention(x, x, x, scale=float("nan"))
 
 
-@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+@pytest.mark.parametrize("layout", ringsim.layout_names())
 def test_tiled_torch_path_skips_tiles_and_stays_exact(layout):
     """Small tiles (4 tokens) on every layout's diagonal and off-diagonal blocks, with
     segments: the tiled torch forward/backward equal the untiled one."""

@@ -9,16 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import random_segments, seeds
 
-from ringsim import LAYOUTS, from_layout, host_positions, permutation, to_layout
+from ringsim import from_layout, get_layout, host_positions, layout_names, permutation, to_layout
 from ringsim.layouts import inverse_permutation, positions_of_host
 from ringsim.masks import count_visible, visible_mask
 
 
 @st.composite
 def layout_shapes(draw: st.DrawFn, max_hosts: int = 16) -> tuple[str, int, int]:
-    layout = draw(st.sampled_from(LAYOUTS))
+    layout = draw(st.sampled_from(layout_names()))
     hosts = draw(st.integers(1, max_hosts))
-    unit = 2 * hosts if layout == "zigzag" else hosts
+    unit = get_layout(layout).divisor(hosts)
     return layout, hosts, unit * draw(st.integers(1, 4))
 
 
@@ -114,7 +114,7 @@ def test_count_visible_matches_mask_for_all_host_pairs(shape, causal, packed, ti
             )
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", layout_names())
 def test_count_visible_on_huge_blocks_is_cheap_and_right(layout: str) -> None:
     """The searchsorted path on a million-token block equals the closed form."""
     hosts, n = 4, 1 << 22

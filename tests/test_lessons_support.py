@@ -52,7 +52,7 @@ def test_static_book_flag(monkeypatch) -> None:
     assert static_book()
 
 
-@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+@pytest.mark.parametrize("layout", ringsim.layout_names())
 @pytest.mark.parametrize("causal", [False, True])
 def test_story_ends_exact_and_matches_the_ring(qkv, layout: str, causal: bool) -> None:
     q, k, v = qkv

@@ -19,7 +19,7 @@ def _blocks(rng, heads=4, kv_heads=2, c=24, d=8):
     return draw(heads), draw(kv_heads), draw(kv_heads), draw(heads)
 
 
-@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+@pytest.mark.parametrize("layout", ringsim.layout_names())
 @pytest.mark.parametrize("segments", [False, True])
 def test_one_row_tiles_equal_one_tile(monkeypatch, layout, segments):
     rng = np.random.default_rng(0)
@@ -61,7 +61,7 @@ def test_a_block_holds_one_tile_of_scores_not_c_squared():
 @given(
     exponent=st.integers(0, 9),
     hosts=st.sampled_from([1, 2, 4]),
-    layout=st.sampled_from(ringsim.LAYOUTS),
+    layout=st.sampled_from(ringsim.layout_names()),
     float64=st.booleans(),
 )
 def test_backward_is_exact_for_huge_tied_scores(exponent, hosts, layout, float64):

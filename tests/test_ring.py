@@ -23,10 +23,11 @@ from strategies import (
 )
 
 from ringsim import (
-    LAYOUTS,
     RingRecord,
     build_schedule,
+    get_layout,
     host_positions,
+    layout_names,
     reference_attention,
     reference_attention_grad,
     ring_attention,
@@ -95,10 +96,8 @@ SEQ = 24  # divisible by every host count below (and by 2P for zigzag when P div
 @st.composite
 def two_rings(draw: st.DrawFn) -> tuple[dict, dict]:
     def ring() -> dict:
-        layout = draw(st.sampled_from(LAYOUTS))
-        divisors = [
-            p for p in range(1, SEQ + 1) if SEQ % ((2 if layout == "zigzag" else 1) * p) == 0
-        ]
+        layout = draw(st.sampled_from(layout_names()))
+        divisors = [p for p in range(1, SEQ + 1) if SEQ % get_layout(layout).divisor(p) == 0]
         return dict(hosts=draw(st.sampled_from(divisors)), layout=layout)
 
     return ring(), ring()
@@ -128,7 +127,7 @@ def test_independent_of_layout_and_host_count(rings, causal, packed, dtype, seed
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", layout_names())
 @pytest.mark.parametrize("causal", [False, True])
 def test_wrong_owner_would_be_caught(layout: str, causal: bool) -> None:
     """If the homecoming hop were missing, host h would end with the dk of block h+1.
@@ -180,7 +179,7 @@ def block_bytes(x: np.ndarray, hosts: int, dtype=None) -> int:
     return x.size // hosts * itemsize
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", layout_names())
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_forward_memory_bound(layout: str, causal: bool, dtype) -> None:
@@ -202,7 +201,7 @@ def test_forward_memory_bound(layout: str, causal: bool, dtype) -> None:
     assert_record_follows_schedule(record, sched, bound)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", layout_names())
 @pytest.mark.parametrize("causal", [False, True])
 def test_backward_memory_bound(layout: str, causal: bool) -> None:
     hosts, n = 8, 32

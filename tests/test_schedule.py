@@ -8,16 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import random_segments, seeds
 
-from ringsim import LAYOUTS, BlockKind, build_schedule, host_positions
+from ringsim import BlockKind, build_schedule, get_layout, host_positions, layout_names
 
 hosts_st = st.integers(1, 16)
 
 
 @st.composite
 def schedules(draw: st.DrawFn, pass_: str | None = None):
-    layout = draw(st.sampled_from(LAYOUTS))
+    layout = draw(st.sampled_from(layout_names()))
     hosts = draw(hosts_st)
-    unit = 2 * hosts if layout == "zigzag" else hosts
+    unit = get_layout(layout).divisor(hosts)
     seq_len = unit * draw(st.integers(1, 3))
     causal = draw(st.booleans())
     pass_ = pass_ or draw(st.sampled_from(["forward", "backward"]))
@@ -110,7 +110,7 @@ def test_work_and_kinds_match_the_mask(sched, packed, seed) -> None:
         )
 
 
-@given(hosts_st, st.sampled_from(LAYOUTS))
+@given(hosts_st, st.sampled_from(layout_names()))
 def test_non_causal_is_all_full(hosts, layout) -> None:
     sched = build_schedule(hosts, layout, causal=False)
     assert np.all(sched.kind == BlockKind.FULL)
@@ -141,10 +141,10 @@ def test_causal_zigzag_does_half_of_every_off_diagonal_block(hosts, per_half) ->
         assert np.all(sched.kind_at(s) == BlockKind.PARTIAL)
 
 
-@given(st.integers(1, 12), st.sampled_from(LAYOUTS), st.integers(1, 3))
+@given(st.integers(1, 12), st.sampled_from(layout_names()), st.integers(1, 3))
 def test_causal_striped_and_zigzag_balance_every_step(hosts, layout, per_host) -> None:
     """Under balanced layouts the busiest host does at most one diagonal's extra work."""
-    unit = 2 * hosts if layout == "zigzag" else hosts
+    unit = get_layout(layout).divisor(hosts)
     sched = build_schedule(hosts, layout, causal=True, seq_len=unit * per_host)
     spread = sched.work.max(axis=1) - sched.work.min(axis=1)
     if layout == "contiguous":
@@ -185,9 +185,15 @@ def test_rectangular_tiles_count_what_a_tiled_kernel_runs(sched, m, n, packed, s
     the pairs of every non-empty ``m x n`` tile, counted by hand."""
     seg = random_segments(np.random.default_rng(seed), sched.seq_len) if packed else None
     tiled = build_schedule(
-        sched.hosts, sched.layout, True, sched.pass_, seq_len=sched.seq_len, tile=m, tile_n=n,
+        sched.hosts,
+        sched.layout,
+        True,
+        sched.pass_,
+        seq_len=sched.seq_len,
+        tile=m,
+        tile_n=n,
         segment_ids=seg,
-    )  # fmt: skip
+    )
     pos, c = tiled.positions, tiled.block_tokens
     for s in range(tiled.steps):
         owners = tiled.kv_owner(s)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ringsim import cli
-from ringsim.layouts import LAYOUTS, positions_of_host
+from ringsim.layouts import layout_names, positions_of_host
 from ringsim.masks import count_visible
 from ringsim.schedule import visible_pairs
 from ringsim.timer import RingConfig, simulate
@@ -28,7 +28,7 @@ def config(hosts, block=32, **kw):
 
 # -- work fractions in closed form ----------------------------------------------------------
 @given(
-    layout=st.sampled_from(LAYOUTS),
+    layout=st.sampled_from(layout_names()),
     hosts=st.integers(1, 6),
     half=st.integers(1, 12),
     tile=st.sampled_from([None, 1, 2, 3, 4, 5, 8, 64]),
@@ -47,7 +47,7 @@ def test_visible_pairs_equal_the_mask_count(layout, hosts, half, tile, causal, d
 def test_huge_blocks_need_no_per_token_arrays():
     """A 512M-token block (8 hosts x 4G tokens) in closed form: no 4 GB position array."""
     tracemalloc.start()
-    for layout, tile in itertools.product(LAYOUTS, (None, 4096)):
+    for layout, tile in itertools.product(layout_names(), (None, 4096)):
         sched = config(8, 2**29, layout=layout, causal=True, tile=tile).schedule()
         work = sched.work_at(3)
         assert 0 < work.max() <= 1

@@ -9,8 +9,8 @@ from contract import DESIGN_KEYS
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringsim.layouts import LAYOUTS
-from ringsim.schedule import _relation, build_schedule
+from ringsim.layouts import layout_names
+from ringsim.schedule import build_schedule, visible_pairs
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import (
     attention_flops,
@@ -92,17 +92,21 @@ def test_unknown_engine():
 
 def test_schedule_fast_lookup_equals_the_relation_rule():
     for hosts in (1, 2, 5, 8):
-        for layout in LAYOUTS:
+        for layout in layout_names():
             sched = build_schedule(hosts, layout, True, seq_len=4 * hosts, tile=2)
+            c = sched.block_tokens
             for s in range(hosts):
-                rel = _relation(np.arange(hosts), sched.kv_owner(s))
-                assert np.array_equal(sched.work_at(s), sched._work_tables[1][rel])
+                pairs = [
+                    visible_pairs(layout, hosts, c, h, j, True, 2)
+                    for h, j in enumerate(sched.kv_owner(s))
+                ]
+                assert np.array_equal(sched.work_at(s), np.array(pairs) / c**2)
 
 
 # -- the two engines agree ----------------------------------------------------------------------
 @given(
     hosts=st.integers(1, 12),
-    layout=st.sampled_from(LAYOUTS),
+    layout=st.sampled_from(layout_names()),
     causal=st.booleans(),
     overlap=st.booleans(),
     pass_=st.sampled_from(["forward", "backward", "train-step", "decode"]),
@@ -162,7 +166,7 @@ def test_heap_and_vectorized_engines_agree_exactly(
 
 @given(
     hosts=st.integers(1, 9),
-    layout=st.sampled_from(LAYOUTS),
+    layout=st.sampled_from(layout_names()),
     pass_=st.sampled_from(["forward", "backward", "train-step"]),
     block=st.sampled_from([8, 32, 128]),
     tile=st.sampled_from([2, 4, 16]),
@@ -285,7 +289,7 @@ def test_timer_thresholds_scale_with_flops_and_inverse_bandwidth():
 def test_causal_idle_fractions_match_their_closed_forms(hosts, block):
     runs = {
         layout: simulate(config(hosts, block, bandwidth=1e15, layout=layout, causal=True))
-        for layout in LAYOUTS
+        for layout in layout_names()
     }
     t, w = block_time(runs["zigzag"].config), (block + 1) / (2 * block)  # w: the diagonal block
     # contiguous: the last host works every step (P - 1 full blocks + the diagonal), the
@@ -472,7 +476,7 @@ def kernel_config(hosts=4, block=64, *, pass_overhead=0.0, overhead=0.0, masked=
 
 @given(
     hosts=st.integers(1, 9),
-    layout=st.sampled_from(LAYOUTS),
+    layout=st.sampled_from(layout_names()),
     causal=st.booleans(),
     overlap=st.booleans(),
     pass_=st.sampled_from(["forward", "backward", "train-step"]),
@@ -601,7 +605,7 @@ def test_overlap_efficiency_spares_steps_without_a_transfer_or_compute():
 @given(
     implementation=st.sampled_from(["fa2", "fa3", "cudnn", "triton"]),
     hosts=st.integers(1, 9),
-    layout=st.sampled_from(LAYOUTS),
+    layout=st.sampled_from(layout_names()),
     causal=st.booleans(),
     overlap=st.booleans(),
     pass_=st.sampled_from(["forward", "backward", "train-step"]),

@@ -30,7 +30,7 @@ def _both(args, dout):
     return fused, plain, g_fused, g_plain
 
 
-@pytest.mark.parametrize("layout", ringsim.LAYOUTS)
+@pytest.mark.parametrize("layout", ringsim.layout_names())
 @pytest.mark.parametrize("hosts", [2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fused_pieces_equal_the_materialised_blocks(layout, hosts, dtype):

@@ -11,11 +11,12 @@ position 0 (query row ``i`` sees keys ``j <= i``), or with a dense additive mask
 cut into *pieces* by the one mask rule of ``ringsim.masks`` on global positions: with sorted
 key positions each query row sees a prefix of ``n_i`` keys, and runs of rows whose ``n_i`` is
 constant (a full rectangle) or grows by one from 1 (a causal triangle from position 0) are one
-fused call each; rows that see nothing are skipped (``out = 0``, ``lse = -inf``). Every
-layout's blocks are at most two such runs (contiguous and zigzag diagonals: one triangle;
-striped off-diagonals: a triangle, shifted by a row; zigzag off-diagonals: one rectangle).
-Anything else (document ids, unsorted positions) falls back to query tiles of ``TILE`` rows,
-each against its live key range (``kernels.blocks.tiles``) with an additive mask of that tile only.
+fused call each; rows that see nothing are skipped (``out = 0``, ``lse = -inf``). A causal
+block of sorted positions is usually one or two runs (a diagonal block: one triangle; a
+striped ring's later keys: a triangle shifted by a row; a zigzag ring's off-diagonal: one
+rectangle); up to ``MAX_RUNS`` runs are fused. Anything else (document ids, unsorted
+positions, more runs) falls back to query tiles of ``TILE`` rows, each against its live key
+range (``kernels.blocks.tiles``) with an additive mask of that tile only.
 
 Elsewhere (a CUDA tensor with ``backend="torch"``), and for a backward given only ``delta``
 (the fused backward needs the output), the scores of each query tile are materialised with

@@ -340,7 +340,7 @@ def _threshold(hw, shape: dict, dtype: str) -> float:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from ringsim.layouts import LAYOUTS
+    from ringsim.layouts import layout_names
     from ringsim.values import Parser, arg_type, parse_positive_int
 
     positive = lambda name: arg_type(parse_positive_int, name)
@@ -359,7 +359,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--heads", type=positive("heads"), default=4)
     parser.add_argument("--kv-heads", type=positive("kv_heads"), default=None)
     parser.add_argument("--head-dim", type=positive("head_dim"), default=64)
-    parser.add_argument("--layout", choices=LAYOUTS, default="contiguous")
+    parser.add_argument("--layout", choices=layout_names(), default="contiguous")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--repeats", type=positive("repeats"), default=5)
     parser.add_argument(

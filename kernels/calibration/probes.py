@@ -47,8 +47,11 @@ def probe_spread(samples: Sequence[float]) -> float:
 def timed(samples: Sequence[float]) -> dict:
     """A probe row's timing fields: ``seconds`` (the median), ``spread`` and ``samples``."""
     samples = [float(t) for t in samples]
-    return {"seconds": float(np.median(samples)), "spread": probe_spread(samples),
-            "samples": samples}  # fmt: skip
+    return {
+        "seconds": float(np.median(samples)),
+        "spread": probe_spread(samples),
+        "samples": samples,
+    }
 
 
 def _sample_times(
@@ -189,19 +192,25 @@ def _neighbour(offset: int) -> int:
     return (dist.get_rank() + offset) % dist.get_world_size()
 
 
-MASKED_BLOCKS = ("contiguous-diagonal", "zigzag-diagonal", "zigzag-early-keys", "zigzag-late-keys")
+#: The masked blocks probed: name -> (layout, relation of the kv block's owner to the query
+#: host: 0 its own block, -1 an earlier host's keys, +1 a later host's).
+MASKED_BLOCKS = {
+    "contiguous-diagonal": ("contiguous", 0),
+    "zigzag-diagonal": ("zigzag", 0),
+    "zigzag-early-keys": ("zigzag", -1),
+    "zigzag-late-keys": ("zigzag", 1),
+}
+_HOSTS_OF_RELATION = {0: (0, 0), -1: (1, 0), 1: (0, 1)}  # (query host, kv host), 2-host ring
 
 
 def _masked_block(name: str, block_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(q_pos, k_pos)`` of a masked block of a 2-host causal ring: a host's own block
-    (contiguous or zigzag), or a zigzag host's queries against the other host's keys."""
-    from ringsim.layouts import host_positions
+    """``(q_pos, k_pos)`` of a masked block of a 2-host causal ring, as its layout deals it."""
+    from ringsim.layouts import get_layout
 
-    layout, which = name.split("-", 1)
-    pos = host_positions(layout, 2, 2 * block_tokens)
-    if which == "diagonal":
-        return pos[0], pos[0]
-    return (pos[1], pos[0]) if which == "early-keys" else (pos[0], pos[1])
+    layout, relation = MASKED_BLOCKS[name]
+    q_host, kv_host = _HOSTS_OF_RELATION[relation]
+    pos = get_layout(layout).positions(2, 2 * block_tokens)
+    return pos[q_host], pos[kv_host]
 
 
 def measure_masked(
@@ -249,8 +258,15 @@ def measure_masked(
             barrier()
             samples = _sample_times(lambda step=step: step(kv), repeats, sync, min_time_s=0.05)
         full = attention_flops(c, c, heads, head_dim)
-        rows.append({"block_tokens": c, "block": name, "work": work / c**2,
-                     "flops": full * work / c**2, **timed(samples)})  # fmt: skip
+        rows.append(
+            {
+                "block_tokens": c,
+                "block": name,
+                "work": work / c**2,
+                "flops": full * work / c**2,
+                **timed(samples),
+            }
+        )
     return rows
 
 
@@ -293,8 +309,9 @@ def measure_solo(
     for turn in range(dist.get_world_size()):
         dist.barrier()
         if dist.get_rank() == turn:
-            rows = measure_compute(sizes, heads=heads, head_dim=head_dim, dtype=dtype,
-                                   repeats=repeats)  # fmt: skip
+            rows = measure_compute(
+                sizes, heads=heads, head_dim=head_dim, dtype=dtype, repeats=repeats
+            )
         dist.barrier()
     return rows
 
@@ -358,8 +375,13 @@ def measure_overlap(
             times[key].append(time.perf_counter() - t0)
     row = {key: statistics.median(values) for key, values in times.items()}
     spread = max(probe_spread(values) for values in times.values())
-    return {"block_tokens": c, "bytes": 2 * k.numel() * k.element_size(), **row,
-            "spread": spread, "samples": times}  # fmt: skip
+    return {
+        "block_tokens": c,
+        "bytes": 2 * k.numel() * k.element_size(),
+        **row,
+        "spread": spread,
+        "samples": times,
+    }
 
 
 # (tokens per host, heads, head_dim) of the near-empty ring pass that measures a ring call's
@@ -387,21 +409,36 @@ def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
     c, heads, head_dim = PASS_PROBE
     hosts = dist.get_world_size()
     config = RunConfig(
-        seq_len=c * hosts, heads=heads, head_dim=head_dim, layout=layout, causal=False,
-        dtype=TORCH_DTYPES[dtype], backward=False, repeats=max(repeats, 3), warmup=1,
+        seq_len=c * hosts,
+        heads=heads,
+        head_dim=head_dim,
+        layout=layout,
+        causal=False,
+        dtype=TORCH_DTYPES[dtype],
+        backward=False,
+        repeats=max(repeats, 3),
+        warmup=1,
         return_tensors=False,
-    )  # fmt: skip
+    )
     times = run_ring(dist.get_rank(), hosts, config)["forward_s"]
     # its blocks' cost (the ring's step on a just-received block of this shape): the per-call
     # overhead of the profile is fitted at the run's shape, where it also holds per-head work
-    (block,) = measure_compute([c], heads=heads, head_dim=head_dim, dtype=dtype,
-                               repeats=max(repeats, 3), received=True)  # fmt: skip
+    (block,) = measure_compute(
+        [c], heads=heads, head_dim=head_dim, dtype=dtype, repeats=max(repeats, 3), received=True
+    )
     every: list = [None] * hosts
     dist.all_gather_object(every, (times, block["seconds"]))
     slowest = np.max(np.array([t for t, _ in every], float), axis=0)
-    return {"layout": layout, "causal": False, "hosts": hosts, "block_tokens": c,
-            "heads": heads, "head_dim": head_dim, **timed(slowest),
-            "block_s": max(b for _, b in every)}  # fmt: skip
+    return {
+        "layout": layout,
+        "causal": False,
+        "hosts": hosts,
+        "block_tokens": c,
+        "heads": heads,
+        "head_dim": head_dim,
+        **timed(slowest),
+        "block_s": max(b for _, b in every),
+    }
 
 
 # Messages one ring step posts: k and v, separately (``kernels.distributed.ring._kv_pair``). The

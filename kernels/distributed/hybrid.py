@@ -191,7 +191,7 @@ def run_hybrid(
     tokens ``positions``) and the forward/backward seconds of each repeat."""
     groups = hybrid_groups(ulysses_degree, placement)
     device = rank_device()
-    pos = groups.grid.positions(config.layout, config.seq_len)[rank]
+    pos = groups.grid.positions(config.layout, config.seq_len, config.segments())[rank]
     index = torch.as_tensor(pos, device=device)
     q, k, v, dout = (x.index_select(-2, index).contiguous() for x in config.inputs(device))
     scale = 1.0 / math.sqrt(config.head_dim)

@@ -47,6 +47,7 @@ from kernels.distributed.ring import (
 )
 from ringsim.checks import check_segment_ids
 from ringsim.files import write_json
+from ringsim.layouts import layout_names
 
 
 def rank_cores(hosts: int, threads: int, backend: str) -> list[set[int]] | None:
@@ -307,7 +308,8 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
     device = rank_device()
     q_full, k_full, v_full, dout_full = config.inputs(device)
     q, k, v, dout = (
-        shard(x, config.layout, hosts, rank) for x in (q_full, k_full, v_full, dout_full)
+        shard(x, config.layout, hosts, rank, config.segments())
+        for x in (q_full, k_full, v_full, dout_full)
     )
     result: dict = {"rank": rank, "forward_s": [], "backward_s": [], "forward_timelines": []}
     scale = 1.0 / math.sqrt(config.head_dim)
@@ -392,9 +394,11 @@ def sync_device(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def assemble(results: Sequence[dict], key: str, layout: str) -> np.ndarray:
+def assemble(
+    results: Sequence[dict], key: str, layout: str, segment_ids: np.ndarray | None = None
+) -> np.ndarray:
     """Per-rank arrays ``results[r][key]`` back in the original token order."""
-    return unshard([torch.from_numpy(r[key]) for r in results], layout).numpy()
+    return unshard([torch.from_numpy(r[key]) for r in results], layout, segment_ids).numpy()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -406,9 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--kv-heads", type=int, default=None)
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument(
-        "--layout", default="contiguous", choices=["contiguous", "striped", "zigzag"]
-    )
+    parser.add_argument("--layout", default="contiguous", choices=layout_names())
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--repeats", type=int, default=3)
@@ -456,7 +458,7 @@ def summarize_run(results: Sequence[dict], config: RunConfig) -> dict:
             q, k, v, causal=config.causal, segment_ids=config.segments()
         )
         summary["max_abs_error"] = float(
-            np.abs(assemble(results, "out", config.layout) - ref).max()
+            np.abs(assemble(results, "out", config.layout, config.segments()) - ref).max()
         )
     return summary
 

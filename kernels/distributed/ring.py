@@ -44,7 +44,7 @@ import torch.distributed as dist
 from kernels.blocks.dispatch import block_attention, block_attention_backward
 from kernels.distributed.rank_timeline import RankClock, RankTimeline
 from ringsim.checks import check_bool, check_segment_ids
-from ringsim.layouts import check_layout, host_positions
+from ringsim.layouts import check_layout, check_seq_len, host_positions, positions_of_host
 from ringsim.schedule import BlockKind, Schedule, build_schedule
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -106,9 +106,13 @@ class Ring:
 
     def schedule(self, pass_: str) -> Schedule:
         return build_schedule(
-            self.hosts, self.layout, self.causal, pass_, seq_len=self.seq_len,
+            self.hosts,
+            self.layout,
+            self.causal,
+            pass_,
+            seq_len=self.seq_len,
             segment_ids=self.segment_ids,
-        )  # fmt: skip
+        )
 
     def mask_args(
         self, pos: torch.Tensor, docs: torch.Tensor | None, owner: int, kind: int
@@ -232,7 +236,8 @@ class _Transfer:
 
 
 def ring_positions(ring: Ring, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(host_positions(ring.layout, ring.hosts, ring.seq_len), device=device)
+    pos = host_positions(ring.layout, ring.hosts, ring.seq_len, ring.segment_ids)
+    return torch.as_tensor(pos, device=device)
 
 
 def ring_documents(ring: Ring, pos: torch.Tensor) -> torch.Tensor | None:
@@ -292,9 +297,14 @@ def ring_forward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             out_b, lse_b = block_attention(
-                q, kv[0], kv[1], **ring.mask_args(pos, docs, owner, kind), scale=scale,
-                backend=ring.block_backend, out_dtype=torch.float32,
-            )  # fmt: skip
+                q,
+                kv[0],
+                kv[1],
+                **ring.mask_args(pos, docs, owner, kind),
+                scale=scale,
+                backend=ring.block_backend,
+                out_dtype=torch.float32,
+            )
             if out is None:  # no zero-filled accumulator to merge into: a memory pass saved
                 out, lse = out_b, lse_b
             else:
@@ -351,9 +361,18 @@ def ring_backward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             dq_b, dk_b, dv_b = block_attention_backward(
-                q, kv[0], kv[1], dout, out, lse, **ring.mask_args(pos, docs, owner, kind),
-                scale=scale, delta=delta, backend=ring.block_backend, out_dtype=torch.float32,
-            )  # fmt: skip
+                q,
+                kv[0],
+                kv[1],
+                dout,
+                out,
+                lse,
+                **ring.mask_args(pos, docs, owner, kind),
+                scale=scale,
+                delta=delta,
+                backend=ring.block_backend,
+                out_dtype=torch.float32,
+            )
             dq += dq_b
             grads[0] += dk_b
             grads[1] += dv_b
@@ -426,14 +445,18 @@ def ring_attention(
     try:  # local checks; with ``check`` every rank hears of a failure in the header exchange
         if ring is None:
             ring = Ring(
-                check_layout(layout), check_bool("causal", causal), seq_len, group,
-                block_backend, timeout_s,
-            )  # fmt: skip
+                check_layout(layout),
+                check_bool("causal", causal),
+                seq_len,
+                group,
+                block_backend,
+                timeout_s,
+            )
         if ring.seq_len != seq_len:
             raise ValueError(f"ring.seq_len must be {seq_len} (hosts * block), got {ring.seq_len}")
         if segment_ids is not None:
             ring.segment_ids = check_segment_ids(segment_ids, seq_len)
-        host_positions(ring.layout, hosts, seq_len)  # validates divisibility (zigzag needs 2P)
+        check_seq_len(seq_len, hosts, ring.layout, ring.segment_ids)  # the layout's divisor
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         if check:
             _check_finite(q, k, v)
@@ -452,17 +475,22 @@ def ring_attention(
 # ------------------------------------------------------------------------------------------
 
 
-def shard(x: torch.Tensor, layout: str, hosts: int, rank: int) -> torch.Tensor:
-    """The tokens of ``x`` ``(..., N, d)`` that ``rank`` holds, in its (sorted) order."""
-    pos = torch.as_tensor(host_positions(layout, hosts, x.shape[-2])[rank], device=x.device)
-    return x.index_select(-2, pos).contiguous()
+def shard(
+    x: torch.Tensor, layout: str, hosts: int, rank: int, segment_ids: np.ndarray | None = None
+) -> torch.Tensor:
+    """The tokens of ``x`` ``(..., N, d)`` that ``rank`` holds, in its (sorted) order
+    (``segment_ids``: the documents, for a layout that deals by them)."""
+    pos = positions_of_host(layout, hosts, x.shape[-2], rank, segment_ids)
+    return x.index_select(-2, torch.as_tensor(pos, device=x.device)).contiguous()
 
 
-def unshard(blocks: Sequence[torch.Tensor], layout: str) -> torch.Tensor:
+def unshard(
+    blocks: Sequence[torch.Tensor], layout: str, segment_ids: np.ndarray | None = None
+) -> torch.Tensor:
     """Inverse of ``shard``: per-rank blocks back to the original token order."""
     hosts = len(blocks)
     seq_len = blocks[0].shape[-2] * hosts
-    pos = torch.as_tensor(host_positions(layout, hosts, seq_len).reshape(-1))
+    pos = torch.as_tensor(host_positions(layout, hosts, seq_len, segment_ids).reshape(-1))
     stacked = torch.cat(list(blocks), dim=-2)
     out = torch.empty_like(stacked)
     out[..., pos.to(stacked.device), :] = stacked

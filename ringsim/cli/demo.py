@@ -26,7 +26,7 @@ from ringsim.cli.output import (
     print_json,
     print_table,
 )
-from ringsim.layouts import LAYOUTS
+from ringsim.layouts import layout_names
 from ringsim.values import Parser, arg_type, parse_positive_int, parse_seq_len
 
 
@@ -38,7 +38,7 @@ def layout_rows(
     from ringsim.timer import RingConfig, simulate
 
     results = {}
-    for layout in LAYOUTS:
+    for layout in layout_names():
         config = RingConfig(
             hosts=hosts, seq_len=seq_len, hardware=hardware, layout=layout, causal=True,
             pass_=pass_, dtype=dtype,

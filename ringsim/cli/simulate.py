@@ -16,8 +16,8 @@ from ringsim.cli.args import (
     run_config,
 )
 from ringsim.cli.output import describe, human, note, print_json, print_table
-from ringsim.layouts import LAYOUTS
-from ringsim.values import arg_type, parse_positive_int, parse_seq_len
+from ringsim.layouts import LAYOUTS, get_layout, segment_ids_of
+from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
 
 HELP = "time one ring run: makespan, idle, exposed communication"
 EXAMPLES = """examples:
@@ -33,6 +33,8 @@ EXAMPLES = """examples:
       --inter-bandwidth 25G --inter-latency 5e-6
   ringsim simulate --hosts 8 --seq-len 64K --causal --layout zigzag --kv-heads 8 \
       --hardware h100-nvlink --implementation fa2 --tile 128x64
+  ringsim simulate --hosts 4 --seq-len 64K --causal --layout per-document \
+      --documents 32K,16K,8K,8K
   ringsim simulate --hosts 8 --seq-len 64K --causal --hardware a100-nvlink --pass train-step \
       --attention-rate tf32 --recompute
 """
@@ -43,6 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=positive("hosts"), required=True, help="hosts in the ring")
     p.add_argument("--seq-len", required=True, help="tokens, K/M suffixes (powers of two)")
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="token split")
+    p.add_argument(
+        "--documents",
+        metavar="LENGTHS",
+        help="packed documents: their lengths, comma-separated (K/M), summing to the sequence",
+    )
     p.add_argument("--causal", action="store_true", help="causal mask")
     p.add_argument("--no-overlap", action="store_true", help="compute and transfer alternate")
     p.add_argument(
@@ -76,7 +83,11 @@ SUMMARY_NAMES = {
 
 
 def run(args: argparse.Namespace) -> int:
-    config = ring_config(args, hosts=args.hosts, seq_len=parse_seq_len(args.seq_len))
+    seq_len = parse_seq_len(args.seq_len)
+    if get_layout(args.layout).needs_documents and args.documents is None:
+        raise ValueError(f"--layout {args.layout} needs --documents (the documents' lengths)")
+    documents = _segment_ids(args.documents, seq_len)
+    config = ring_config(args, hosts=args.hosts, seq_len=seq_len, segment_ids=documents)
     # the (steps, hosts) timeline only for a figure or a trace: a summary needs O(hosts)
     keep = bool(args.plot or args.trace)
     result = run_config(config, args.strategy, keep_timeline=keep, args=args)
@@ -104,6 +115,21 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(result.schedule.describe())
     return 0
+
+
+def _segment_ids(text: str | None, seq_len: int):
+    """The segment ids of ``--documents`` (``None`` without the flag)."""
+    if text is None:
+        return None
+    try:
+        lengths = [parse_length(part) for part in text.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--documents: {err}") from None
+    if sum(lengths) != seq_len:
+        raise ValueError(
+            f"--documents must sum to the sequence length {seq_len}, got {sum(lengths)} ({text})"
+        )
+    return segment_ids_of(lengths)
 
 
 def _add_paper_minimum(summary: dict) -> None:

@@ -26,7 +26,7 @@ from ringsim.cli.output import (
     print_table,
     progress,
 )
-from ringsim.layouts import LAYOUTS
+from ringsim.layouts import layout_names
 from ringsim.values import arg_type, parse_positive_int, parse_seq_len
 
 HELP = "sweep block size or hosts and tabulate (and plot) the result"
@@ -51,7 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--values", help="comma-separated values (lengths accept K/M)")
     p.add_argument("--hosts", type=positive("hosts"), help="hosts for --vary block (8)")
     p.add_argument("--block", help="tokens per host for --vary hosts (4K)")
-    p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="for --vary block")
+    p.add_argument(
+        "--layout", choices=layout_names(), default="contiguous", help="for --vary block"
+    )
     p.add_argument("--layouts", help="comma-separated layouts for --vary hosts (all)")
     p.add_argument(
         "--causal",
@@ -193,10 +195,11 @@ def sweep_hosts(args: argparse.Namespace) -> dict:
     hosts_list = _values(args, DEFAULT_HOSTS, "host")
     block = parse_seq_len(args.block) if args.block else 4096
     causal = True if args.causal is None else args.causal
-    layouts = args.layouts.split(",") if args.layouts else list(LAYOUTS)
+    names = layout_names()  # the layouts that need no documents
+    layouts = args.layouts.split(",") if args.layouts else list(names)
     for layout in layouts:
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        if layout not in names:
+            raise ValueError(f"layout must be one of {', '.join(names)}, got {layout!r}")
     cases = [(p, layout) for p in hosts_list for layout in layouts]
     rows = []
     for p, layout in progress(cases, "sweeping hosts", enabled=not args.json):

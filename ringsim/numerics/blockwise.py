@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.checks import as_float_array, check_finite_array, check_positive_int
-from ringsim.layouts import check_layout, check_seq_len, host_positions
+from ringsim.layouts import Layout, get_layout
 from ringsim.numerics.attention import reference_attention, work_dtype
 from ringsim.numerics.ring import ring_attention
 
@@ -198,7 +198,7 @@ def ring_block(
     params: TransformerParams,
     *,
     hosts: int,
-    layout: str = "contiguous",
+    layout: str | Layout = "contiguous",
     causal: bool = False,
     ffn_chunk: int | None = None,
     stats: dict | None = None,
@@ -214,12 +214,12 @@ def ring_block(
     """
     x = _check_x(x, params)
     hosts = check_positive_int("hosts", hosts)
-    layout = check_layout(layout)
-    seq_len = check_seq_len(x.shape[-2], hosts, layout)
+    layout = get_layout(layout)
+    seq_len = layout.check_seq_len(x.shape[-2], hosts)
     chunk = seq_len // hosts if ffn_chunk is None else check_positive_int("ffn_chunk", ffn_chunk)
     dtype = work_dtype(x.dtype)
     p = params.cast(dtype)
-    positions = host_positions(layout, hosts, seq_len)
+    positions = layout.positions(hosts, seq_len)
     x_hosts = [np.take(x, pos, axis=-2).astype(dtype) for pos in positions]
 
     # Each host projects its own tokens; ring_attention takes the sequence in token order and

@@ -125,8 +125,20 @@ def double_ring_forward(q, k, v, sched: Schedule, scale: float, *, window: int, 
     return _stats_out(states, sched, stats)
 
 
-def double_ring_backward(q, k, v, dout, out, lse, sched: Schedule, scale: float, *, window: int,
-                         row_max=None, row_sum=None):  # fmt: skip
+def double_ring_backward(
+    q,
+    k,
+    v,
+    dout,
+    out,
+    lse,
+    sched: Schedule,
+    scale: float,
+    *,
+    window: int,
+    row_max=None,
+    row_sum=None,
+):
     """``ring_backward`` of the double ring: ``(dq, dk, dv)`` in token order."""
     pos = sched.positions
     dtype = work_dtype(q.dtype)
@@ -145,10 +157,17 @@ def double_ring_backward(q, k, v, dout, out, lse, sched: Schedule, scale: float,
             if kinds[h] == BlockKind.SKIP:
                 continue
             dq, dk, dv = block_attention_backward(
-                qs[h], blk.k, blk.v, dos[h], softmax[h].get("lse"), deltas[h], scale=scale,
-                row_max=softmax[h].get("row_max"), row_sum=softmax[h].get("row_sum"),
+                qs[h],
+                blk.k,
+                blk.v,
+                dos[h],
+                softmax[h].get("lse"),
+                deltas[h],
+                scale=scale,
+                row_max=softmax[h].get("row_max"),
+                row_sum=softmax[h].get("row_sum"),
                 **_mask_args(sched, h, blk.owner, kinds[h]),
-            )  # fmt: skip
+            )
             dqs[h] += dq
             blk.dk += dk
             blk.dv += dv
@@ -191,8 +210,9 @@ def _all_gather(k: np.ndarray, v: np.ndarray, pos: np.ndarray):
     return gather(k), gather(v), keys[order]
 
 
-def allgather_backward(q, k, v, dout, out, lse, sched: Schedule, scale: float, *,
-                       row_max=None, row_sum=None):  # fmt: skip
+def allgather_backward(
+    q, k, v, dout, out, lse, sched: Schedule, scale: float, *, row_max=None, row_sum=None
+):
     """Backward of ``allgather_forward``: each slot's gradients for the whole gathered k, v,
     then a reduce-scatter sums them (in slot order) onto each block's owner."""
     pos, seg = sched.positions, sched.segment_ids
@@ -204,12 +224,21 @@ def allgather_backward(q, k, v, dout, out, lse, sched: Schedule, scale: float, *
         do = _shard(dout, p).astype(dtype)
         softmax = _softmax_rows(lse, row_max, row_sum, p)
         dq, dk_all, dv_all = block_attention_backward(
-            _shard(q, p), k_all, v_all, do, softmax.get("lse"),
-            (do * _shard(out, p).astype(dtype)).sum(axis=-1), scale=scale, q_pos=p, k_pos=keys,
-            causal=sched.causal, q_seg=None if seg is None else seg[p],
-            k_seg=None if seg is None else seg[keys], row_max=softmax.get("row_max"),
+            _shard(q, p),
+            k_all,
+            v_all,
+            do,
+            softmax.get("lse"),
+            (do * _shard(out, p).astype(dtype)).sum(axis=-1),
+            scale=scale,
+            q_pos=p,
+            k_pos=keys,
+            causal=sched.causal,
+            q_seg=None if seg is None else seg[p],
+            k_seg=None if seg is None else seg[keys],
+            row_max=softmax.get("row_max"),
             row_sum=softmax.get("row_sum"),
-        )  # fmt: skip
+        )
         dqs.append(dq)
         dk_parts.append(dk_all)
         dv_parts.append(dv_all)

@@ -40,7 +40,7 @@ from ringsim.checks import (
     check_segment_ids,
 )
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
-from ringsim.layouts import check_layout, check_seq_len
+from ringsim.layouts import Layout, get_layout
 from ringsim.numerics.attention import work_dtype
 from ringsim.numerics.context_parallel import BACKWARD, FORWARD, _place, _shard
 from ringsim.numerics.ring import _raise_if_overflow
@@ -90,8 +90,9 @@ def gather_heads(blocks: dict[int, np.ndarray], grid: Grid):
     for j in range(grid.ring):
         members = grid.ulysses_group(j)
         c = blocks[members[0]].shape[-2] // grid.ulysses
-        sends = [[blocks[a][..., b * c : (b + 1) * c, :] for b in range(grid.ulysses)]
-                 for a in members]  # fmt: skip
+        sends = [
+            [blocks[a][..., b * c : (b + 1) * c, :] for b in range(grid.ulysses)] for a in members
+        ]
         for b, got in zip(members, all_to_all(sends), strict=True):
             out[b] = np.concatenate(got, axis=-3)
     return out
@@ -112,7 +113,7 @@ class _Problem:
     v: np.ndarray
     flat: bool
     grid: Grid
-    layout: str
+    layout: Layout
     causal: bool
     scale: float
     segment_ids: np.ndarray | None
@@ -121,22 +122,27 @@ class _Problem:
 
     def schedule(self, pass_: str) -> Schedule:
         return build_schedule(
-            self.grid.ring, self.layout, self.causal, pass_, seq_len=self.q.shape[-2],
+            self.grid.ring,
+            self.layout,
+            self.causal,
+            pass_,
+            seq_len=self.q.shape[-2],
             segment_ids=self.segment_ids,
-        )  # fmt: skip
+        )
 
     def method_kw(self) -> dict:
         return {"window": self.window} if self.method == "double-ring" else {}
 
 
-def _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids, method,
-             window, placement) -> _Problem:  # fmt: skip
+def _problem(
+    q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids, method, window, placement
+) -> _Problem:
     q, k, v = check_qkv(q, k, v)
     flat = q.ndim == 2
     if flat:
         q, k, v = q[None], k[None], v[None]
     hosts = check_positive_int("hosts", hosts)
-    layout = check_layout(layout)
+    layout = get_layout(layout)
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if placement not in PLACEMENTS:
@@ -148,7 +154,7 @@ def _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids,
             f"hybrid attention is self-attention: q and k need the same length, got "
             f"{q.shape[-2]} and {k.shape[-2]}"
         )
-    seq_len = check_seq_len(q.shape[-2], R, layout)
+    seq_len = layout.check_seq_len(q.shape[-2], R, segment_ids)
     if seq_len % hosts:
         raise ValueError(f"seq_len must be divisible by hosts = {hosts}, got seq_len={seq_len}")
     if method == "double-ring":
@@ -157,9 +163,18 @@ def _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids,
     elif window is not None:
         raise ValueError(f"window is for method double-ring only, got window={window!r}")
     return _Problem(
-        q, k, v, flat, Grid(U, R, placement), layout, bool(causal),
-        check_scale(scale, q.shape[-1]), check_segment_ids(segment_ids, seq_len), method, window,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        flat,
+        Grid(U, R, placement),
+        layout,
+        bool(causal),
+        check_scale(scale, q.shape[-1]),
+        check_segment_ids(segment_ids, seq_len),
+        method,
+        window,
+    )
 
 
 def _by_rank(x: np.ndarray, pos: np.ndarray) -> dict[int, np.ndarray]:
@@ -190,7 +205,7 @@ def _forward(prob: _Problem):
     ``positions`` ``(P, N/P)`` each host's tokens and ``saved[u]`` ring group ``u``'s
     token-order ``(q, k, v, out, lse, stats)`` (its hosts' head-sharded blocks)."""
     grid, N = prob.grid, prob.q.shape[-2]
-    pos = grid.positions(prob.layout, N)
+    pos = grid.positions(prob.layout, N, prob.segment_ids)
     heads = head_groups(prob.q.shape[-3], prob.k.shape[-3], grid.ulysses)
     qh = scatter_heads(_by_rank(prob.q, pos), grid, [h for h, _ in heads])
     kh = scatter_heads(_by_rank(prob.k, pos), grid, [h for _, h in heads])
@@ -201,8 +216,9 @@ def _forward(prob: _Problem):
         members = grid.ring_group(u)
         qg, kg, vg = (_to_ring_group(x, members, sched.positions) for x in (qh, kh, vh))
         stats: dict = {}
-        out, lse = FORWARD[prob.method](qg, kg, vg, sched, prob.scale, stats=stats,
-                                         **prob.method_kw())  # fmt: skip
+        out, lse = FORWARD[prob.method](
+            qg, kg, vg, sched, prob.scale, stats=stats, **prob.method_kw()
+        )
         saved.append((qg, kg, vg, out, lse, stats))
     return pos, heads, saved
 
@@ -238,8 +254,9 @@ def _gradients(prob: _Problem, dout: object):
     grads: list[list[np.ndarray]] = [[], [], []]
     for u, (qg, kg, vg, out, lse, stats) in enumerate(saved):
         dog = _to_ring_group(doh, grid.ring_group(u), sched.positions)
-        group = BACKWARD[prob.method](qg, kg, vg, dog, out, lse, sched, prob.scale, **stats,
-                                       **prob.method_kw())  # fmt: skip
+        group = BACKWARD[prob.method](
+            qg, kg, vg, dog, out, lse, sched, prob.scale, **stats, **prob.method_kw()
+        )
         for g, x in zip(grads, group, strict=True):
             g.append(x)
     result = []
@@ -256,8 +273,8 @@ def _gradients(prob: _Problem, dout: object):
 
 _SHAPES = """``q``: ``(..., Hq, N, d)``; ``k``, ``v``: ``(..., Hkv, N, d)`` (GQA when ``Hkv < Hq``),
     or bare ``(N, d)`` arrays (one head). ``hosts`` ``P``; ``layout`` deals the ``N`` tokens to
-    the ``R`` ring slots (``N`` divisible by ``P`` and by ``R``, ``2 R`` for zigzag);
-    ``segment_ids`` ``(N,)``: packed documents."""
+    the ``R`` ring slots (``N`` divisible by ``P`` and by the layout's divisor for ``R``:
+    ``R``, ``2 R`` for zigzag); ``segment_ids`` ``(N,)``: packed documents."""
 
 
 def hybrid_attention(
@@ -324,9 +341,15 @@ def double_ring_attention(
 
 
 def double_ring_attention_backward(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, *, hosts: int, window: int,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    dout: np.ndarray,
+    *,
+    hosts: int,
+    window: int,
     **options,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(dq, dk, dv)`` of ``double_ring_attention``: each kv block's ``dk``, ``dv`` ride the
     inner ring back to the host that started the round with it, the outer ring on, then home."""
     options = _defaults(options, 1)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ringsim.checks import check_finite_array, check_positive_int, check_qkv, check_scale
-from ringsim.layouts import check_layout, check_seq_len
+from ringsim.layouts import Layout, get_layout
 from ringsim.numerics.attention import (
     Partial,
     _softmax_shift,
@@ -148,17 +148,23 @@ def _record(record: RingRecord | None, hosts: list[Host], sched: Schedule, step:
 
 
 def _check_ring_args(
-    q: object, k: object, v: object, hosts: object, layout: object, scale: float | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, str, float]:
+    q: object,
+    k: object,
+    v: object,
+    hosts: object,
+    layout: object,
+    scale: float | None,
+    segment_ids: object = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, Layout, float]:
     q, k, v = check_qkv(q, k, v)
     hosts = check_positive_int("hosts", hosts)
-    layout = check_layout(layout)
+    layout = get_layout(layout)
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(
             f"ring attention is self-attention: q and k need the same length, got "
             f"{q.shape[-2]} and {k.shape[-2]}"
         )
-    check_seq_len(q.shape[-2], hosts, layout)
+    layout.check_seq_len(q.shape[-2], hosts, segment_ids)
     return q, k, v, hosts, layout, check_scale(scale, q.shape[-1])
 
 
@@ -254,7 +260,7 @@ def ring_attention(
     v: np.ndarray,
     *,
     hosts: int,
-    layout: str = "contiguous",
+    layout: str | Layout = "contiguous",
     causal: bool = False,
     scale: float | None = None,
     segment_ids: np.ndarray | None = None,
@@ -266,15 +272,16 @@ def ring_attention(
     """Exact attention computed by ``hosts`` virtual hosts passing kv blocks around a ring.
 
     ``q``: ``(..., Hq, N, d)``; ``k``, ``v``: ``(..., Hkv, N, d)`` (GQA when ``Hkv < Hq``).
-    ``layout``: ``contiguous``, ``striped`` or ``zigzag`` (``N`` divisible by ``hosts``, or
-    ``2 * hosts`` for zigzag); results come back in the original token order.
-    ``segment_ids`` ``(N,)``: packed documents, attention stays inside each.
+    ``layout``: a name of ``ringsim.LAYOUTS`` or a ``Layout`` (``N`` must meet its divisor:
+    ``hosts``, or ``2 * hosts`` for zigzag); results come back in the original token order.
+    ``segment_ids`` ``(N,)``: packed documents, attention stays inside each (the
+    ``per-document`` layout deals them out, and needs them).
     ``partial_dtype``/``accum_dtype``: the precision lab (``"bf16"``, ``"fp16"``, ...).
     ``record``: a ``RingRecord`` to fill with what each host held at each step.
     Returns ``out`` shaped like ``q`` in its dtype, plus the float ``lse`` ``(..., Hq, N)``
     when ``return_lse``.
     """
-    q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale)
+    q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale, segment_ids)
     sched = build_schedule(
         hosts, layout, causal, "forward", seq_len=q.shape[-2], segment_ids=segment_ids
     )
@@ -385,7 +392,7 @@ def ring_attention_backward(
     dout: np.ndarray,
     *,
     hosts: int,
-    layout: str = "contiguous",
+    layout: str | Layout = "contiguous",
     causal: bool = False,
     scale: float | None = None,
     segment_ids: np.ndarray | None = None,
@@ -402,7 +409,7 @@ def ring_attention_backward(
     limit, as flash kernels do). Shapes as ``ring_attention``; ``dout`` like ``q``.
     Gradients come back in the input dtype, in the original token order.
     """
-    q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale)
+    q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale, segment_ids)
     dout = np.asarray(dout)
     if dout.shape != q.shape:
         raise ValueError(f"dout must have the shape of q {q.shape}, got {dout.shape}")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ringsim.layouts import LAYOUTS
+from ringsim.layouts import layout_names
 from ringsim.numerics.attention import reference_attention, reference_attention_grad
 from ringsim.numerics.ring import RingRecord, ring_attention, ring_attention_backward
 from ringsim.numerics.rounding import relative_error
@@ -93,13 +93,13 @@ def explorer_data(hosts: tuple[int, ...] = HOSTS) -> dict:
     entries = {
         key(p, layout, causal, pass_): schedule_entry(p, layout, causal, pass_)
         for p in hosts
-        for layout in LAYOUTS
+        for layout in layout_names()
         for causal in (True, False)
         for pass_ in PASSES
     }
     return {
         "hosts": list(hosts),
-        "layouts": list(LAYOUTS),
+        "layouts": list(layout_names()),
         "passes": list(PASSES),
         "tokens_per_host": TOKENS_PER_HOST,
         "error_floor_log10": math.log10(ERROR_FLOOR),

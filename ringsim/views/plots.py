@@ -346,9 +346,9 @@ def pair_owners(
 
     if order not in ("tokens", "hosts"):
         raise ValueError(f"order must be 'tokens' or 'hosts', got {order!r}")
-    positions = host_positions(layout, hosts, seq_len)
-    tokens = np.arange(seq_len)
     seg = None if segment_ids is None else np.asarray(segment_ids)
+    positions = host_positions(layout, hosts, seq_len, seg)
+    tokens = np.arange(seq_len)
     mask = visible_mask(
         tokens, tokens, causal=causal, q_seg=seg, k_seg=seg
     )  # None: everything visible

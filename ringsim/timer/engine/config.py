@@ -80,16 +80,16 @@ class Run:
         _put(self, "layout", check_layout(self.layout))
         _put(self, "causal", check_bool("causal", self.causal))
         _put(self, "overlap", check_bool("overlap", self.overlap))
+        check_positive_int("seq_len", self.seq_len)
+        _put(self, "segment_ids", check_segment_ids(self.segment_ids, self.seq_len))
         if self.pass_ == "decode":
-            check_positive_int("seq_len", self.seq_len)
             if self.seq_len % hosts:
                 raise ValueError(
                     f"seq_len must be divisible by hosts = {hosts} (each host holds an equal "
                     f"cache shard), got seq_len={self.seq_len}"
                 )
         else:
-            check_seq_len(self.seq_len, hosts, self.layout)
-        _put(self, "segment_ids", check_segment_ids(self.segment_ids, self.seq_len))
+            check_seq_len(self.seq_len, hosts, self.layout, self.segment_ids)
         if not isinstance(self.recompute, (bool, np.bool_)):
             raise ValueError(f"recompute must be True or False, got {self.recompute!r}")
         _put(self, "recompute", bool(self.recompute))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ringsim.masks import documents_are_runs
 from ringsim.schedule import Schedule
 from ringsim.timer.cost import attention_working_set_bytes, kv_block_bytes, overlap_threshold
 from ringsim.timer.engine.clock import decode_seconds
@@ -301,7 +302,8 @@ def timeline_bytes(config: RingConfig, rows: int) -> int:
 def run_bytes(config: RingConfig, rows: int, *, keep: bool, engine: str) -> int:
     """Peak bytes a run needs beyond the interpreter: ``O(P)`` engine state (a few dozen
     ``(P,)`` vectors), the kept timeline, the heap oracle's per-event state, and for packed
-    documents the ``(P, P)`` work tables and one ``c x c`` mask at a time."""
+    documents the ``(P, P)`` work tables and one ``c x c`` mask at a time (a few ``(c,)``
+    vectors where each document is one run of tokens: ``masks.documents_are_runs``)."""
     P, c = config.hosts, config.block_tokens
     need = 64 * 8 * P
     if keep:
@@ -309,7 +311,8 @@ def run_bytes(config: RingConfig, rows: int, *, keep: bool, engine: str) -> int:
     if engine == "heap":
         need += rows * P * 256  # 9 float and 8 bool arrays, two queued tuples per cell
     if config.segment_ids is not None:
-        need += 16 * P * P + 3 * c * c
+        runs = documents_are_runs(config.segment_ids)
+        need += 16 * P * P + (128 * c if runs else 3 * c * c)
     return need
 
 

@@ -1,18 +1,10 @@
 """What a real ring runs at each step: the kernel call its layout makes, and the work between
 calls (merging ``(out, lse)``, accumulating ``dq, dk, dv``, casts), as real implementations do.
 
-Calls per step, as zhuzilin/ring-flash-attention runs them (read from its source at commit
-8996282: ``ring_flash_attn.py``, ``zigzag_ring_flash_attn.py``, ``stripe_flash_attn.py``), for a
-block of ``c`` tokens and the kv block of host ``j`` on host ``h``:
-
-* contiguous, causal: ``j == h`` a causal ``c x c`` call; ``j < h`` a full one; ``j > h`` none;
-* zigzag: ``j == h`` a causal ``c x c`` call; ``j < h`` all ``c`` queries against the early
-  half of the kv block (``c x c/2``, unmasked); ``j > h`` the late half of the queries against
-  the whole block (``c/2 x c``, unmasked), merged into those rows only (a sliced merge);
-* striped: ``j <= h`` a causal ``c x c`` call; ``j > h`` the same with the diagonal excluded
-  (``q[1:]`` against ``k[:-1]``), merged into rows ``1:`` (sliced);
-* non-causal: a full ``c x c`` call; packed documents (``segment_ids``): a call over the tiles
-  the block's visible fraction needs.
+The call a host makes at each step is its layout's answer (``ringsim.layouts``,
+``Layout.step_call``: the shapes zhuzilin/ring-flash-attention's contiguous, zigzag and
+striped rings run, and TransformerEngine's for packed documents), by the block's kind and
+relation (the kv block's owner before, at or after the host).
 
 Between calls (``merge="torch"``: each PyTorch op reads its inputs from HBM and writes its
 output; zhuzilin/ring-flash-attention PR #87 and vllm-project/vllm-omni PR #5187 both describe
@@ -36,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringsim.schedule import BlockKind, Schedule
+from ringsim.layouts import KernelCall, get_layout
+from ringsim.schedule import Schedule
 from ringsim.timer.engine.attention import CallTimer
 from ringsim.timer.machine.families import KernelFamily, for_hardware
 from ringsim.timer.machine.kernel_model import HBM_FRACTION
@@ -152,27 +145,15 @@ class StepModel:
             out[hit] = self.cache[full_key]
         return out
 
-    def call(self, kind: int, relation: int, work: float) -> tuple | None:
-        """``(q, k, mask, visible, sliced)`` of the call a host makes, or ``None`` (skipped)."""
-        cfg, c = self.config, self.config.block_tokens
-        if kind == BlockKind.SKIP:
-            return None
-        if not cfg.causal:
-            return (c, c, "full", None, False)
-        if cfg.segment_ids is not None:
-            if kind == BlockKind.FULL:
-                return (c, c, "full", None, False)
-            return (c, c, "documents", work, False)
-        if cfg.layout == "zigzag" and relation != 0:
-            half = max(c // 2, 1)
-            return (c, half, "zigzag-half", None, False) if relation < 0 else (
-                half, c, "zigzag-half", None, True)  # fmt: skip
-        if cfg.layout == "striped":  # kv from an earlier host (or its own): diagonal included
-            return (c, c, "offset-causal", None, True) if relation > 0 else (
-                c, c, "causal-diagonal", None, False)  # fmt: skip
-        if relation == 0:
-            return (c, c, "causal-diagonal", None, False)
-        return (c, c, "full" if kind == BlockKind.FULL else "documents", work, False)
+    def call(self, kind: int, relation: int, work: float) -> KernelCall | None:
+        """``(q, k, mask, visible, sliced)`` of the call a host makes, or ``None`` (skipped):
+        the layout's answer (``Layout.step_call``)."""
+        cfg = self.config
+        documents = cfg.segment_ids is not None
+        layout = get_layout(cfg.layout)
+        return layout.step_call(
+            kind, relation, work, cfg.block_tokens, causal=cfg.causal, documents=documents
+        )
 
     def _cell(self, pass_: str, kind, relation, work, first: bool, last: bool) -> float:
         cfg, fam = self.config, self.family

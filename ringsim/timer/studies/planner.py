@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 
 from ringsim.grid import check_ulysses_degree
+from ringsim.layouts import get_layout
 from ringsim.timer.cost import DTYPE_BYTES, ffn_flops, projection_flops
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.machine.topology import Cluster
@@ -157,7 +158,7 @@ def _valid(hosts: int, heads: int, kv_heads: int, u: int) -> bool:
 
 
 def _splits(seq_len: int, hosts: int, layout: str) -> bool:
-    return seq_len % (2 * hosts if layout == "zigzag" else hosts) == 0
+    return seq_len % get_layout(layout).divisor(hosts) == 0
 
 
 def plan(
