@@ -170,6 +170,15 @@ class Layout:
             return KernelCall(c, c, "documents", work)
         return self.causal_call(kind, relation, work, c)
 
+    def gathered_calls(self, hosts: int, c: int, host: int) -> tuple[KernelCall, ...] | None:
+        """The causal calls an all-gather implementation makes for ``host``'s queries once
+        every key is gathered in sequence order: one call per run of consecutive positions,
+        against all keys up to the run's end (bottom-right aligned), as TransformerEngine's
+        ``AttnFuncWithCPAndKVAllGather`` does for its two chunks per rank. ``None`` (the
+        default): the host's positions are not a few runs, and the all-gather makes the
+        ring's per-block calls instead."""
+        return None
+
     def causal_call(self, kind: int, relation: int, work: float, c: int) -> KernelCall:
         """The call for a computed causal block without documents. By default the host's own
         block is a causal ``c x c`` call (its positions are sorted: row ``r`` sees keys
@@ -216,6 +225,9 @@ class Contiguous(Layout):
 
     def key_tiles_starting_by(self, hosts, c, host, tile, n, pos):
         return _count(pos, host * c, tile, n)
+
+    def gathered_calls(self, hosts, c, host):
+        return (KernelCall(c, (host + 1) * c, "causal-diagonal"),)
 
 
 class Striped(Layout):
@@ -282,6 +294,13 @@ class Zigzag(Layout):
         head = _count(pos, host * half, tile, first_half)
         tail = np.clip((pos - mirror_start) // tile - first_half + 1, 0, n - first_half)
         return head + tail
+
+    def gathered_calls(self, hosts, c, host):
+        half = c // 2
+        return tuple(
+            KernelCall(half, (chunk + 1) * half, "causal-diagonal")
+            for chunk in (host, 2 * hosts - 1 - host)
+        )
 
     def causal_call(self, kind, relation, work, c):
         if relation == 0:

@@ -63,12 +63,13 @@ def test_every_strategy_times_its_attention_with_the_family_asked_for(pass_):
         assert max(spread) / min(spread) < 1.6, (family, spread)
 
 
-def test_allgather_under_a_real_family_is_no_faster_than_the_single_gpu_rate():
+def test_allgather_under_a_real_family_stays_below_the_single_gpu_rate():
     """The bug this fixes: all-gather and Ulysses timed their attention at peak FLOP/s whatever
     the family, so under fa2 an 8-host all-gather on the zhuzilin H800 shape (32/8 heads x 128,
-    8K tokens per GPU, causal) reached 159% of ideal. Timed with fa2's calls it is back near the
-    ring: at most a few percent above 100% (its per-block calls skip the causal call's masked
-    tiles that the single-GPU baseline pays)."""
+    8K tokens per GPU, causal zigzag, forward + backward) reached 159% of ideal. Timed with the
+    calls TransformerEngine's all-gather makes (exposed gather, two causal chunk calls, the
+    copies around them) it is below 100%, as the ring is. Ulysses makes one 64K-token call per
+    host, whose long rows run faster than the 8K baseline's: about 100%, not asserted below."""
     from ringsim.timer.studies.validate import single_call_seconds
 
     hw = get_hardware("h800-nvlink")
@@ -81,7 +82,8 @@ def test_allgather_under_a_real_family_is_no_faster_than_the_single_gpu_rate():
             ring += simulate_strategy(cfg, name).summary()["total_time_s"]
             single += single_call_seconds(pass_, 8192, "fa2", hw, shape)
         shares[name] = 8 * single / ring
-    assert all(0.8 < s < 1.05 for s in shares.values()), shares
+    assert 0.9 < shares["ring"] < 1.0 and 0.9 < shares["allgather"] < 1.0, shares
+    assert 0.9 < shares["ulysses"] < 1.05, shares
 
 
 def test_a_new_strategy_is_one_class():

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.grid import heads_per_host
+from ringsim.layouts import KernelCall, get_layout
 from ringsim.schedule import Schedule
-from ringsim.timer.cost import attention_flops
-from ringsim.timer.machine.kernel_model import attention_call_seconds
+from ringsim.timer.cost import DTYPE_BYTES, attention_flops
+from ringsim.timer.machine.kernel_model import HBM_FRACTION, attention_call_seconds
 
 
 class CallTimer:
@@ -138,3 +139,72 @@ class FullSequence:
                 for h, kv in zip(heads, kv_heads, strict=True)
             ]
         )
+
+
+@dataclass(frozen=True)
+class GatheredCalls:
+    """Every host attends its queries to all the keys, gathered first: all-gather context
+    parallelism as TransformerEngine's ``AttnFuncWithCPAndKVAllGather`` runs it (Llama 3,
+    arXiv 2407.21783 Sec. 3.3.2). Causal: one call per run of the host's positions against
+    the keys up to the run's end (``Layout.gathered_calls``: zigzag's two chunks), or, for a
+    layout without such runs (striped, packed documents), the ring's per-block calls; without
+    a mask one full ``c x N`` call. Around the calls, TE copies the gathered k, v into sequence
+    order (``index_select``) and each call's key range once more (``.contiguous()``); backward
+    also zeroes full-length ``dk, dv`` and adds each call's into them: bytes over HBM at the
+    family's elementwise rule (``copy_seconds``)."""
+
+    schedule: Schedule
+
+    def flops(self, config) -> np.ndarray:
+        return BlockSteps(self.schedule, range(self.schedule.steps)).flops(config)
+
+    def seconds(self, config, steps) -> np.ndarray:
+        schedule, P = self.schedule, self.schedule.hosts
+        c, N = schedule.block_tokens, schedule.seq_len
+        layout = get_layout(schedule.layout)
+        pass_, calls = schedule.pass_, steps.calls
+        total = np.zeros(P)
+        per_block = None
+        for host in range(P):
+            if not schedule.causal:
+                shapes = (KernelCall(c, N, "full"),)
+            elif schedule.segment_ids is None:
+                shapes = layout.gathered_calls(P, c, host)
+            else:
+                shapes = None
+            if shapes is None:  # the ring's calls, one per block
+                if per_block is None:
+                    per_block = sum(steps.attention_seconds(schedule, s) for s in range(P))
+                total[host] = per_block[host]
+                keys, ops = N, P
+            else:
+                total[host] = sum(calls.seconds(pass_, q, k, mask) for q, k, mask, *_ in shapes)
+                keys, ops = sum(call.k_tokens for call in shapes), len(shapes)
+            total[host] += copy_seconds(config, N, keys, ops, backward=pass_ == "backward")
+        return total
+
+
+def copy_seconds(config, gathered: int, keys: int, calls: int, *, backward: bool) -> float:
+    """Seconds of the copies around an all-gather's calls on one host (``GatheredCalls``):
+    k and v of ``gathered`` tokens into sequence order and of ``keys`` tokens into each of
+    ``calls`` calls' inputs (read + write), plus per call a query chunk and its output; backward
+    also zeroes ``gathered`` tokens of ``dk, dv`` and adds ``keys`` tokens into them."""
+    e = DTYPE_BYTES[config.dtype]
+    kv_token = 2 * config.kv_heads * config.head_dim * e * config.batch  # k and v, one token
+    nbytes = 2 * kv_token * (gathered + keys)
+    ops = 2 + 3 * calls
+    if backward:
+        nbytes += kv_token * gathered + 3 * kv_token * keys
+        ops += 2 + 2 * calls
+    return elementwise_seconds(config, nbytes, ops)
+
+
+def elementwise_seconds(config, nbytes: float, ops: int) -> float:
+    """Seconds of ``ops`` elementwise kernels (copies, casts, adds) moving ``nbytes`` over
+    one host's HBM, at the family's rule (``ring_steps``: the achieved HBM fraction, a fixed
+    cost per kernel); free for a family whose ring merges for free (ideal, the CPU torch)."""
+    family, hbm = config.family, config.hardware.memory_bandwidth
+    if family.merge == "none":
+        return 0.0
+    streamed = nbytes / (hbm * HBM_FRACTION) if hbm > 0 else 0.0
+    return streamed + ops * family.elementwise_overhead_s

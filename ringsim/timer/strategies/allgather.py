@@ -2,12 +2,11 @@
 2407.21783 Sec. 3.3.2): every host gathers the keys and values of all ``N`` tokens, then
 attends its own ``c`` queries to them.
 
-Each ring group (``U = 1``: all hosts) all-gathers k, v while computing the one block it
-already holds, its own; then it computes the rest, the blocks of every other host (layout
-``zigzag`` balances the causal work). Both are ``BlockSteps`` plans: the blocks the ring
-schedule gives the host, one kernel call each as a ring makes them, without the merges
-between them (a real implementation may make fewer, longer calls). Backward gathers k, v
-again, computes, and reduce-scatters ``dk, dv``. Memory per host ``~ N``: all keys and values.
+Each ring group (``U = 1``: all hosts) all-gathers k, v and attends its queries to them
+(layout ``zigzag`` balances the causal work): under the ideal family computing its own block
+while the gather runs, under a real one as TransformerEngine's implementation does, the
+gather first (``allgather_group``). Backward gathers k, v again, computes, and
+reduce-scatters ``dk, dv``. Memory per host ``~ N``: all keys and values.
 
 The all-gather and reduce-scatter are rings of ``P - 1`` hops of one ``c``-token block each
 (``m alpha + M / B``, as every collective here), on the cluster's links.
@@ -24,7 +23,7 @@ from ringsim.timer.cost import (
     hiding_block,
     kv_block_bytes,
 )
-from ringsim.timer.engine.attention import BlockSteps
+from ringsim.timer.engine.attention import BlockSteps, GatheredCalls
 from ringsim.timer.engine.clock import HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
@@ -68,11 +67,16 @@ class AllGather(Strategy):
 
 
 def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
-    """All-gather context parallelism on one group (``config.hosts`` ranks): gather k, v while
-    computing the own block, attend to the rest; backward reduce-scatters dk, dv."""
+    """All-gather context parallelism on one group (``config.hosts`` ranks); backward
+    reduce-scatters dk, dv.
+
+    Under the ideal family (the paper-style best case) each host computes its own block while
+    the gather runs, then the rest, one ``BlockSteps`` plan each. A real implementation runs
+    as TransformerEngine's ``AttnFuncWithCPAndKVAllGather`` and Llama 3 (Sec. 3.3.2, "the
+    all-gather communication latency is exposed in the critical path"): the gather first,
+    then the host's calls on the gathered keys (``GatheredCalls``)."""
     P, c = config.hosts, config.block_tokens
     schedule = config.schedule()
-    own, rest = BlockSteps(schedule, (0,)), BlockSteps(schedule, tuple(range(1, P)))
     kv = kv_block_bytes(c, config.kv_heads, config.head_dim, config.dtype, batch=config.batch)
     clock = HostClock(config)
     labels = ["all-gather k, v + own block", "attention to the gathered k, v"]
@@ -82,9 +86,16 @@ def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
     gather = clock.transfer((P - 1) * kv, P - 1, links)
     gathered = np.full(P, collective(part, 0, np.zeros(P), gather))
     a = part.a
-    own_start = np.zeros(P) if config.overlap else gathered
-    a["cs"][0], a["ce"][0] = own_start, own_start + clock.attention(own)
-    a["cs"][1] = np.maximum(a["ce"][0], gathered)
+    if config.family.ideal:
+        own, rest = BlockSteps(schedule, (0,)), BlockSteps(schedule, tuple(range(1, P)))
+        own_start = np.zeros(P) if config.overlap else gathered
+        a["cs"][0], a["ce"][0] = own_start, own_start + clock.attention(own)
+        a["cs"][1] = np.maximum(a["ce"][0], gathered)
+        flops = own.flops(config).sum() + rest.flops(config).sum()
+    else:
+        rest = GatheredCalls(schedule)
+        a["cs"][1] = gathered
+        flops = rest.flops(config).sum()
     a["ce"][1] = a["cs"][1] + clock.attention(rest)
     if config.pass_ == "backward":
         grads = grad_block_bytes(
@@ -97,7 +108,7 @@ def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
         )
         ready = np.full(P, a["ce"][1].max())
         collective(part, 2, ready, clock.transfer((P - 1) * grads, P - 1, links))
-    return part, float(own.flops(config).sum() + rest.flops(config).sum())
+    return part, float(flops)
 
 
 def allgather_overlap_block(config: RingConfig) -> float:

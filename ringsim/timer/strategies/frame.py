@@ -26,7 +26,7 @@ import numpy as np
 
 from ringsim.grid import Grid
 from ringsim.timer.cost import DTYPE_BYTES
-from ringsim.timer.engine.attention import FullSequence
+from ringsim.timer.engine.attention import FullSequence, elementwise_seconds
 from ringsim.timer.engine.clock import HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
@@ -97,12 +97,13 @@ def run_two_level(
     parts, start = [], 0.0
     if U > 1:
         links = cluster.alltoall_links(grid.ulysses_groups, P)
-        share = (U - 1) / U * config.block_tokens * d * e * config.batch
+        token = config.block_tokens * d * e * config.batch  # one head of the host's tokens
         name_in, width_in = (
             ("q, k, v, dout", 2 * H + 2 * H_kv) if backward else ("q, k, v", H + 2 * H_kv)
         )
         first = Piece([f"all-to-all {name_in}"], P)
-        start = collective(first, 0, np.zeros(P), clock.transfer(share * width_in, 1, links))
+        seconds = _alltoall(clock, config, token, width_in, len(name_in.split(", ")), U, links)
+        start = collective(first, 0, np.zeros(P), seconds)
         parts.append(first)
     if R == 1:
         middle, flops = ulysses_attention(config, clock, start)
@@ -114,9 +115,21 @@ def run_two_level(
         name_out, width_out = ("dq, dk, dv", H + 2 * H_kv) if backward else ("out", H)
         last = Piece([f"all-to-all {name_out}"], P)
         ready = np.full(P, max(middle.end(), start))
-        collective(last, 0, ready, clock.transfer(share * width_out, 1, links))
+        tensors = len(name_out.split(", "))
+        collective(last, 0, ready, _alltoall(clock, config, token, width_out, tensors, U, links))
         parts.append(last)
     return _result(config, grid, Piece.stack(parts), flops, strategy, memory_bytes, engine)
+
+
+def _alltoall(clock, config, token: float, width: int, tensors: int, U: int, links) -> np.ndarray:
+    """``(P,)`` seconds of one all-to-all of ``tensors`` tensors, ``width`` heads in all, of
+    ``token`` bytes per head: the ``(U - 1) / U`` share that leaves the host over the links,
+    and (under a real family) each tensor permuted into a contiguous send buffer before it
+    and back after it, as DeepSpeed-Ulysses' ``_SeqAllToAll`` and YunChang's ``all_to_all_4d``
+    do (``reshape``, ``transpose``, ``contiguous``: two copies, read and write)."""
+    seconds = clock.transfer((U - 1) / U * token * width, 1, links)
+    copies = elementwise_seconds(config, 2 * 2 * token * width, 2 * tensors)
+    return seconds + clock.kernel(np.full(config.hosts, copies)) if copies else seconds
 
 
 def ulysses_attention(config: RingConfig, clock: HostClock, start: float) -> tuple[Piece, float]:
