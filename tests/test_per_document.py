@@ -180,3 +180,24 @@ def test_simulate_needs_documents_for_the_per_document_layout(capsys):
     assert cli.main([*base, "--documents", "32K,16K,8K,8K", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["layout"] == LAYOUT and summary["idle_fraction"] == pytest.approx(0, abs=1e-12)
+
+
+@pytest.mark.parametrize("implementation", ["ideal", "fa2"])
+def test_the_double_ring_runs_the_per_document_layout(implementation):
+    """A double ring of one window is the flat ring, bit for bit, with documents too (its inner
+    rings used to be built without them, which this layout refuses)."""
+    from ringsim.timer.machine.hardware import get_hardware
+    from ringsim.timer.strategies import simulate_strategy
+
+    cfg = RingConfig(
+        hosts=8,
+        seq_len=65536,
+        hardware=get_hardware("h100-nvlink"),
+        causal=True,
+        layout="per-document",
+        segment_ids=segment_ids_of([32768, 16384, 16384]),
+        implementation=implementation,
+    )
+    flat = simulate_strategy(cfg, "ring").summary()["total_time_s"]
+    assert simulate_strategy(cfg, "double-ring", window=8).summary()["total_time_s"] == flat
+    assert simulate_strategy(cfg, "double-ring", window=4).summary()["total_time_s"] > 0

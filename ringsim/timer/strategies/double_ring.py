@@ -99,7 +99,11 @@ def double_ring(
     in_bw, in_lat = cluster.ring_links(inner_rings, cluster_hosts(all_groups))
     out_bw, out_lat = cluster.ring_links(outer_rings, cluster_hosts(all_groups))
     members_arr = np.asarray(members)
-    sub = config.replace(hosts=w, seq_len=w * config.block_tokens, speed=None, segment_ids=None)
+    # the inner ring's own schedule gives only its payloads (the flat schedule gives the work);
+    # with documents, one document spans it, so a layout that needs documents has some
+    inner_len = w * config.block_tokens
+    documents = None if config.segment_ids is None else np.zeros(inner_len, dtype=np.int64)
+    sub = config.replace(hosts=w, seq_len=inner_len, speed=None, segment_ids=documents)
     inner = sub.schedule()
     backward = config.pass_ == "backward"
     early_kv = backward and config.overlap
