@@ -106,9 +106,13 @@ class Ring:
 
     def schedule(self, pass_: str) -> Schedule:
         return build_schedule(
-            self.hosts, self.layout, self.causal, pass_, seq_len=self.seq_len,
+            self.hosts,
+            self.layout,
+            self.causal,
+            pass_,
+            seq_len=self.seq_len,
             segment_ids=self.segment_ids,
-        )  # fmt: skip
+        )
 
     def mask_args(
         self, pos: torch.Tensor, docs: torch.Tensor | None, owner: int, kind: int
@@ -292,9 +296,14 @@ def ring_forward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             out_b, lse_b = block_attention(
-                q, kv[0], kv[1], **ring.mask_args(pos, docs, owner, kind), scale=scale,
-                backend=ring.block_backend, out_dtype=torch.float32,
-            )  # fmt: skip
+                q,
+                kv[0],
+                kv[1],
+                **ring.mask_args(pos, docs, owner, kind),
+                scale=scale,
+                backend=ring.block_backend,
+                out_dtype=torch.float32,
+            )
             if out is None:  # no zero-filled accumulator to merge into: a memory pass saved
                 out, lse = out_b, lse_b
             else:
@@ -351,9 +360,18 @@ def ring_backward(
         if kind != BlockKind.SKIP:
             _mark(rec, ring, "compute_start", step)
             dq_b, dk_b, dv_b = block_attention_backward(
-                q, kv[0], kv[1], dout, out, lse, **ring.mask_args(pos, docs, owner, kind),
-                scale=scale, delta=delta, backend=ring.block_backend, out_dtype=torch.float32,
-            )  # fmt: skip
+                q,
+                kv[0],
+                kv[1],
+                dout,
+                out,
+                lse,
+                **ring.mask_args(pos, docs, owner, kind),
+                scale=scale,
+                delta=delta,
+                backend=ring.block_backend,
+                out_dtype=torch.float32,
+            )
             dq += dq_b
             grads[0] += dk_b
             grads[1] += dv_b
@@ -426,9 +444,13 @@ def ring_attention(
     try:  # local checks; with ``check`` every rank hears of a failure in the header exchange
         if ring is None:
             ring = Ring(
-                check_layout(layout), check_bool("causal", causal), seq_len, group,
-                block_backend, timeout_s,
-            )  # fmt: skip
+                check_layout(layout),
+                check_bool("causal", causal),
+                seq_len,
+                group,
+                block_backend,
+                timeout_s,
+            )
         if ring.seq_len != seq_len:
             raise ValueError(f"ring.seq_len must be {seq_len} (hosts * block), got {ring.seq_len}")
         if segment_ids is not None:
