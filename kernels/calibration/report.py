@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernels.calibration.uncertainty import BOOTSTRAP_DRAWS
+
+if TYPE_CHECKING:
+    from ringsim.timer.machine.hardware import Hardware
 
 Interval = tuple[float, float]  # a 95% interval, (lo, hi)
 
@@ -144,7 +148,7 @@ class ProfileUsed:
     """The ``Hardware`` the prediction ran on, each probe's quality (spread, tries, samples)
     and each profile parameter's interval."""
 
-    hardware: object  # ringsim.timer.machine.hardware.Hardware
+    hardware: Hardware
     probe_quality: dict
     parameter_ci95: dict
 
