@@ -160,7 +160,7 @@ plt.show()
 # jumps between the humps. The slow hump came mostly from the harness, not the ring: right
 # after the barrier that lines the ranks up, its own messages and threads were still winding
 # down, and one rank's first send stalled for about 4 ms. The ranks now pause 20 ms after the
-# barrier (`kernels.distributed.ring.start_line`) before a timed pass or probe, and the slow passes fell
+# barrier (`kernels.distributed.repeats.start_line`) before a timed pass or probe, and the slow passes fell
 # from 50-78% to 3-11%. What is left is this shared machine's load, which drifts: the error
 # bars show each ratio's 95% bootstrap interval over its repeats (`ratio_ci95`).
 #

@@ -30,8 +30,9 @@ and matplotlib. Triton 3.6 and 3.9 differ in nothing used here (``triton.testing
 takes ``return_mode`` in both; see ``kernels.blocks.triton_block`` for the kernels). The plans below
 (cases, sizes, shapes) are also what ``kernels.gpu.aot`` compiles for sm_80 and sm_90.
 
-Nothing here has run on a GPU in the session that wrote it (no GPU was lent); it is written to
-work the first time and to record, rather than hide, whatever does not.
+It is written without a GPU at hand (``kernels.gpu.aot`` compiles every launch for sm_80 and
+sm_90; ``tests/test_gpu_check.py`` runs the rest on the CPU): it must work the first time, and
+it records, rather than hides, whatever does not.
 """
 
 from __future__ import annotations
