@@ -29,16 +29,32 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.calibration.measure import measure
+from kernels.calibration.report import MeasureOptions, RingShape
 
 CASES = {
     "small": dict(seq_len=512, heads=2, head_dim=32, tolerance=0.15),
     "1024-token": dict(seq_len=2048, heads=4, head_dim=64, tolerance=0.10),
 }
-KEYS = ("ratio", "ratio_ci95", "measured_time_s", "measured_ci95", "measured_times_s",
-        "predicted_times_s", "predicted_time_s",
-        "predicted_ci95", "intervals_overlap", "regime", "overlap_threshold_tokens",
-        "overlap_threshold_ci95", "probe_quality", "block_tokens", "steps", "outside_steps",
-        "pass", "profile")  # fmt: skip
+KEYS = (
+    "ratio",
+    "ratio_ci95",
+    "measured_time_s",
+    "measured_ci95",
+    "measured_times_s",
+    "predicted_times_s",
+    "predicted_time_s",
+    "predicted_ci95",
+    "intervals_overlap",
+    "regime",
+    "overlap_threshold_tokens",
+    "overlap_threshold_ci95",
+    "probe_quality",
+    "block_tokens",
+    "steps",
+    "outside_steps",
+    "pass",
+    "profile",
+)
 
 
 def run(runs: int, repeats: int) -> list[dict]:
@@ -48,20 +64,29 @@ def run(runs: int, repeats: int) -> list[dict]:
             shape = {k: v for k, v in case.items() if k != "tolerance"}
             load = os.getloadavg()[0]
             start = time.perf_counter()
-            report = measure(hosts=2, backend="gloo", repeats=repeats, **shape)
-            row = {"case": name, "run": i, **{k: report[k] for k in KEYS},
-                   "within": abs(report["ratio"] - 1) <= case["tolerance"],
-                   "load_before": load, "load_after": os.getloadavg()[0],
-                   "wall_s": time.perf_counter() - start}  # fmt: skip
+            report = measure(RingShape(hosts=2, **shape), MeasureOptions(repeats=repeats))
+            report = report.to_json()
+            row = {
+                "case": name,
+                "run": i,
+                **{k: report[k] for k in KEYS},
+                "within": abs(report["ratio"] - 1) <= case["tolerance"],
+                "load_before": load,
+                "load_after": os.getloadavg()[0],
+                "wall_s": time.perf_counter() - start,
+            }
             rows.append(row)
             lo, hi = row["ratio_ci95"]
             p_lo, p_hi = (x * 1e3 for x in row["predicted_ci95"])
             m_lo, m_hi = (x * 1e3 for x in row["measured_ci95"])
-            print(f"{name:>10} run {i}: ratio {row['ratio']:.2f} [{lo:.2f}, {hi:.2f}]  "
-                  f"predicted {row['predicted_time_s'] * 1e3:.2f} ms [{p_lo:.2f}, {p_hi:.2f}]  "
-                  f"measured {row['measured_time_s'] * 1e3:.2f} ms [{m_lo:.2f}, {m_hi:.2f}]  "
-                  f"{'overlap' if row['intervals_overlap'] else 'APART'}  {row['regime']}  "
-                  f"load {load:.1f}  {row['wall_s']:.0f} s", flush=True)  # fmt: skip
+            print(
+                f"{name:>10} run {i}: ratio {row['ratio']:.2f} [{lo:.2f}, {hi:.2f}]  "
+                f"predicted {row['predicted_time_s'] * 1e3:.2f} ms [{p_lo:.2f}, {p_hi:.2f}]  "
+                f"measured {row['measured_time_s'] * 1e3:.2f} ms [{m_lo:.2f}, {m_hi:.2f}]  "
+                f"{'overlap' if row['intervals_overlap'] else 'APART'}  {row['regime']}  "
+                f"load {load:.1f}  {row['wall_s']:.0f} s",
+                flush=True,
+            )
     return rows
 
 
@@ -97,13 +122,20 @@ def main(argv=None) -> int:
     rows = run(args.runs, args.repeats)
     summary = summarize(rows)
     for name, s in summary.items():
-        print(f"{name}: {s['within']} of {s['runs']} within +-{s['tolerance']:.0%}, "
-              f"{s['intervals_overlap']} of {s['runs']} with overlapping intervals, "
-              f"regimes {s['regimes']}, load average {s['load_average'][0]:.1f}-"
-              f"{s['load_average'][1]:.1f} on {os.cpu_count()} cores")  # fmt: skip
+        print(
+            f"{name}: {s['within']} of {s['runs']} within +-{s['tolerance']:.0%}, "
+            f"{s['intervals_overlap']} of {s['runs']} with overlapping intervals, "
+            f"regimes {s['regimes']}, load average {s['load_average'][0]:.1f}-"
+            f"{s['load_average'][1]:.1f} on {os.cpu_count()} cores"
+        )
     if args.out:
-        data = {"machine": platform.node(), "cores": os.cpu_count(),
-                "date": date.today().isoformat(), "summary": summary, "runs": rows}  # fmt: skip
+        data = {
+            "machine": platform.node(),
+            "cores": os.cpu_count(),
+            "date": date.today().isoformat(),
+            "summary": summary,
+            "runs": rows,
+        }
         Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
         print("wrote", args.out)
     return 0

@@ -25,6 +25,7 @@ import torch
 
 from kernels.calibration.calibrate import calibrate_data, save_calibration
 from kernels.calibration.measure import measure
+from kernels.calibration.report import MeasureOptions, RingShape
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 SMALL_BLOCK, SMALL_HEADS, SMALL_HEAD_DIM = 16, 64, 256
@@ -40,9 +41,15 @@ def run(
     sizes = sorted({16, 32, *block_sizes, *(2 * c for c in block_sizes)})
     large = [c for c in block_sizes if c > SMALL_BLOCK] or list(block_sizes)
     cal = calibrate_data(
-        "gloo", heads=heads, head_dim=head_dim, sizes=sizes, repeats=repeats,
-        masked_sizes=large, solo_sizes=large, step_sizes=large,
-    )  # fmt: skip
+        "gloo",
+        heads=heads,
+        head_dim=head_dim,
+        sizes=sizes,
+        repeats=repeats,
+        masked_sizes=large,
+        solo_sizes=large,
+        step_sizes=large,
+    )
     if save_profile:
         save_calibration(cal, RESULTS / f"cpu-profile-{today}.json")
     runs = []
@@ -59,10 +66,16 @@ def run(
                 # a pass of a few ms scatters more, relative to its length, than a long one:
                 # more repeats, so the median and its interval settle
                 reps = 2 * repeats if c <= SMALL_BLOCK else repeats
-                report = measure(
-                    hosts=2, seq_len=2 * c, heads=shape[0], head_dim=shape[1], layout=layout,
-                    causal=causal, repeats=reps, calibration=None if fresh else cal,
-                )  # fmt: skip
+                run_shape = RingShape(
+                    hosts=2,
+                    seq_len=2 * c,
+                    heads=shape[0],
+                    head_dim=shape[1],
+                    layout=layout,
+                    causal=causal,
+                )
+                given = None if fresh else cal
+                report = measure(run_shape, MeasureOptions(repeats=reps), given).to_json()
                 report["calibration"] = "paired" if fresh else "shared"
                 report["profile"] = report["profile"]["source"]
                 report["wall_s"] = time.perf_counter() - t0
@@ -81,11 +94,17 @@ def run(
         measured = pick["contiguous"]["measured_time_s"] / pick["zigzag"]["measured_time_s"]
         predicted = pick["contiguous"]["predicted_time_s"] / pick["zigzag"]["predicted_time_s"]
         speedups.append(
-            {"block_tokens": c, "measured": measured, "predicted": predicted,
-             "ratio": measured / predicted}
-        )  # fmt: skip
-        print(f"c={c:5d} zigzag/contiguous causal speedup: measured {measured:.2f}, "
-              f"predicted {predicted:.2f}")  # fmt: skip
+            {
+                "block_tokens": c,
+                "measured": measured,
+                "predicted": predicted,
+                "ratio": measured / predicted,
+            }
+        )
+        print(
+            f"c={c:5d} zigzag/contiguous causal speedup: measured {measured:.2f}, "
+            f"predicted {predicted:.2f}"
+        )
     table = {
         "date": today,
         "machine": {
@@ -150,8 +169,15 @@ def main(argv=None) -> int:
         blocks, repeats = [8, 256], 3
     out = Path(args.out) if args.out else RESULTS / f"cpu-{date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    run(blocks, heads=args.heads, head_dim=args.head_dim, repeats=repeats, out=out,
-        save_profile=not args.no_profile, fresh=not args.shared_calibration)  # fmt: skip
+    run(
+        blocks,
+        heads=args.heads,
+        head_dim=args.head_dim,
+        repeats=repeats,
+        out=out,
+        save_profile=not args.no_profile,
+        fresh=not args.shared_calibration,
+    )
     return 0
 
 

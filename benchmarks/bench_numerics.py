@@ -119,9 +119,13 @@ def bench(hosts: int, seq_len: int, dim: int, causal: bool, repeats: int, dense_
             start = time.perf_counter()
             ring()
             t_ring.append(time.perf_counter() - start)
-        return dict(ring_s=statistics.median(t_ring), ring_min_s=min(t_ring),
-                    ring_peak_per_host=peak / hosts, error=err,
-                    host_set=host_working_set(q, k, v, hosts, causal, record))  # fmt: skip
+        return dict(
+            ring_s=statistics.median(t_ring),
+            ring_min_s=min(t_ring),
+            ring_peak_per_host=peak / hosts,
+            error=err,
+            host_set=host_working_set(q, k, v, hosts, causal, record),
+        )
     err = np.abs(ring().astype(np.float64) - dense()).max()  # same answer, or the timing is moot
     assert err < 1e-4 * np.abs(v).max(), f"ring and dense disagree by {err}"
     t_dense, t_ring = interleaved_seconds([dense, ring], repeats)
@@ -156,13 +160,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     mib = 2.0**20
     if args.no_dense:
-        print(f"{'mask':<7} {'ring s':>8} {'min s':>8} {'ring peak/P':>12} {'one host':>9} "
-              f"{'max error (64 rows vs float64)':>31}")  # fmt: skip
+        print(
+            f"{'mask':<7} {'ring s':>8} {'min s':>8} {'ring peak/P':>12} {'one host':>9} "
+            f"{'max error (64 rows vs float64)':>31}"
+        )
         for causal in masks:
             r = bench(args.hosts, seq_len, args.dim, causal, repeats, dense_too=False)
-            print(f"{'causal' if causal else 'full':<7} {r['ring_s']:8.3f} {r['ring_min_s']:8.3f} "
-                  f"{r['ring_peak_per_host'] / mib:8.2f} MiB {r['host_set'] / mib:5.2f} MiB "
-                  f"{r['error']:31.1e}")  # fmt: skip
+            print(
+                f"{'causal' if causal else 'full':<7} {r['ring_s']:8.3f} {r['ring_min_s']:8.3f} "
+                f"{r['ring_peak_per_host'] / mib:8.2f} MiB {r['host_set'] / mib:5.2f} MiB "
+                f"{r['error']:31.1e}"
+            )
         return
     print(
         f"{'mask':<7} {'dense s':>8} {'ring s':>8} {'ratio':>6} {'best':>6} {'target':>6} "

@@ -92,8 +92,10 @@ def cases(quick: bool, rounds: int | None) -> list[Case]:
         Case("forward, N=16K", 16384 // div, rounds=2, repeats=1),
     ]
     pick = lambda c: rounds or (1 if quick else c.rounds)
-    return [Case(c.name, c.seq_len, c.causal, c.backward, pick(c), 1 if quick else c.repeats)
-            for c in full]  # fmt: skip
+    return [
+        Case(c.name, c.seq_len, c.causal, c.backward, pick(c), 1 if quick else c.repeats)
+        for c in full
+    ]
 
 
 # ------------------------------------------------------------------------------------------
@@ -133,8 +135,12 @@ def ensure_peers(venv: Path, run=subprocess.run) -> tuple[Path | None, str]:
 
 def run_peer(python: Path, impl: str, spec: dict) -> dict:
     """One peer in a fresh process under the peers' python; its answer is the last line."""
-    cmd = [str(python), str(Path(__file__).resolve().parent / "peer_workers.py"), impl,
-           json.dumps(spec)]  # fmt: skip
+    cmd = [
+        str(python),
+        str(Path(__file__).resolve().parent / "peer_workers.py"),
+        impl,
+        json.dumps(spec),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -163,10 +169,17 @@ def run_ringsim_gloo(case: Case, spec: dict) -> dict:
 
     layout = "zigzag" if case.causal else "contiguous"
     config = RunConfig(
-        case.seq_len, HEADS, None, HEAD_DIM, 1, layout, case.causal, "float32",
-        backward=case.backward, repeats=case.repeats, warmup=1, return_tensors=spec["save"],
+        case.seq_len,
+        heads=HEADS,
+        head_dim=HEAD_DIM,
+        layout=layout,
+        causal=case.causal,
+        backward=case.backward,
+        repeats=case.repeats,
+        warmup=1,
+        return_tensors=spec["save"],
         timeout_s=1800,
-    )  # fmt: skip
+    )
     ranks = launch(ringsim_rank, HOSTS, args=(config,), threads=1, timeout_s=1800)
     per_repeat = zip(*(np.add(r["forward_s"], r["backward_s"]) for r in ranks), strict=True)
     if spec["save"]:
@@ -188,12 +201,14 @@ def numpy_worker(case: Case, spec: dict) -> dict:
     times = []
     for _ in range(case.repeats):  # no warm-up: nothing to compile or cache
         t0 = time.perf_counter()
-        out, lse = ring_attention(q, k, v, hosts=HOSTS, layout=layout, causal=case.causal,
-                                  return_lse=True)  # fmt: skip
+        out, lse = ring_attention(
+            q, k, v, hosts=HOSTS, layout=layout, causal=case.causal, return_lse=True
+        )
         arrays = {"out": out}
         if case.backward:
-            grads = ring_attention_backward(q, k, v, dout, hosts=HOSTS, layout=layout,
-                                            causal=case.causal, out=out, lse=lse)  # fmt: skip
+            grads = ring_attention_backward(
+                q, k, v, dout, hosts=HOSTS, layout=layout, causal=case.causal, out=out, lse=lse
+            )
             arrays.update(zip(("dq", "dk", "dv"), grads, strict=True))
         times.append(time.perf_counter() - t0)
     if spec["save"]:
@@ -212,8 +227,9 @@ def floor_worker(case: Case, spec: dict) -> dict:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     torch.set_num_threads(1)
     c = case.seq_len // HOSTS
-    q, k, v, dout = (torch.from_numpy(np.load(Path(spec["inputs"]) / f"{x}.npy")[..., :c, :])
-                     for x in "qkvg")  # fmt: skip
+    q, k, v, dout = (
+        torch.from_numpy(np.load(Path(spec["inputs"]) / f"{x}.npy")[..., :c, :]) for x in "qkvg"
+    )
     times = []
     for i in range(1 + case.repeats):
         qr, kr, vr = (x.clone().requires_grad_(case.backward) for x in (q, k, v))
@@ -224,8 +240,12 @@ def floor_worker(case: Case, spec: dict) -> dict:
         if i:
             times.append(HOSTS * (time.perf_counter() - t0))
     flops = 4 * c * c * HEAD_DIM * HEADS * (3.5 if case.backward else 1)  # backward: 2.5x
-    return {"times": times, "rss": [maxrss_bytes()], "rss_start": [rss0],
-            "gflops_per_core": flops * HOSTS / min(times) / 1e9}  # fmt: skip
+    return {
+        "times": times,
+        "rss": [maxrss_bytes()],
+        "rss_start": [rss0],
+        "gflops_per_core": flops * HOSTS / min(times) / 1e9,
+    }
 
 
 def in_fresh_process(fn, *args) -> dict:
@@ -281,8 +301,10 @@ def token_errors(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
 def rank_errors(got: np.ndarray, ref: np.ndarray, positions: np.ndarray) -> list[dict]:
     """``token_errors`` for the tokens each rank holds (``positions[r]``)."""
     err = token_errors(got, ref)
-    return [{"max": float(err[p].max()), "tokens_wrong": int((err[p] > TOL).sum()),
-             "tokens": len(p)} for p in positions]  # fmt: skip
+    return [
+        {"max": float(err[p].max()), "tokens_wrong": int((err[p] > TOL).sum()), "tokens": len(p)}
+        for p in positions
+    ]
 
 
 def errors_of(impl: str, case: Case, outputs: Path, ref: dict) -> dict:
@@ -306,11 +328,13 @@ def errors_of(impl: str, case: Case, outputs: Path, ref: dict) -> dict:
 def summarize(runs: list[dict]) -> dict:
     times = [t for r in runs for t in r["times"]]
     return {
-        "median_s": statistics.median(times), "min_s": min(times), "times_s": times,
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "times_s": times,
         "peak_rss_mib": max(max(r["rss"]) for r in runs) / MIB,
         "peak_rss_per_process_mib": [x / MIB for x in runs[-1]["rss"]],
         "rss_at_start_mib": [x / MIB for x in runs[-1]["rss_start"]],
-    }  # fmt: skip
+    }
 
 
 def run_case(case: Case, impls: list[str], python: Path | None, args, work: Path) -> dict:
@@ -328,23 +352,36 @@ def run_case(case: Case, impls: list[str], python: Path | None, args, work: Path
     runs: dict[str, list[dict]] = {i: [] for i in impls}
     load = [os.getloadavg()]
     for rnd in range(case.rounds):
-        spec = {"inputs": str(inputs), "outputs": str(outputs), "save": rnd == 0,
-                "causal": case.causal, "backward": case.backward, "repeats": case.repeats,
-                "jax_chunk": args.jax_chunk, "rap_bucket": args.rap_bucket}  # fmt: skip
+        spec = {
+            "inputs": str(inputs),
+            "outputs": str(outputs),
+            "save": rnd == 0,
+            "causal": case.causal,
+            "backward": case.backward,
+            "repeats": case.repeats,
+            "jax_chunk": args.jax_chunk,
+            "rap_bucket": args.rap_bucket,
+        }
         for impl in impls[rnd % len(impls) :] + impls[: rnd % len(impls)]:
             if impl in PEERS:
                 res = run_peer(python, impl, spec)
             elif impl == "ringsim-gloo":
                 res = run_ringsim_gloo(case, spec)
             else:
-                res = in_fresh_process({"ringsim-numpy": numpy_worker, "floor": floor_worker}[impl],
-                                       case, spec)  # fmt: skip
+                res = in_fresh_process(
+                    {"ringsim-numpy": numpy_worker, "floor": floor_worker}[impl], case, spec
+                )
             runs[impl].append(res)
-            print(f"  round {rnd}: {impl:<24} " + " ".join(f"{t:7.3f}s" for t in res["times"]),
-                  flush=True)  # fmt: skip
+            print(
+                f"  round {rnd}: {impl:<24} " + " ".join(f"{t:7.3f}s" for t in res["times"]),
+                flush=True,
+            )
         load.append(os.getloadavg())
-    result = {"case": asdict(case), "load_average": load,
-              "impls": {i: summarize(r) for i, r in runs.items()}}  # fmt: skip
+    result = {
+        "case": asdict(case),
+        "load_average": load,
+        "impls": {i: summarize(r) for i, r in runs.items()},
+    }
     if "floor" in runs:
         result["floor_gflops_per_core"] = max(r["gflops_per_core"] for r in runs["floor"])
     if case.seq_len <= 8192:
@@ -363,9 +400,12 @@ def verdicts(result: dict) -> dict:
         out["floor_fraction"] = impls["floor"]["median_s"] / impls["ringsim-gloo"]["median_s"]
     wrong = {}
     for impl, errors in result.get("errors", {}).items():
-        bad = [f"{key} rank {r}: {e['tokens_wrong']}/{e['tokens']} tokens, max {e['max']:.2g}"
-               for key, per_rank in errors.items() for r, e in enumerate(per_rank)
-               if e["max"] > TOL]  # fmt: skip
+        bad = [
+            f"{key} rank {r}: {e['tokens_wrong']}/{e['tokens']} tokens, max {e['max']:.2g}"
+            for key, per_rank in errors.items()
+            for r, e in enumerate(per_rank)
+            if e["max"] > TOL
+        ]
         if bad:
             wrong[impl] = bad
     out["wrong"] = wrong
@@ -374,15 +414,19 @@ def verdicts(result: dict) -> dict:
 
 def print_case(result: dict) -> None:
     case = result["case"]
-    print(f"{case['name']} (N={case['seq_len']}), load {result['load_average'][0][0]:.1f} -> "
-          f"{result['load_average'][-1][0]:.1f}")  # fmt: skip
+    print(
+        f"{case['name']} (N={case['seq_len']}), load {result['load_average'][0][0]:.1f} -> "
+        f"{result['load_average'][-1][0]:.1f}"
+    )
     for impl, s in result["impls"].items():
         errs = result.get("errors", {}).get(impl, {})
         worst = max((e["max"] for per in errs.values() for e in per), default=float("nan"))
         peaks = zip(s["peak_rss_per_process_mib"], s["rss_at_start_mib"], strict=True)
-        print(f"  {impl:<24} median {s['median_s']:8.3f} s  min {s['min_s']:8.3f} s  peak "
-              + " ".join(f"{m:.0f}({m - m0:+.0f})" for m, m0 in peaks)
-              + f" MiB  worst error {worst:.1e}")  # fmt: skip
+        print(
+            f"  {impl:<24} median {s['median_s']:8.3f} s  min {s['min_s']:8.3f} s  peak "
+            + " ".join(f"{m:.0f}({m - m0:+.0f})" for m, m0 in peaks)
+            + f" MiB  worst error {worst:.1e}"
+        )
     for key, value in result["verdicts"].items():
         if key == "wrong":
             for impl, lines in value.items():
@@ -427,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the NumPy executor runs forward cases up to this N (it is slow)",
     )
     parser.add_argument("--out", type=Path, default=None, help="default results/peers-<date>.json")
-    return parser  # fmt: skip
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -442,16 +486,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     impls = [i for i in IMPLS if python is not None or i not in PEERS]
     print(f"peers: {why}" if python else f"peers SKIPPED ({why}); ringsim runs alone")
-    data = {"date": date.today().isoformat(), "machine": {"cpus": os.cpu_count(),
-            "load_average_at_start": os.getloadavg(), "uname": " ".join(os.uname())},
-            "hosts": HOSTS, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32",
-            "batch": 1, "peers": why if python else f"skipped: {why}",
-            "peer_requirements": PEER_REQUIREMENTS if python else None, "cases": []}  # fmt: skip
+    data = {
+        "date": date.today().isoformat(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg(),
+            "uname": " ".join(os.uname()),
+        },
+        "hosts": HOSTS,
+        "heads": HEADS,
+        "head_dim": HEAD_DIM,
+        "dtype": "float32",
+        "batch": 1,
+        "peers": why if python else f"skipped: {why}",
+        "peer_requirements": PEER_REQUIREMENTS if python else None,
+        "cases": [],
+    }
     out = args.out or RESULTS / f"peers-{data['date']}.json"
     with tempfile.TemporaryDirectory(prefix="ringsim-peers-") as work:
         for case in todo:
-            print(f"{case.name}: N={case.seq_len}, {case.rounds} round(s) of {case.repeats}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{case.name}: N={case.seq_len}, {case.rounds} round(s) of {case.repeats}",
+                flush=True,
+            )
             result = run_case(case, impls, python, args, Path(work))
             result["verdicts"] = verdicts(result)
             print_case(result)

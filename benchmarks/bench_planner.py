@@ -70,8 +70,16 @@ def predicted_its(cluster_name, batch, seq_len, heads, kv_heads, head_dim, u) ->
     """Best layout's forward iterations per second at Ulysses degree ``u``."""
     cluster = get_cluster(cluster_name).with_nodes(1)
     hosts = cluster.gpus_per_node
-    base = RingConfig(hosts=hosts, seq_len=seq_len, hardware=cluster.hardware, heads=heads,
-                      kv_heads=kv_heads, head_dim=head_dim, batch=batch, causal=True)  # fmt: skip
+    base = RingConfig(
+        hosts=hosts,
+        seq_len=seq_len,
+        hardware=cluster.hardware,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        batch=batch,
+        causal=True,
+    )
     best = float("inf")
     for layout in ("contiguous", "zigzag", "striped"):
         cfg = base.replace(layout=layout)
@@ -93,22 +101,40 @@ def ranking(values: dict[int, float]) -> list[int]:
 def yunchang() -> list[dict]:
     rows = []
     print("YunChang (USP) attention forward, causal: iterations/s, predicted vs published")
-    print(f"{'machine':14s} {'b':>2s} {'seq':>7s} {'H/Hkv/d':>9s} {'U':>2s} "
-          f"{'predicted':>10s} {'published':>10s} {'ratio':>6s}")  # fmt: skip
+    print(
+        f"{'machine':14s} {'b':>2s} {'seq':>7s} {'H/Hkv/d':>9s} {'U':>2s} "
+        f"{'predicted':>10s} {'published':>10s} {'ratio':>6s}"
+    )
     for machine, preset, b, n, h, hkv, d, published in YUNCHANG:
         predicted = {u: predicted_its(preset, b, n, h, hkv, d, u) for u in published}
         for u in published:
             ratio = predicted[u] / published[u]
-            print(f"{machine:14s} {b:2d} {n:7d} {h:>3d}/{hkv}/{d:<3d} {u:2d} "
-                  f"{predicted[u]:10.2f} {published[u]:10.2f} {ratio:6.2f}")  # fmt: skip
+            print(
+                f"{machine:14s} {b:2d} {n:7d} {h:>3d}/{hkv}/{d:<3d} {u:2d} "
+                f"{predicted[u]:10.2f} {published[u]:10.2f} {ratio:6.2f}"
+            )
         ours, theirs = ranking(predicted), ranking(published)
         agree = ours[0] == theirs[0]
-        print(f"  ranking of U, fastest first: predicted {ours}  published {theirs}  "
-              f"best {'agrees' if agree else 'DIFFERS'}")  # fmt: skip
-        rows.append(dict(machine=machine, preset=preset, batch=b, seq_len=n, heads=h,
-                         kv_heads=hkv, head_dim=d, predicted_its=predicted,
-                         published_its=published, predicted_ranking=ours,
-                         published_ranking=theirs, best_agrees=agree))  # fmt: skip
+        print(
+            f"  ranking of U, fastest first: predicted {ours}  published {theirs}  "
+            f"best {'agrees' if agree else 'DIFFERS'}"
+        )
+        rows.append(
+            dict(
+                machine=machine,
+                preset=preset,
+                batch=b,
+                seq_len=n,
+                heads=h,
+                kv_heads=hkv,
+                head_dim=d,
+                predicted_its=predicted,
+                published_its=published,
+                predicted_ranking=ours,
+                published_ranking=theirs,
+                best_agrees=agree,
+            )
+        )
     hits = sum(r["best_agrees"] for r in rows)
     print(f"best U predicted right in {hits} of {len(rows)} configurations\n")
     return rows
@@ -116,14 +142,34 @@ def yunchang() -> list[dict]:
 
 # (what, model, seq_len, preset, nodes, published choice as (strategy, U), source)
 TRAINING = [
-    ("Llama 3 405B, 128K: TP8 (in node) x CP16 all-gather (across nodes)", "llama3-405b",
-     131072, "dgx-h100", 16, ("allgather", 8),
-     "Llama 3 Herd, arXiv 2407.21783, Table 4 and Sec. 3.3.2"),
-    ("NeMo Llama 2 7B, 128K, DGX-H100: TP4 x CP4 per sequence", "7b", 131072, "dgx-h100", 2,
-     ("hybrid", 4), "NVIDIA NeMo docs, performance_long_sequence.md (24.03.01)"),
-    ("NeMo Llama 3 8B, 1M: TP4 x CP16 per sequence (on B200; here H100)", "llama3-8b",
-     1048576, "dgx-h100", 8, ("hybrid", 4), "NVIDIA NeMo docs (25.04.rc2), DGX-B200"),
-]  # fmt: skip
+    (
+        "Llama 3 405B, 128K: TP8 (in node) x CP16 all-gather (across nodes)",
+        "llama3-405b",
+        131072,
+        "dgx-h100",
+        16,
+        ("allgather", 8),
+        "Llama 3 Herd, arXiv 2407.21783, Table 4 and Sec. 3.3.2",
+    ),
+    (
+        "NeMo Llama 2 7B, 128K, DGX-H100: TP4 x CP4 per sequence",
+        "7b",
+        131072,
+        "dgx-h100",
+        2,
+        ("hybrid", 4),
+        "NVIDIA NeMo docs, performance_long_sequence.md (24.03.01)",
+    ),
+    (
+        "NeMo Llama 3 8B, 1M: TP4 x CP16 per sequence (on B200; here H100)",
+        "llama3-8b",
+        1048576,
+        "dgx-h100",
+        8,
+        ("hybrid", 4),
+        "NVIDIA NeMo docs (25.04.rc2), DGX-B200",
+    ),
+]
 
 
 def training() -> list[dict]:
@@ -137,9 +183,11 @@ def training() -> list[dict]:
             print(f"- {what}: planner: {err}\n")
             rows.append(dict(what=what, error=str(err), source=source))
             continue
-        matches = [i for i, c in enumerate(result.candidates)
-                   if c.strategy == strategy and c.ulysses_degree == u
-                   and c.placement == "ulysses-inner"]  # fmt: skip
+        matches = [
+            i
+            for i, c in enumerate(result.candidates)
+            if c.strategy == strategy and c.ulysses_degree == u and c.placement == "ulysses-inner"
+        ]
         best = result.candidates[0]
         rank = matches[0] + 1 if matches else None
         analogue = result.candidates[matches[0]] if matches else None
@@ -147,12 +195,21 @@ def training() -> list[dict]:
         print(f"  planner's best: {best.label}, {best.step_time_s:.3g} s/step")
         if analogue is not None:
             slower = analogue.step_time_s / best.step_time_s - 1
-            print(f"  analogue {analogue.label}: rank {rank} of {len(result.candidates)}, "
-                  f"{slower:+.1%} vs best\n")  # fmt: skip
+            print(
+                f"  analogue {analogue.label}: rank {rank} of {len(result.candidates)}, "
+                f"{slower:+.1%} vs best\n"
+            )
         else:
             print("  analogue does not fit in memory\n")
-        rows.append(dict(what=what, source=source, best=best.label, analogue_rank=rank,
-                         candidates=len(result.candidates)))  # fmt: skip
+        rows.append(
+            dict(
+                what=what,
+                source=source,
+                best=best.label,
+                analogue_rank=rank,
+                candidates=len(result.candidates),
+            )
+        )
     return rows
 
 
@@ -162,8 +219,10 @@ def speed() -> dict:
     result = plan(model("llama3-8b"), 2**20, cluster)
     seconds = time.perf_counter() - t0
     n = len(result.candidates) + len(result.dropped)
-    print(f"speed: llama3-8b, 1M tokens, 8 x 8 H100: {n} candidates "
-          f"({len(result.candidates)} timed) in {seconds:.2f} s (target < 10 s)")  # fmt: skip
+    print(
+        f"speed: llama3-8b, 1M tokens, 8 x 8 H100: {n} candidates "
+        f"({len(result.candidates)} timed) in {seconds:.2f} s (target < 10 s)"
+    )
     print(f"  best: {result.candidates[0].label}: {result.candidates[0].why()}\n")
     return {"candidates": n, "timed": len(result.candidates), "seconds": seconds}
 

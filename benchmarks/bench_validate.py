@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results)
     for name, s in summary.items():
         verdict = "met" if s["in_band"] == s["rows"] else "MISSED"
-        print(f"{name:16s} {s['in_band']:2d}/{s['rows']:2d} in band -- target {verdict}: "
-              f"{TARGETS[name]}")  # fmt: skip
+        print(
+            f"{name:16s} {s['in_band']:2d}/{s['rows']:2d} in band -- target {verdict}: "
+            f"{TARGETS[name]}"
+        )
     print(f"\n{len(results)} rows predicted in {seconds:.2f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": results, "summary": summary}, indent=1))

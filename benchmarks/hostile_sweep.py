@@ -83,17 +83,15 @@ def _strict_json(name: str) -> Callable[[Path], str | None]:
         path = tmp / name
         if not path.exists():
             return None
+        from ringsim.files import read_json_object
+
         try:
-            json.loads(path.read_text(), parse_constant=_refuse_constant)
+            read_json_object(path, what=name)
         except ValueError as err:
-            return f"{name} is not strict JSON: {err}"
+            return str(err)
         return None
 
     return check
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} in JSON")
 
 
 def _disk_full(*args) -> None:
@@ -464,9 +462,14 @@ def _run(cmd: list[str], cwd: Path, limit_s: float, preexec=None):
     """``subprocess.run`` in a session of its own: past ``limit_s`` the whole session (the
     command and any rank it started) is killed and ``None`` returned."""
     proc = subprocess.Popen(
-        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=preexec, start_new_session=True,
-    )  # fmt: skip
+        cmd,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:

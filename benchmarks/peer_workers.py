@@ -67,15 +67,24 @@ def jax_worker(spec: dict) -> dict:
     spec_ = P(None, "sp", None, None)
     chunk = spec["jax_chunk"]
     kwargs = dict(
-        causal_block_size=1 if spec["causal"] else None, query_chunk_size=chunk,
-        key_chunk_size=chunk, deterministic=True, dropout_rng=None, attn_pdrop=0.0,
-        dtype=jnp.float32, policy=jax.checkpoint_policies.nothing_saveable, precision=None,
+        causal_block_size=1 if spec["causal"] else None,
+        query_chunk_size=chunk,
+        key_chunk_size=chunk,
+        deterministic=True,
+        dropout_rng=None,
+        attn_pdrop=0.0,
+        dtype=jnp.float32,
+        policy=jax.checkpoint_policies.nothing_saveable,
+        precision=None,
         prevent_cse=True,
-    )  # fmt: skip
+    )
     attend = jax.shard_map(
         lambda q, k, v: ringattention(q, k, v, None, None, None, "sp", True, kwargs),
-        mesh=mesh, in_specs=(spec_,) * 3, out_specs=spec_, check_vma=False,
-    )  # fmt: skip
+        mesh=mesh,
+        in_specs=(spec_,) * 3,
+        out_specs=spec_,
+        check_vma=False,
+    )
 
     def step(q, k, v, dout):
         if not spec["backward"]:
@@ -103,8 +112,9 @@ def _rap_rank(rank: int, spec: dict, init_file: str, answers) -> None:
         if len(os.sched_getaffinity(0)) >= HOSTS:
             os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank]})
         torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                                world_size=HOSTS)  # fmt: skip
+        dist.init_process_group(
+            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=HOSTS
+        )
         from ring_attention_pytorch import ring_flash_attn
 
         rss0 = maxrss_bytes()
@@ -115,10 +125,16 @@ def _rap_rank(rank: int, spec: dict, init_file: str, answers) -> None:
             dist.barrier()
             time.sleep(
                 0.02
-            )  # as kernels.distributed.launch.start_line: let the barrier's threads settle
+            )  # as kernels.distributed.repeats.start_line: let the barrier's threads settle
             t0 = time.perf_counter()
-            out = ring_flash_attn(qr, kr, vr, causal=spec["causal"],
-                                  bucket_size=spec["rap_bucket"], ring_reduce_col=True)  # fmt: skip
+            out = ring_flash_attn(
+                qr,
+                kr,
+                vr,
+                causal=spec["causal"],
+                bucket_size=spec["rap_bucket"],
+                ring_reduce_col=True,
+            )
             if spec["backward"]:
                 out.backward(dout)
             if i:
@@ -139,8 +155,10 @@ def rap_worker(spec: dict) -> dict:
     ctx = mp.get_context("spawn")
     answers = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=_rap_rank, args=(r, spec, f"{tmp}/init", answers))
-                 for r in range(HOSTS)]  # fmt: skip
+        procs = [
+            ctx.Process(target=_rap_rank, args=(r, spec, f"{tmp}/init", answers))
+            for r in range(HOSTS)
+        ]
         for p in procs:
             p.start()
         got = dict(answers.get(timeout=1800) for _ in procs)

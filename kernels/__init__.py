@@ -11,7 +11,8 @@ Its rooms, by role:
   ``torch_block``, ``triton_block``, ``tiles``), masks from global positions;
 * ``distributed/``: ring attention over ``torch.distributed`` driven by ``ringsim.schedule``
   (``ring``; ``hybrid``: Ulysses x ring), rank processes (``launch``, ``admission``,
-  ``progress``) and each rank's measured timeline (``rank_timeline``);
+  ``progress``), timed repeats (``repeats``) and each rank's measured timeline
+  (``rank_timeline``);
 * ``calibration/``: the probes, their fit into a ``Hardware``, ``ringsim calibrate`` and
   ``ringsim measure`` (the real ring's time against the simulator's prediction);
 * ``gpu/``: the prepared one-command GPU check and the ahead-of-time compile check.

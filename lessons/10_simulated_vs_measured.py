@@ -34,6 +34,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from kernels.calibration.measure import measure
+from kernels.calibration.report import MeasureOptions, RingShape
+from ringsim.files import read_json_object
 from ringsim.timer import cost
 from ringsim.timer.machine.hardware import load_profile
 from ringsim.views.lessons_support import (
@@ -83,7 +85,8 @@ RESULTS = Path("..") / "results"
 # %%
 runs = []
 for seq_len in (scaled(256, multiple=64), scaled(2048, multiple=64)):
-    report = measure(hosts=2, seq_len=seq_len, heads=2, head_dim=32, repeats=3)
+    shape = RingShape(hosts=2, seq_len=seq_len, heads=2, head_dim=32)
+    report = measure(shape, MeasureOptions(repeats=3)).to_json()
     runs.append(report)
     ms = {key: report[key] * 1e3 for key in ("measured_time_s", "predicted_time_s")}
     lo, hi = report["overlap_threshold_ci95"]
@@ -157,7 +160,7 @@ plt.show()
 # jumps between the humps. The slow hump came mostly from the harness, not the ring: right
 # after the barrier that lines the ranks up, its own messages and threads were still winding
 # down, and one rank's first send stalled for about 4 ms. The ranks now pause 20 ms after the
-# barrier (`kernels.distributed.ring.start_line`) before a timed pass or probe, and the slow passes fell
+# barrier (`kernels.distributed.repeats.start_line`) before a timed pass or probe, and the slow passes fell
 # from 50-78% to 3-11%. What is left is this shared machine's load, which drifts: the error
 # bars show each ratio's 95% bootstrap interval over its repeats (`ratio_ci95`).
 #
@@ -193,7 +196,7 @@ plt.show()
 # %%
 bench_files = sorted(RESULTS.glob("cpu-2*.json"))
 if bench_files:
-    bench = json.loads(bench_files[-1].read_text())
+    bench = read_json_object(bench_files[-1], what="benchmark table")
     rows = bench["runs"]
     labels = [
         f"c={r['block_tokens']}\n{r['layout'][:6]}{' causal' if r['causal'] else ''}"

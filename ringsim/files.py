@@ -12,6 +12,9 @@ Every file ringsim writes (traces, figures, profiles, the JSON of ``measure``/``
   exception) leaves the old file as it was.
 * ``write_json`` is strict JSON (no ``NaN``/``Infinity``, which strict parsers reject): a
   non-finite number is refused, naming where it sits.
+
+And every JSON file ringsim reads back (profiles, calibrations, benchmark tables) goes through
+``read_json_object``: one ``ValueError`` naming the file and the cause, whatever went wrong.
 """
 
 from __future__ import annotations
@@ -163,6 +166,31 @@ def to_jsonable(value: object, *, finite: bool = True) -> object:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return str(value)
+
+
+def read_json_object(path: str | os.PathLike, *, what: str = "JSON file") -> dict:
+    """The JSON object in the file at ``path``. Every failure is a ``ValueError`` naming
+    ``what`` (``profile``, ``--calibration``), the file and the cause: unreadable, empty, not
+    strict JSON (truncated, or ``NaN``/``Infinity``, which ``write_json`` never writes) or not
+    an object."""
+    name = f"{what} {os.fspath(path)!r}"
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{name} could not be read: {err}") from None
+    if not text.strip():
+        raise ValueError(f"{name} is empty (not valid JSON)")
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as err:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"{name} is not valid JSON (truncated?): {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{name} must hold a JSON object, got a {type(data).__name__}")
+    return data
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not strict JSON")
 
 
 # output flags of the in-process subcommands: flag, and the formats it takes (None: any)

@@ -12,6 +12,7 @@ from kernels.calibration.measure import measure, predict
 from kernels.calibration.paired import compute_sizes
 from kernels.calibration.probes import MASKED_BLOCKS
 from kernels.calibration.profile import Calibration, fit_line
+from kernels.calibration.report import MeasureOptions, RingShape
 from kernels.distributed.rank_timeline import step_durations
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.machine.hardware import load_profile
@@ -73,10 +74,24 @@ def _with_kernel_rows(cal: Calibration, *, masked=0.8, solo=1.25, setup=2e-3, hi
     cal.solo.append({"block_tokens": c, "flops": 0, "seconds": cal.block_seconds(c) / solo})
     compute, transfer = 1e-3, 2e-3
     step = compute + transfer - hidden * compute
-    cal.overlap.append({"block_tokens": 8, "bytes": 1 << 20, "compute_s": compute,
-                        "transfer_s": transfer, "step_s": step})  # fmt: skip
-    row = {"layout": "contiguous", "causal": False, "hosts": 2, "block_tokens": 2, "heads": 1,
-           "head_dim": 1, "block_s": 3e-4}  # fmt: skip
+    cal.overlap.append(
+        {
+            "block_tokens": 8,
+            "bytes": 1 << 20,
+            "compute_s": compute,
+            "transfer_s": transfer,
+            "step_s": step,
+        }
+    )
+    row = {
+        "layout": "contiguous",
+        "causal": False,
+        "hosts": 2,
+        "block_tokens": 2,
+        "heads": 1,
+        "head_dim": 1,
+        "block_s": 3e-4,
+    }
     row["seconds"] = cal.simulated_pass_time(row) + setup
     cal.ring_pass.append(row)
     return cal
@@ -101,8 +116,11 @@ def test_kernel_terms_are_read_from_their_rows():
     # the terms survive the JSON round trip; data saved before they existed loads neutral
     again = Calibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert again.hardware(block_tokens=256) == hw
-    old = {k: v for k, v in cal.to_json().items()
-           if k not in ("masked", "solo", "overlap", "ring_pass")}  # fmt: skip
+    old = {
+        k: v
+        for k, v in cal.to_json().items()
+        if k not in ("masked", "solo", "overlap", "ring_pass")
+    }
     neutral = Calibration.from_json(old).hardware(block_tokens=256)
     assert (neutral.masked_speed, neutral.solo_speed, neutral.pass_overhead_s) == (1.0, 1.0, 0.0)
 
@@ -111,9 +129,15 @@ def test_overlap_efficiency_is_the_median_probe_contention_included():
     cal = _synthetic()
     for hidden in (0.1, 1.0, 0.2):  # one probe that saw full overlap must not swing it
         compute, transfer = 1e-3, 2e-3
-        cal.overlap.append({"block_tokens": 8, "bytes": 1 << 20, "compute_s": compute,
-                            "transfer_s": transfer,
-                            "step_s": compute + transfer - hidden * compute})  # fmt: skip
+        cal.overlap.append(
+            {
+                "block_tokens": 8,
+                "bytes": 1 << 20,
+                "compute_s": compute,
+                "transfer_s": transfer,
+                "step_s": compute + transfer - hidden * compute,
+            }
+        )
     assert cal.overlap_efficiency() == pytest.approx(0.2) == cal.overlap_fraction()
     cal.overlap[0]["step_s"] = cal.overlap[2]["step_s"] = 2e-3  # two of three hide it all
     assert cal.overlap_efficiency() == pytest.approx(1.0)
@@ -131,9 +155,15 @@ def test_overlap_efficiency_is_read_at_the_block_size_it_is_used_for():
     cal = _synthetic()
     for c, hidden in ((8, 0.9), (8, 0.7), (1024, 0.0)):  # small messages hide, large ones not
         compute = transfer = 1e-3 * c / 8
-        cal.overlap.append({"block_tokens": c, "bytes": c << 10, "compute_s": compute,
-                            "transfer_s": transfer,
-                            "step_s": compute + transfer - hidden * transfer})  # fmt: skip
+        cal.overlap.append(
+            {
+                "block_tokens": c,
+                "bytes": c << 10,
+                "compute_s": compute,
+                "transfer_s": transfer,
+                "step_s": compute + transfer - hidden * transfer,
+            }
+        )
     assert cal.overlap_efficiency(8) == pytest.approx(0.8)
     assert cal.overlap_efficiency(16) == pytest.approx(0.8)  # nearest in log
     assert cal.overlap_efficiency(512) == pytest.approx(0.0)
@@ -179,10 +209,7 @@ def testpaired_calibration_times_at_least_two_block_sizes():
 
 def test_prediction_uses_the_measured_overlap_and_setup():
     cal = _with_kernel_rows(_synthetic(latency=1e-4, bandwidth=1e9), masked=1.0, solo=1.0)
-    sim, hw = predict(
-        cal, hosts=2, seq_len=512, heads=2, kv_heads=None, head_dim=32, layout="contiguous",
-        causal=False,
-    )  # fmt: skip
+    sim, hw = predict(cal, RingShape(hosts=2, seq_len=512, heads=2, head_dim=32))
     # 10% hidden: the step that sends costs max + 0.9 min of its compute and transfer
     assert sim.config.overlap and hw.overlap_efficiency == pytest.approx(0.1)
     transfer = hw.link_latency + 2 * 256 * 2 * 32 * 4 / hw.link_bandwidth
@@ -203,10 +230,7 @@ def test_profile_saves_loadable_and_data_stays_out_of_the_preset_glob(tmp_path):
 
 def test_prediction_of_a_compute_bound_ring_is_steps_times_block_time():
     cal = _synthetic(latency=1e-6, bandwidth=1e12)
-    sim, _hw = predict(
-        cal, hosts=2, seq_len=512, heads=2, kv_heads=None, head_dim=32, layout="contiguous",
-        causal=False,
-    )  # fmt: skip
+    sim, _hw = predict(cal, RingShape(hosts=2, seq_len=512, heads=2, head_dim=32))
     block = cal.block_seconds(256)
     assert sim.summary()["total_time_s"] == pytest.approx(2 * block, rel=1e-3)
     steps = step_durations(sim.timeline)
@@ -226,9 +250,16 @@ def test_real_calibration_and_measurement_on_gloo():
     and the prediction is in the right range (not the 10% target: this runs beside other CI
     jobs on shared cores)."""
     cal = calibrate_data(
-        "gloo", heads=2, head_dim=16, sizes=[32, 64, 128], link_bytes=[1024, 65536], repeats=3,
-        masked_sizes=[128], solo_sizes=[128], step_sizes=[128],
-    )  # fmt: skip
+        "gloo",
+        heads=2,
+        head_dim=16,
+        sizes=[32, 64, 128],
+        link_bytes=[1024, 65536],
+        repeats=3,
+        masked_sizes=[128],
+        solo_sizes=[128],
+        step_sizes=[128],
+    )
     assert cal.rate_at(64) > 0 and cal.link_fit().rate > 0
     assert {r["block"] for r in cal.masked} == set(MASKED_BLOCKS) and len(cal.solo) == 1
     assert len(cal.overlap) == 1 and len(cal.ring_pass) == 1
@@ -237,38 +268,55 @@ def test_real_calibration_and_measurement_on_gloo():
     assert hw.masked_speed > 0 and hw.solo_speed > 0 and hw.pass_overhead_s >= 0
     assert 0 <= cal.overlap_fraction() <= 1 and -1 <= cal.overlap_efficiency() <= 1
     assert hw.overlap_efficiency == cal.overlap_efficiency()
-    report = measure(seq_len=256, heads=2, head_dim=16, causal=True, layout="zigzag",
-                     calibration=cal, repeats=3)  # fmt: skip
-    paired = measure(seq_len=128, heads=2, kv_heads=1, head_dim=16, causal=False, repeats=2)
-    assert paired["calibration"].startswith("paired") and len(paired["predicted_times_s"]) == 2
-    assert paired["max_abs_error"] < 1e-5 and 0.1 < paired["ratio"] < 10
-    assert paired["kv_heads"] == 1  # GQA: the probes and the ring move one kv head
+    zigzag = RingShape(seq_len=256, heads=2, head_dim=16, causal=True, layout="zigzag")
+    report = measure(zigzag, MeasureOptions(repeats=3), calibration=cal)
+    gqa = RingShape(seq_len=128, heads=2, kv_heads=1, head_dim=16)
+    paired = measure(gqa, MeasureOptions(repeats=2))
+    assert paired.predicted.calibration.startswith("paired")
+    assert len(paired.predicted.times_s) == 2
+    assert paired.measured.max_abs_error < 1e-5 and 0.1 < paired.ratio.value < 10
+    assert paired.to_json()["kv_heads"] == 1  # GQA: the probes and the ring move one kv head
     # paired: each repeat against its own prediction, the median of those; and both medians'
-    times = zip(paired["measured_times_s"], paired["predicted_times_s"], strict=True)
+    times = zip(paired.measured.times_s, paired.predicted.times_s, strict=True)
     own = [m / p for m, p in times]
-    assert paired["ratios"] == pytest.approx(own) and paired["ratio"] == np.median(own)
-    assert paired["ratio_of_medians"] == pytest.approx(
-        paired["measured_time_s"] / paired["predicted_time_s"]
+    assert paired.ratio.per_repeat == pytest.approx(own)
+    assert paired.ratio.value == np.median(own)
+    assert paired.ratio.of_medians == pytest.approx(
+        paired.measured.time_s / paired.predicted.time_s
     )
-    assert report["ratio"] == report["ratio_of_medians"]  # a given calibration: no pairs
-    for key in ("hosts", "backend", "measured_time_s", "predicted_time_s", "ratio"):
-        assert key in report
-    assert report["hosts"] == 2 and report["backend"] == "gloo"
-    assert report["max_abs_error"] < 1e-5
-    assert 0.1 < report["ratio"] < 10
-    assert len(report["steps"]) == 2
+    assert report.ratio.value == report.ratio.of_medians  # a given calibration: no pairs
+    assert report.shape.hosts == 2 and report.backend == "gloo"
+    assert report.measured.max_abs_error < 1e-5
+    assert 0.1 < report.ratio.value < 10
+    assert len(report.table.steps) == 2
     for r in (report, paired):  # the step rows and the time outside them add up to one pass
+        table = r.table
         for col in ("measured_s", "predicted_s"):
-            rows = sum(s[col] for s in r["steps"]) + r["outside_steps"][col]
-            assert rows == pytest.approx(r["pass"][col], rel=1e-9)
-        assert r["pass"]["predicted_s"] == r["predicted_time_s"]
-        assert r["outside_steps"]["predicted_s"] == pytest.approx(
-            r["profile"]["pass_overhead_s"], rel=1e-6, abs=1e-9
+            rows = sum(getattr(s, col) for s in table.steps) + getattr(table.outside, col)
+            assert rows == pytest.approx(getattr(table.whole, col), rel=1e-9)
+        assert table.whole.predicted_s == r.predicted.time_s
+        assert table.outside.predicted_s == pytest.approx(
+            r.profile.hardware.pass_overhead_s, rel=1e-6, abs=1e-9
         )
-    for r in (report, paired):
-        lo, hi = r["ratio_ci95"]
+        lo, hi = r.ratio.ci95
         assert 0 < lo <= hi
+        assert list(r.to_json()) == MEASURE_JSON_KEYS  # `ringsim measure --json`'s contract
+        assert [line.split()[0] for line in r.lines()[2 : 4 + len(r.table.steps)]] == [
+            *map(str, range(len(r.table.steps))),
+            "other",
+            "pass",
+        ]
     assert cal.overlap[0]["block_tokens"] == 128  # probed at the step size asked for
+
+
+# `ringsim measure --json`'s keys, in order: the command's contract
+MEASURE_JSON_KEYS = """hosts backend seq_len block_tokens layout causal heads kv_heads head_dim
+dtype repeats threads_per_rank measured_time_s measured_ci95 measured_times_s predicted_times_s
+calibration measured_makespan_s measured_wait_s predicted_time_s predicted_ci95
+intervals_overlap ratio ratio_ci95 ratio_of_medians ratios max_abs_error
+overlap_threshold_tokens overlap_threshold_ci95 regime overlap_fraction overlap_efficiency
+simulated_overlap predicted_compute_s predicted_exposed_comm_s probe_quality parameter_ci95
+steps outside_steps pass profile""".split()
 
 
 def _overlap_rows(rank, hosts):
@@ -291,7 +339,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="backend"):
         calibrate_data("mpi")
     with pytest.raises(ValueError, match="backend"):
-        measure(backend="cuda", calibration=_synthetic())
+        measure(RingShape(), MeasureOptions(backend="cuda"), calibration=_synthetic())
     from kernels.calibration.calibrate import build_parser
 
     with pytest.raises(SystemExit):
@@ -352,6 +400,17 @@ def test_gpu_check_without_a_gpu_writes_why(tmp_path):
     assert "no CUDA device" in data["errors"]["device"] and data["sections"] == {}
 
 
+def test_a_step_row_over_nothing_predicted_is_null_in_json():
+    """A calibration saved without ring-pass rows predicts no time outside the steps: the
+    row's ratio is infinite in the text and ``null`` in ``--json`` (strict JSON has no inf)."""
+    from kernels.calibration.report import StepRow
+
+    row = StepRow(measured_s=4.9e-4, predicted_s=0.0)
+    assert row.ratio == float("inf")
+    assert row.to_json() == {"measured_s": 4.9e-4, "predicted_s": 0.0, "ratio": None}
+    assert StepRow(2.0, 1.0).to_json()["ratio"] == 2.0
+
+
 def test_the_step_table_shows_the_pass_nearest_the_median():
     """``typical_pass`` picks, over every ring call and timed pass, the one whose slowest rank
     is nearest the median, and returns that pass's timelines (not the last pass's)."""
@@ -360,8 +419,10 @@ def test_the_step_table_shows_the_pass_nearest_the_median():
     def rank(times, tag):
         return {"forward_s": times, "forward_timelines": [f"{tag}{p}" for p in range(len(times))]}
 
-    calls = [[rank([1.0, 5.0], "a"), rank([2.0, 1.0], "b")],  # passes: 2.0, 5.0
-             [rank([3.1, 9.0], "c"), rank([0.5, 1.0], "d")]]  # passes: 3.1, 9.0  # fmt: skip
+    calls = [
+        [rank([1.0, 5.0], "a"), rank([2.0, 1.0], "b")],  # passes: 2.0, 5.0
+        [rank([3.1, 9.0], "c"), rank([0.5, 1.0], "d")],
+    ]  # passes: 3.1, 9.0
     seconds, records = typical_pass(calls, median=3.0)
     assert seconds == 3.1 and records == ["c0", "d0"]
     with pytest.raises(ValueError, match="no timed pass"):

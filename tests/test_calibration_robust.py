@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from kernels.calibration.measure import _bootstrap, measure, predict
+from kernels.calibration.measure import bootstrap_measurement, measure, predict
 from kernels.calibration.probes import REPROBES, SPREAD_LIMIT, probe_spread, reprobe, timed
 from kernels.calibration.profile import (
     Calibration,
@@ -16,14 +16,14 @@ from kernels.calibration.profile import (
     fit_line,
     parameter_intervals,
 )
+from kernels.calibration.report import MeasureOptions, RingShape
 from kernels.calibration.uncertainty import overlaps, regime
 from kernels.distributed.progress import Progress, report
 from ringsim.timer.cost import attention_flops
 
 pytestmark = pytest.mark.torch
 
-SHAPE = dict(hosts=2, seq_len=512, heads=2, kv_heads=None, head_dim=32, layout="contiguous",
-             causal=False)  # fmt: skip
+SHAPE = RingShape(hosts=2, seq_len=512, heads=2, head_dim=32)
 
 
 # ---- the robust fit -----------------------------------------------------------------------
@@ -89,8 +89,9 @@ def test_reprobe_runs_again_on_a_planted_wide_spread_and_is_bounded():
 def test_reprobe_follows_the_widest_rank():
     """Every rank must decide alike: the spread that counts is the widest over the ranks."""
     calls = []
-    rows = reprobe(lambda: calls.append(1) or [{"seconds": 1.0, "spread": 0.01}],
-                   agree=lambda s: max(s, 0.9))  # another rank saw a wide spread  # fmt: skip
+    rows = reprobe(
+        lambda: calls.append(1) or [{"seconds": 1.0, "spread": 0.01}], agree=lambda s: max(s, 0.9)
+    )  # another rank saw a wide spread
     assert len(calls) == 1 + REPROBES and rows[0]["attempts"] == 1 + REPROBES
 
 
@@ -111,8 +112,7 @@ def _noisy_calibration(rng, *, link_scale=1.0, n=9) -> Calibration:
     noise = lambda t: t * (1 + 0.1 * rng.random(n))
     for c in (16, 128, 256):
         flops = attention_flops(c, c, 2, 32)
-        cal.compute.append({"block_tokens": c, "flops": flops,
-                            **timed(noise(1e-4 + flops / 2e10))})  # fmt: skip
+        cal.compute.append({"block_tokens": c, "flops": flops, **timed(noise(1e-4 + flops / 2e10))})
     for b in (1024, 131072):
         cal.exchange.append({"bytes": b, **timed(noise(link_scale * (3e-4 + b / 1e9)))})
         cal.pingpong.append({"bytes": b, **timed(noise(3e-4 + b / 1e9))})
@@ -123,9 +123,9 @@ def test_pooling_repeats_keeps_one_slow_link_probe_from_moving_the_prediction():
     rng = np.random.default_rng(0)
     repeats = [_noisy_calibration(rng) for _ in range(4)]
     repeats.append(_noisy_calibration(rng, link_scale=8.0))  # one repeat's link came out slow
-    alone = predict(repeats[-1], **SHAPE)[0].summary()["total_time_s"]
-    typical = predict(repeats[0], **SHAPE)[0].summary()["total_time_s"]
-    pooled = predict(Calibration.pooled(repeats), **SHAPE)[0].summary()["total_time_s"]
+    alone = predict(repeats[-1], SHAPE)[0].summary()["total_time_s"]
+    typical = predict(repeats[0], SHAPE)[0].summary()["total_time_s"]
+    pooled = predict(Calibration.pooled(repeats), SHAPE)[0].summary()["total_time_s"]
     assert alone > 1.5 * typical
     assert pooled == pytest.approx(typical, rel=0.1)
     assert len(Calibration.pooled(repeats).exchange[0]["samples"]) == 5 * 9
@@ -134,9 +134,9 @@ def test_pooling_repeats_keeps_one_slow_link_probe_from_moving_the_prediction():
 def test_prediction_interval_contains_the_point_and_widens_with_the_spread():
     rng = np.random.default_rng(1)
     repeats = [_noisy_calibration(rng) for _ in range(5)]
-    point = predict(Calibration.pooled(repeats), **SHAPE)[0].summary()["total_time_s"]
+    point = predict(Calibration.pooled(repeats), SHAPE)[0].summary()["total_time_s"]
     measured = [point * f for f in (0.95, 1.0, 1.02, 1.05, 0.98)]
-    paired = _bootstrap(repeats, measured, SHAPE, draws=100)
+    paired = bootstrap_measurement(repeats, measured, SHAPE, draws=100)
     lo, hi = paired["predicted"]
     assert lo <= point <= hi and hi > lo
     m_lo, m_hi = paired["measured"]
@@ -144,20 +144,20 @@ def test_prediction_interval_contains_the_point_and_widens_with_the_spread():
     assert paired["threshold"][0] <= paired["threshold"][1]
     assert set(paired["parameters"]) >= {"link_latency_s", "link_bandwidth", "flop_rate"}
     # a given calibration: its rows' samples redrawn
-    given = _bootstrap(repeats[0], measured, SHAPE, draws=100)
-    one = predict(repeats[0], **SHAPE)[0].summary()["total_time_s"]
+    given = bootstrap_measurement(repeats[0], measured, SHAPE, draws=100)
+    one = predict(repeats[0], SHAPE)[0].summary()["total_time_s"]
     assert given["predicted"][0] <= one * 1.02 and one * 0.98 <= given["predicted"][1]
     # rows without samples (saved before they existed): no spread, a zero-width interval
     bare = Calibration.from_json(json.loads(json.dumps(repeats[0].to_json())))
     for row in bare.compute + bare.exchange + bare.pingpong:
         row.pop("samples")
-    flat = _bootstrap(bare, measured, SHAPE, draws=20)["predicted"]
+    flat = bootstrap_measurement(bare, measured, SHAPE, draws=20)["predicted"]
     assert flat[0] == pytest.approx(flat[1])
     wide = [_noisy_calibration(rng, n=9) for _ in range(5)]
     for cal in wide:  # ten times the noise on the link
         for row in cal.exchange:
             row.update(timed(np.array(row["samples"]) * (1 + 1.0 * rng.random(9))))
-    w_lo, w_hi = _bootstrap(wide, measured, SHAPE, draws=100)["predicted"]
+    w_lo, w_hi = bootstrap_measurement(wide, measured, SHAPE, draws=100)["predicted"]
     assert w_hi - w_lo > hi - lo
 
 
@@ -204,8 +204,16 @@ def test_measure_main_is_quiet_under_json_unless_asked(monkeypatch, capsys):
     import kernels.calibration.measure as m
 
     seen = []
-    fake = {"steps": [], "overlap_threshold_ci95": [0, 0]}
-    monkeypatch.setattr(m, "measure", lambda **kw: seen.append(kw["progress"]) or fake)
+
+    class Fake:
+        def to_json(self):
+            return {}
+
+    def fake_measure(shape, options, calibration):
+        seen.append(options.progress)
+        return Fake()
+
+    monkeypatch.setattr(m, "measure", fake_measure)
     args = ["--seq-len", "128", "--heads", "2", "--head-dim", "16"]
     m.measure_main([*args, "--json"])
     m.measure_main([*args, "--json", "--progress"])
@@ -215,15 +223,17 @@ def test_measure_main_is_quiet_under_json_unless_asked(monkeypatch, capsys):
 def test_a_real_measurement_reports_progress_on_stderr(capsys):
     """Two gloo ranks, one repeat: the ranks' progress reaches stderr through the queue;
     the report carries the intervals and the probe quality."""
-    report_ = measure(seq_len=128, heads=2, head_dim=16, repeats=1, progress=True, draws=20)
+    options = MeasureOptions(repeats=1, progress=True, draws=20)
+    report_ = measure(RingShape(seq_len=128, heads=2, head_dim=16), options)
     err = capsys.readouterr().err
     assert "rank 0 of 2 started" in err and "rank 1 of 2 started" in err
     assert "repeat 2/2: link" in err and "repeat 2/2: ring" in err
-    lo, hi = report_["predicted_ci95"]
-    assert lo <= report_["predicted_time_s"] <= hi
-    assert report_["regime"] in ("compute-bound", "communication-bound", "near the threshold")
-    assert {"compute", "exchange", "overlap"} <= set(report_["probe_quality"])
-    assert isinstance(report_["intervals_overlap"], bool)
+    lo, hi = report_.predicted.ci95
+    assert lo <= report_.predicted.time_s <= hi
+    regimes = ("compute-bound", "communication-bound", "near the threshold")
+    assert report_.threshold.regime in regimes
+    assert {"compute", "exchange", "overlap"} <= set(report_.profile.probe_quality)
+    assert isinstance(report_.ratio.intervals_overlap, bool)
 
 
 # ---- the ring measured as the probes are ----------------------------------------------------
@@ -263,9 +273,11 @@ def test_a_repeats_ring_time_is_the_median_pass_of_the_slowest_rank():
 def _exchange_rows(rank, hosts):
     import kernels.calibration.probes as probes
 
-    batches, post = [], probes._batch
-    probes._batch = lambda ops: (batches.append([(kind, t.numel()) for kind, t, _ in ops]),
-                                 post(ops))  # fmt: skip
+    batches, post = [], probes.post_p2p
+    probes.post_p2p = lambda ops: (
+        batches.append([(kind, t.numel()) for kind, t, _ in ops]),
+        post(ops),
+    )
     pair = probes.measure_link_p2p([1024, 4096], repeats=2)
     single = probes.measure_link_p2p([4096], repeats=2, parts=1)
     return pair, single, batches
@@ -294,13 +306,13 @@ def test_the_link_probe_reaches_a_message_whose_time_stands_out_of_the_noise():
     """The paired link probe measures a small message, this run's kv message (per host, not
     per two hosts) and one of at least ``LINK_FAR_BYTES``: through 1 KB and a 128 KB message
     alone, gloo's ~0.4 ms per exchange hid the slope and the fit went through the origin."""
-    from kernels.calibration.paired import LINK_FAR_BYTES, _link_sizes
+    from kernels.calibration.paired import LINK_FAR_BYTES, link_sizes
     from kernels.distributed.launch import RunConfig
 
     small = RunConfig(512, 2, None, 32, 1, "contiguous", False, "float32")
-    assert _link_sizes(small, hosts=2) == [1024, 2 * 256 * 2 * 32 * 4, LINK_FAR_BYTES]
-    four = _link_sizes(small, hosts=4)  # 128-token blocks: half the message of two hosts
+    assert link_sizes(small, hosts=2) == [1024, 2 * 256 * 2 * 32 * 4, LINK_FAR_BYTES]
+    four = link_sizes(small, hosts=4)  # 128-token blocks: half the message of two hosts
     assert four[1] == 2 * 128 * 2 * 32 * 4
     big = RunConfig(16384, 4, None, 64, 1, "contiguous", False, "float32")
     message = 2 * 8192 * 4 * 64 * 4
-    assert _link_sizes(big, hosts=2) == [1024, message, 4 * message]
+    assert link_sizes(big, hosts=2) == [1024, message, 4 * message]

@@ -77,8 +77,9 @@ def test_triton_calls_time_the_launches_and_include_delta(monkeypatch):
     from kernels.blocks.dispatch import block_attention, block_attention_backward
 
     rng = np.random.default_rng(0)
-    q, k, v, dout = (torch.from_numpy(rng.standard_normal((1, 2, 24, 8)).astype(np.float32))
-                     for _ in range(4))  # fmt: skip
+    q, k, v, dout = (
+        torch.from_numpy(rng.standard_normal((1, 2, 24, 8)).astype(np.float32)) for _ in range(4)
+    )
     fwd, bwd = gpu_sections.triton_calls(q, k, v, True, dout=dout)
     plans = []
     real_plan = tb.plan
@@ -90,34 +91,62 @@ def test_triton_calls_time_the_launches_and_include_delta(monkeypatch):
     want_out, want_lse = block_attention(q, k, v, causal=True, backend="triton")
     torch.testing.assert_close(out, want_out)
     torch.testing.assert_close(lse, want_lse)
-    want = block_attention_backward(q, k, v, dout, want_out, want_lse, causal=True,
-                                    backend="triton")  # fmt: skip
+    want = block_attention_backward(
+        q, k, v, dout, want_out, want_lse, causal=True, backend="triton"
+    )
     for got, w in zip(grads, want, strict=True):
         torch.testing.assert_close(got, w)
 
 
 def _fake_report() -> dict:
     speed = [
-        {"d": d, "c": c, "causal": causal,
-         **{f"{impl}_{p}_tflops": 100.0 * (i + 1) * c / 16384
-            for i, impl in enumerate(gpu_check.IMPL_STYLE) for p in ("fwd", "bwd")}}
-        for d in (64, 128) for c in (1024, 4096, 16384) for causal in (False, True)
-    ]  # fmt: skip
+        {
+            "d": d,
+            "c": c,
+            "causal": causal,
+            **{
+                f"{impl}_{p}_tflops": 100.0 * (i + 1) * c / 16384
+                for i, impl in enumerate(gpu_check.IMPL_STYLE)
+                for p in ("fwd", "bwd")
+            },
+        }
+        for d in (64, 128)
+        for c in (1024, 4096, 16384)
+        for causal in (False, True)
+    ]
     cases = [
-        {"c": 256, "d": 64, "causal": causal, "dtype": dtype, "tolerance": tol,
-         "triton_max_rel_err": {"out": tol / 5}, "sdpa_max_rel_err": {"out": tol / 4}}
-        for causal in (False, True) for dtype, tol in gpu_plan.CORRECTNESS_TOL.items()
-    ]  # fmt: skip
+        {
+            "c": 256,
+            "d": 64,
+            "causal": causal,
+            "dtype": dtype,
+            "tolerance": tol,
+            "triton_max_rel_err": {"out": tol / 5},
+            "sdpa_max_rel_err": {"out": tol / 4},
+        }
+        for causal in (False, True)
+        for dtype, tol in gpu_plan.CORRECTNESS_TOL.items()
+    ]
     runs = [
-        {"block_tokens": c, "measured_time_s": 1e-3 * c / 1024, "predicted_time_s": 1e-3,
-         "ratio": c / 1024}
+        {
+            "block_tokens": c,
+            "measured_time_s": 1e-3 * c / 1024,
+            "predicted_time_s": 1e-3,
+            "ratio": c / 1024,
+        }
         for c in (1024, 4096)
-    ]  # fmt: skip
+    ]
     return {
-        "device": "NVIDIA H200", "torch": "2.11", "triton": "3.6.0", "date": "2030-01-01",
-        "sections": {"speed": {"rows": speed}, "correctness": {"cases": cases},
-                     "ring_member": {"runs": runs}},
-    }  # fmt: skip
+        "device": "NVIDIA H200",
+        "torch": "2.11",
+        "triton": "3.6.0",
+        "date": "2030-01-01",
+        "sections": {
+            "speed": {"rows": speed},
+            "correctness": {"cases": cases},
+            "ring_member": {"runs": runs},
+        },
+    }
 
 
 def test_figure_from_a_report_and_from_an_empty_one(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 
 import ringsim
 from ringsim import cli
-from ringsim.files import atomic_open, check_output_path, write_json
+from ringsim.files import atomic_open, check_output_path, read_json_object, write_json
 from ringsim.timer.machine import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +65,8 @@ def test_a_good_calibration_file_passes_the_checks(no_ranks):
 
     path = ROOT / "results" / "cpu-calibration-2026-11-29.json"
     args = build_parser().parse_args(["--calibration", str(path)])
-    seq_len, calibration = check_measure_args(args)
-    assert seq_len == 2048 and calibration.backend == "gloo"
+    shape, calibration = check_measure_args(args)
+    assert shape.seq_len == 2048 and calibration.backend == "gloo"
 
 
 @pytest.mark.parametrize(
@@ -263,6 +263,33 @@ def test_json_files_are_strict_and_atomic(tmp_path):
         raise RuntimeError("the writer died")
     assert json.loads(path.read_text()) == {"a": [1.0, 2.0]}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "cause"),
+    [
+        (None, "could not be read"),  # a folder where the file should be
+        ("", "is empty"),
+        ("  \n", "is empty"),
+        ('{"a": [1, 2', "not valid JSON"),
+        ('{"a": NaN}', "not valid JSON"),  # write_json never writes it: not strict JSON
+        ("[1, 2]", "got a list"),
+        ('"text"', "got a str"),
+    ],
+    ids=["folder", "empty", "blank", "truncated", "NaN", "list", "string"],
+)
+def test_every_json_reader_names_the_file_and_the_cause(tmp_path, content, cause):
+    path = tmp_path / "saved.json"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=cause) as info:
+        read_json_object(path, what="profile")
+    message = str(info.value)
+    assert message.startswith(f"profile {str(path)!r}") and "\n" not in message
+    write_json(path.with_name("good.json"), {"a": [1.0, 2.0]})
+    assert read_json_object(path.with_name("good.json")) == {"a": [1.0, 2.0]}
 
 
 def test_check_output_path_names_the_argument(tmp_path):

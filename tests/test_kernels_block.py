@@ -102,9 +102,16 @@ def test_random_unsorted_positions_and_segments(backend):
     for causal in (False, True):
         for seg in ((None, None), (q_seg, k_seg)):
             out, lse = block_attention(
-                q, k, v, q_pos=q_pos, k_pos=k_pos, causal=causal, q_seg=seg[0], k_seg=seg[1],
+                q,
+                k,
+                v,
+                q_pos=q_pos,
+                k_pos=k_pos,
+                causal=causal,
+                q_seg=seg[0],
+                k_seg=seg[1],
                 backend=backend,
-            )  # fmt: skip
+            )
             want_out, want_lse = _np_block(q, k, v, q_pos, k_pos, causal, *seg)
             np.testing.assert_allclose(out.numpy(), want_out, **TOL)
             np.testing.assert_array_equal(np.isneginf(lse.numpy()), np.isneginf(want_lse))
@@ -169,10 +176,7 @@ def test_tile_skipping_matches_the_cost_models_tile_count(layout):
     x = torch.zeros(1, 1, seq // hosts, 8)
     for i in range(hosts):
         for j in range(hosts):
-            args = check_block_args(
-                x, x, x, q_pos=pos[i], k_pos=pos[j], causal=True, scale=None, q_seg=None,
-                k_seg=None,
-            )  # fmt: skip
+            args = check_block_args(x, x, x, q_pos=pos[i], k_pos=pos[j], causal=True)
             live = live_tiles(args, tile, tile)
             lo, hi = tile_ranges(live)
             assert int((hi - lo).sum()) == int(live.sum())  # nothing dead inside a range
@@ -229,9 +233,8 @@ def test_tiled_torch_path_skips_tiles_and_stays_exact(layout):
     for i, j in ((0, 0), (1, 0), (0, 1), (1, 1)):
         for segs in ((None, None), (seg[pos[i]], seg[pos[j]])):
             args = check_block_args(
-                q, k, v, q_pos=pos[i], k_pos=pos[j], causal=True, scale=None, q_seg=segs[0],
-                k_seg=segs[1],
-            )  # fmt: skip
+                q, k, v, q_pos=pos[i], k_pos=pos[j], causal=True, q_seg=segs[0], k_seg=segs[1]
+            )
             out, lse = torch_block.forward(args, tile=4)
             want_out, want_lse = torch_block.forward(args, tile=24)
             torch.testing.assert_close(out, want_out)
@@ -273,9 +276,7 @@ def test_low_precision_forward_backward_at_gpu_tiles_against_float64(dtype, head
         torch.from_numpy(rng.standard_normal((1, h, 128, head_dim))).to(dtype) for h in (4, 2, 2, 4)
     )
     exact = [x.double().numpy() for x in (q, k, v, dout)]
-    args = check_block_args(
-        q, k, v, q_pos=None, k_pos=None, causal=causal, scale=None, q_seg=None, k_seg=None
-    )
+    args = check_block_args(q, k, v, causal=causal)
     fwd_cfg = gpu_config(head_dim, "forward", dtype)  # an H100/H200's tiles, run interpreted
     bwd_cfg = gpu_config(head_dim, "backward", dtype)
     out, lse = triton_block.forward(args, dtype, fwd_cfg)
@@ -367,8 +368,9 @@ def test_positions_beyond_int32_mask_correctly(backend):
     grads = block_attention_backward(
         q, k, v, dout, out, lse, q_pos=pos, k_pos=pos, causal=True, backend=backend
     )
-    want = ringsim.reference_attention_grad(*(x.double().numpy() for x in (q, k, v, dout)),
-                                            causal=True)  # fmt: skip
+    want = ringsim.reference_attention_grad(
+        *(x.double().numpy() for x in (q, k, v, dout)), causal=True
+    )
     for got, w in zip(grads, want, strict=True):
         np.testing.assert_allclose(got.numpy(), w, atol=5e-5, rtol=5e-5)
 
@@ -381,9 +383,7 @@ def test_plan_made_once_gives_the_same_results_and_row_delta_is_rowsum():
 
     rng = np.random.default_rng(10)
     q, k, v, dout = _qkv(rng, heads=4, kv_heads=2, seq=40, dim=16, batch=2)
-    args = check_block_args(
-        q, k, v, q_pos=None, k_pos=None, causal=True, scale=None, q_seg=None, k_seg=None
-    )
+    args = check_block_args(q, k, v, causal=True)
     out, lse = tb.forward(args)
     out_p, lse_p = tb.forward(args, tile_plan=tb.plan(args, "forward"))
     torch.testing.assert_close(out_p, out, rtol=0, atol=0)

@@ -29,18 +29,39 @@ TOL = dict(atol=2e-5, rtol=2e-5)
 DOCUMENTS = tuple(int(i) for i in np.repeat(np.arange(4), [5, 11, 3, 13]))
 
 RUNS = [  # (config, U, placement) on 4 ranks
-    (RunConfig(32, heads=4, kv_heads=2, head_dim=8, layout="contiguous", seed=1), 2,
-     "ulysses-inner"),
-    (RunConfig(32, heads=4, kv_heads=2, head_dim=8, layout="zigzag", causal=True, seed=2), 2,
-     "ring-inner"),
-    (RunConfig(32, heads=2, head_dim=8, layout="striped", causal=True, seed=3, batch=2,
-               segment_ids=DOCUMENTS), 2, "ulysses-inner"),
+    (
+        RunConfig(32, heads=4, kv_heads=2, head_dim=8, layout="contiguous", seed=1),
+        2,
+        "ulysses-inner",
+    ),
+    (
+        RunConfig(32, heads=4, kv_heads=2, head_dim=8, layout="zigzag", causal=True, seed=2),
+        2,
+        "ring-inner",
+    ),
+    (
+        RunConfig(
+            32,
+            heads=2,
+            head_dim=8,
+            layout="striped",
+            causal=True,
+            seed=3,
+            batch=2,
+            segment_ids=DOCUMENTS,
+        ),
+        2,
+        "ulysses-inner",
+    ),
     (RunConfig(16, heads=8, kv_heads=4, head_dim=4, causal=True, seed=4), 4, "ulysses-inner"),
-    (RunConfig(32, heads=2, kv_heads=1, head_dim=8, layout="zigzag", causal=True, seed=5), 1,
-     "ulysses-inner"),
+    (
+        RunConfig(32, heads=2, kv_heads=1, head_dim=8, layout="zigzag", causal=True, seed=5),
+        1,
+        "ulysses-inner",
+    ),
     (RunConfig(16, heads=3, kv_heads=3, head_dim=4, seed=6), 2, "ulysses-inner"),  # U !| kv heads
     (RunConfig(16, heads=2, kv_heads=2, head_dim=4, seed=7), 3, "ulysses-inner"),  # U !| P
-]  # fmt: skip
+]
 
 
 def _all_to_all_checks(rank: int, hosts: int) -> dict:
@@ -53,16 +74,21 @@ def _all_to_all_checks(rank: int, hosts: int) -> dict:
     moved = seq_to_heads(x, groups.ulysses_group, heads)
     back = heads_to_seq(moved, groups.ulysses_group, heads)
     xr = x.clone().requires_grad_()
-    weight = torch.randn(moved.shape, generator=torch.Generator().manual_seed(rank),
-                         dtype=torch.float64)  # fmt: skip
+    weight = torch.randn(
+        moved.shape, generator=torch.Generator().manual_seed(rank), dtype=torch.float64
+    )
     (SeqToHeads.apply(xr, groups.ulysses_group, heads) * weight).sum().backward()
     yr = moved.clone().requires_grad_()
     (HeadsToSeq.apply(yr, groups.ulysses_group, heads) * x).sum().backward()
     return dict(
-        u=groups.u, j=groups.j, moved=moved.numpy(), roundtrip=bool(torch.equal(back, x)),
+        u=groups.u,
+        j=groups.j,
+        moved=moved.numpy(),
+        roundtrip=bool(torch.equal(back, x)),
         x_grad=bool(torch.equal(xr.grad, heads_to_seq(weight, groups.ulysses_group, heads))),
-        y_grad=bool(torch.equal(yr.grad, moved)), ring_size=dist.get_world_size(groups.ring_group),
-    )  # fmt: skip
+        y_grad=bool(torch.equal(yr.grad, moved)),
+        ring_size=dist.get_world_size(groups.ring_group),
+    )
 
 
 def _everything(rank: int, hosts: int, runs) -> tuple:
@@ -99,8 +125,10 @@ def test_four_ranks_against_float64_and_the_all_to_alls():
         assert got["roundtrip"] and got["x_grad"] and got["y_grad"] and got["ring_size"] == 2
         # member u of Ulysses group j holds head group u of both members' tokens, in order
         heads = [slice(0, 1), slice(1, 3)][got["u"]]
-        want = np.concatenate([100 * (2 * got["j"] + m) + np.arange(6.0).reshape(3, 2, 1)[heads]
-                               for m in range(2)], axis=-2)  # fmt: skip
+        want = np.concatenate(
+            [100 * (2 * got["j"] + m) + np.arange(6.0).reshape(3, 2, 1)[heads] for m in range(2)],
+            axis=-2,
+        )
         np.testing.assert_array_equal(got["moved"], want)
 
 
@@ -113,13 +141,15 @@ def test_predicted_hybrid_with_ulysses_degree_one_is_the_rings_prediction():
 
     from kernels.calibration.measure import predict
     from kernels.calibration.profile import Calibration
+    from kernels.calibration.report import RingShape
     from kernels.distributed.hybrid import predict_hybrid
 
     path = Path(__file__).parent.parent / "results" / "cpu-calibration-2026-11-29.json"
     cal = Calibration.from_json(json.loads(path.read_text()))
-    shape = dict(hosts=4, seq_len=4096, heads=4, kv_heads=None, head_dim=64, layout="zigzag",
-                 causal=True)  # fmt: skip
-    ring = predict(cal, **shape)[0].summary()["total_time_s"]
+    shape = dict(
+        hosts=4, seq_len=4096, heads=4, kv_heads=None, head_dim=64, layout="zigzag", causal=True
+    )
+    ring = predict(cal, RingShape(**shape))[0].summary()["total_time_s"]
     assert predict_hybrid(cal, ulysses_degree=1, **shape)["total_time_s"] == ring
     hybrid = predict_hybrid(cal, ulysses_degree=2, **shape)
     assert hybrid["ulysses_degree"] == 2 and hybrid["ring_degree"] == 2

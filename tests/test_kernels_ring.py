@@ -14,15 +14,8 @@ import torch
 import torch.distributed as dist
 
 import ringsim
-from kernels.distributed.launch import (
-    SETTLE_S,
-    RunConfig,
-    assemble,
-    launch,
-    rank_cores,
-    run_configs,
-    start_line,
-)
+from kernels.distributed.launch import RunConfig, assemble, launch, rank_cores, run_configs
+from kernels.distributed.repeats import SETTLE_S, start_line
 from kernels.distributed.ring import RingError, merge_out_lse, ring_attention, shard, unshard
 
 pytestmark = pytest.mark.torch
@@ -95,11 +88,20 @@ def test_four_ranks_causal_layouts_and_timelines():
         RunConfig(32, heads=2, kv_heads=1, head_dim=8, layout="zigzag", causal=True, seed=7),
         RunConfig(16, heads=3, head_dim=4, layout="striped", causal=False, seed=8, batch=2),
         RunConfig(16, heads=2, head_dim=8, layout="contiguous", causal=True, seed=9),
-        RunConfig(32, heads=2, head_dim=8, layout="zigzag", causal=True, seed=10,
-                  segment_ids=DOCUMENTS),
-        RunConfig(32, heads=2, kv_heads=1, head_dim=8, layout="contiguous", causal=False,
-                  seed=11, segment_ids=DOCUMENTS),
-    ]  # fmt: skip
+        RunConfig(
+            32, heads=2, head_dim=8, layout="zigzag", causal=True, seed=10, segment_ids=DOCUMENTS
+        ),
+        RunConfig(
+            32,
+            heads=2,
+            kv_heads=1,
+            head_dim=8,
+            layout="contiguous",
+            causal=False,
+            seed=11,
+            segment_ids=DOCUMENTS,
+        ),
+    ]
     per_rank = launch(run_configs, 4, args=(configs,), timeout_s=30)
     for i, config in enumerate(configs):
         _check_against_reference([r[i] for r in per_rank], config)

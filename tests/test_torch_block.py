@@ -23,10 +23,10 @@ def _qkv(rng, heads=4, kv_heads=2, seq=48, dim=8, dtype=np.float32):
 def _both(args, dout):
     """(fused, materialised) forward and backward of one block."""
     fused = torch_block.forward(args)
-    plain = torch_block._materialised_forward(args, tile=16)
+    plain = torch_block.materialised_forward(args, tile=16)
     delta = (dout * plain[0]).sum(-1)
     g_fused = torch_block.backward(args, dout, plain[1], delta, out=plain[0])
-    g_plain = torch_block._materialised_backward(args, dout, plain[1], delta, tile=16)
+    g_plain = torch_block.materialised_backward(args, dout, plain[1], delta, tile=16)
     return fused, plain, g_fused, g_plain
 
 
@@ -39,14 +39,10 @@ def test_fused_pieces_equal_the_materialised_blocks(layout, hosts, dtype):
     pos = ringsim.host_positions(layout, hosts, 24 * hosts)
     for i in range(hosts):
         for j in range(hosts):
-            args = check_block_args(
-                q, k, v, q_pos=pos[i], k_pos=pos[j], causal=True, scale=None, q_seg=None,
-                k_seg=None,
-            )  # fmt: skip
-            assert (
-                torch_block._runs(torch.searchsorted(args.k_pos, args.q_pos, right=True).tolist())
-                is not None
-            )  # every layout's block is a few fused calls, no dense mask
+            args = check_block_args(q, k, v, q_pos=pos[i], k_pos=pos[j], causal=True)
+            visible = torch.searchsorted(args.k_pos, args.q_pos, right=True).tolist()
+            # every layout's block is a few fused calls, no dense mask
+            assert torch_block.prefix_runs(visible) is not None
             fused, plain, g_fused, g_plain = _both(args, dout)
             for got, want in zip((*fused, *g_fused), (*plain, *g_plain), strict=True):
                 torch.testing.assert_close(got, want, **TOL)
@@ -62,7 +58,7 @@ def test_documents_and_unsorted_positions_take_the_masked_tiles():
         dict(q_pos=shuffled, k_pos=rng.permutation(40), q_seg=None, k_seg=None),
     ]
     for kw in cases:
-        args = check_block_args(q, k, v, causal=True, scale=None, **kw)
+        args = check_block_args(q, k, v, causal=True, **kw)
         fused, plain, g_fused, g_plain = _both(args, dout)
         for got, want in zip((*fused, *g_fused), (*plain, *g_plain), strict=True):
             torch.testing.assert_close(got, want, **TOL)

@@ -71,12 +71,12 @@ def check_block_args(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    q_pos: object,
-    k_pos: object,
-    causal: bool,
-    scale: float | None,
-    q_seg: object,
-    k_seg: object,
+    q_pos: object = None,
+    k_pos: object = None,
+    causal: bool = False,
+    scale: float | None = None,
+    q_seg: object = None,
+    k_seg: object = None,
 ) -> BlockArgs:
     """Validate shapes (GQA on axis -3), positions and segments; default ``scale = d**-0.5``."""
     q4, k4, v4 = _as_4d("q", q), _as_4d("k", k), _as_4d("v", v)

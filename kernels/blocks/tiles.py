@@ -49,18 +49,15 @@ INTERPRETER_TILE = TileConfig(16, 16)
 
 def gpu_config(head_dim: int, pass_: str, dtype: torch.dtype, arch: int = 90) -> TileConfig:
     """The default tiles on a GPU of compute capability ``arch`` (x10) for one pass and input
-    dtype, chosen
-    with ``kernels.gpu.aot`` to leave register headroom in every mask variant (full, causal,
-    documents, GQA) on both archs; the first version's picks spilled.
+    dtype, chosen with ``kernels.gpu.aot`` so that no mask variant (full, causal, documents,
+    GQA) spills registers on either arch (results/notes-kernels.md).
 
-    bf16/fp16 forward: 128 x 64, 8 warps, 3 stages (2 on sm_80 at ``d = 128``, where 3 stages
-    spilled in the causal variant). Backward: 64 x 32 with
-    8 warps up to ``d = 64``, 32 x 32 with 4 warps at ``d = 128`` (the dk/dv kernel keeps two
-    ``block_n x d`` fp32 accumulators and k, v: 64 x 64 reached 255 registers and spilled up to
-    0.5 KB per thread). fp32 inputs use ``tf32x3`` dots (three tf32 tensor-core products, about
-    fp32 accuracy) whose operand splits need many registers: 32 x 32 up to ``d = 64``; at
-    ``d = 128`` 16 x 32 forward and 16 x 16 backward (the ``ieee`` FMA dot spilled 14-78 KB per
-    thread at every tile tried, the first version's 64 x 32 forward 16-21 KB).
+    bf16/fp16 forward: 128 x 64, 8 warps, 3 stages (2 on sm_80 at ``d = 128``). Backward:
+    64 x 32 with 8 warps up to ``d = 64``, 32 x 32 with 4 warps at ``d = 128`` (the dk/dv
+    kernel keeps two ``block_n x d`` fp32 accumulators beside k and v). fp32 inputs use
+    ``tf32x3`` dots (three tf32 tensor-core products, about fp32 accuracy) whose operand splits
+    need many registers: 32 x 32 up to ``d = 64``; at ``d = 128`` 16 x 32 forward and 16 x 16
+    backward.
     """
     if pass_ not in ("forward", "backward"):
         raise ValueError(f"pass_ must be 'forward' or 'backward', got {pass_!r}")

@@ -4,11 +4,11 @@ One (query block, key/value block) pair in fp32 (float64 stays float64).
 
 On CPU tensors the block runs in torch's fused flash-attention kernel
 (``aten::_scaled_dot_product_flash_attention_for_cpu`` and its backward): it tiles queries and
-keys, keeps the online softmax (running max and sum, one ``exp`` per score) in cache and
-returns the log-sum-exp, so memory grows as ``c``, not ``c^2`` (measured 4.2x faster than
-materialising the scores at ``c = 2048``). That kernel masks only one way, causal from
-position 0 (query row ``i`` sees keys ``j <= i``), or with a dense additive mask. So the block is
-cut into *pieces* by the one mask rule of ``ringsim.masks`` on global positions: with sorted
+keys, keeps the online softmax (running max and sum, one ``exp`` per score) in cache and returns
+the log-sum-exp, so memory grows as ``c``, not ``c^2`` (and it runs several times faster than
+materialising the scores: results/notes-kernels.md). That kernel masks only one way, causal from
+position 0 (query row ``i`` sees keys ``j <= i``), or with a dense additive mask. So the block
+is cut into *pieces* by the one mask rule of ``ringsim.masks`` on global positions: with sorted
 key positions each query row sees a prefix of ``n_i`` keys, and runs of rows whose ``n_i`` is
 constant (a full rectangle) or grows by one from 1 (a causal triangle from position 0) are one
 fused call each; rows that see nothing are skipped (``out = 0``, ``lse = -inf``). A causal
@@ -89,7 +89,7 @@ def _grouped(args: BlockArgs, x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # The fused path (CPU tensors)
 # --------------------------------------------------------------------------------------------
-def _runs(visible: list[int]) -> list[tuple[int, int, bool]] | None:
+def prefix_runs(visible: list[int]) -> list[tuple[int, int, bool]] | None:
     """``(first row, end row, causal)`` runs of the rows' visible-prefix lengths ``visible``:
     a constant length (a full rectangle) or one growing by one from 1 (a causal triangle);
     rows seeing nothing belong to no run. ``None`` past ``MAX_RUNS`` runs."""
@@ -119,7 +119,7 @@ def _pieces(args: BlockArgs, tile: int):
     k_pos = args.k_pos
     if args.q_seg is None and bool((k_pos[1:] >= k_pos[:-1]).all()):
         visible = torch.searchsorted(k_pos, args.q_pos, right=True).tolist()
-        runs = _runs(visible)
+        runs = prefix_runs(visible)
         if runs is not None:
             return [
                 (slice(a, b), slice(0, visible[b - 1]), causal, None, None) for a, b, causal in runs
@@ -149,8 +149,8 @@ def _fused_forward(args: BlockArgs, tile: int) -> tuple[torch.Tensor, torch.Tens
     pieces = _pieces(args, tile)
     if len(pieces) == 1 and pieces[0][0] == slice(0, q.shape[2]) and pieces[0][3] is None:
         # one call covers every row (a full block, a contiguous diagonal): its own outputs,
-        # not filled and copied into fresh ones (1% of a c = 8192 block, profiled); its lse
-        # comes laid out (B, c, H), made contiguous as callers (and transfers) expect
+        # not filled and copied into fresh ones; its lse comes laid out (B, c, H), made
+        # contiguous as callers (and transfers) expect
         _, cols, causal, _, _ = pieces[0]
         out, lse = _FLASH(q, k[:, :, cols], v[:, :, cols], 0.0, causal, scale=args.scale)
         return out.contiguous(), lse.contiguous()
@@ -158,9 +158,14 @@ def _fused_forward(args: BlockArgs, tile: int) -> tuple[torch.Tensor, torch.Tens
     lse = q.new_full(q.shape[:-1], float("-inf"))
     for rows, cols, causal, mask, empty in pieces:
         out_p, lse_p = _FLASH(
-            q[:, :, rows], k[:, :, cols], v[:, :, cols], 0.0, causal, attn_mask=mask,
+            q[:, :, rows],
+            k[:, :, cols],
+            v[:, :, cols],
+            0.0,
+            causal,
+            attn_mask=mask,
             scale=args.scale,
-        )  # fmt: skip
+        )
         if empty is not None:  # the kernel gives a row without keys lse = 0: make it -inf
             lse_p = lse_p.masked_fill(empty, float("-inf"))
         out[:, :, rows], lse[:, :, rows] = out_p, lse_p
@@ -174,9 +179,17 @@ def _fused_backward(args, dout, lse, out, tile: int):
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for rows, cols, causal, mask, _ in _pieces(args, tile):
         dq_p, dk_p, dv_p = _FLASH_BACKWARD(
-            do[:, :, rows], q[:, :, rows], k[:, :, cols], v[:, :, cols], out[:, :, rows],
-            lse[:, :, rows], 0.0, causal, attn_mask=mask, scale=args.scale,
-        )  # fmt: skip
+            do[:, :, rows],
+            q[:, :, rows],
+            k[:, :, cols],
+            v[:, :, cols],
+            out[:, :, rows],
+            lse[:, :, rows],
+            0.0,
+            causal,
+            attn_mask=mask,
+            scale=args.scale,
+        )
         dq[:, :, rows] = dq_p
         dk[:, :, cols] += dk_p
         dv[:, :, cols] += dv_p
@@ -193,7 +206,7 @@ def forward(args: BlockArgs, tile: int = TILE) -> tuple[torch.Tensor, torch.Tens
     ``(B, Hq, cq)``. Fully masked rows: ``lse = -inf``, ``p = 0``, ``out = 0``."""
     if _fused(args):
         return _fused_forward(args, tile)
-    return _materialised_forward(args, tile)
+    return materialised_forward(args, tile)
 
 
 def backward(
@@ -211,13 +224,13 @@ def backward(
     a CPU tensor the fused kernel runs (it forms ``delta`` from ``out`` itself)."""
     if out is not None and _fused(args):
         return _fused_backward(args, dout, _work(lse).contiguous(), out, tile)
-    return _materialised_backward(args, dout, lse, delta, tile)
+    return materialised_backward(args, dout, lse, delta, tile)
 
 
 # --------------------------------------------------------------------------------------------
 # The materialised path: one query tile's scores at a time
 # --------------------------------------------------------------------------------------------
-def _materialised_forward(args: BlockArgs, tile: int = TILE) -> tuple[torch.Tensor, torch.Tensor]:
+def materialised_forward(args: BlockArgs, tile: int = TILE) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)``: ``out = softmax(s) v`` ``(B, Hq, cq, d)`` and ``lse = logsumexp(s)``
     ``(B, Hq, cq)``. Fully masked rows: ``lse = -inf``, ``p = 0``, ``out = 0``."""
     q = _grouped(args, args.q)
@@ -232,7 +245,8 @@ def _materialised_forward(args: BlockArgs, tile: int = TILE) -> tuple[torch.Tens
     return out.flatten(1, 2), lse.flatten(1, 2)
 
 
-def _materialised_backward(args, dout, lse, delta, tile: int = TILE):
+def materialised_backward(args, dout, lse, delta, tile: int = TILE):
+    """``(dq, dk, dv)`` of ``backward`` from the scores of one query tile at a time."""
     q, do = _grouped(args, args.q), _grouped(args, dout)
     lse, delta = _grouped(args, lse[..., None])[..., 0], _grouped(args, delta[..., None])[..., 0]
     k, v = _work(args.k[:, :, None]), _work(args.v[:, :, None])

@@ -355,6 +355,15 @@ def _attn_bwd_delta(
     tl.store(Delta + (b * heads + h) * cq + offs_m, delta, mask=row_ok)
 
 
+# The jitted kernels by name (``kernels.gpu.aot`` compiles each launch of them ahead of time)
+KERNELS = {
+    "_attn_fwd": _attn_fwd,
+    "_attn_bwd_dkdv": _attn_bwd_dkdv,
+    "_attn_bwd_dq": _attn_bwd_dq,
+    "_attn_bwd_delta": _attn_bwd_delta,
+}
+
+
 # ------------------------------------------------------------------------------------------
 # Host side: which tiles are live, and the launches
 # ------------------------------------------------------------------------------------------
@@ -412,9 +421,17 @@ def row_delta(out: torch.Tensor, dout: torch.Tensor, block_m: int | None = None)
     delta = torch.empty((batch, heads, c), dtype=torch.float32, device=out.device)
     block_m = block_m or (64 if out.device.type == "cuda" else 16)
     _attn_bwd_delta[grid(triton.cdiv(c, block_m), batch * heads)](
-        out, dout, delta, *out.stride(), *dout.stride(), heads, c, head_dim,
-        BLOCK_M=block_m, BLOCK_D=_block_d(head_dim),
-    )  # fmt: skip
+        out,
+        dout,
+        delta,
+        *out.stride(),
+        *dout.stride(),
+        heads,
+        c,
+        head_dim,
+        BLOCK_M=block_m,
+        BLOCK_D=_block_d(head_dim),
+    )
     return delta
 
 
@@ -443,10 +460,15 @@ def backward(
     dk = torch.empty(k.shape, dtype=grad_dtype, device=q.device)
     dv = torch.empty(k.shape, dtype=grad_dtype, device=q.device)
     flags = dict(
-        CAUSAL=args.causal, HAS_SEG=tp.has_seg, PRECISION=_precision(q.dtype),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=_block_d(head_dim),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+        CAUSAL=args.causal,
+        HAS_SEG=tp.has_seg,
+        PRECISION=_precision(q.dtype),
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_D=_block_d(head_dim),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
     masks = (args.q_pos, args.k_pos, tp.q_seg, tp.k_seg)
     _attn_bwd_dkdv[grid(triton.cdiv(ck, cfg.block_n), batch * kv_heads)](
         q, k, v, dout, lse, delta, dk, dv, *masks, tp.q_lo, tp.q_hi,

@@ -131,12 +131,18 @@ def _rank_worker(rank: int, hosts: int, spec: dict, channel=None) -> dict:
         done[name] = reprobe(pulsing(probes[name]))  # every attempt: a sign of life
         if rank == 0:
             report(channel, f"{name} done", 1)
-    by_kind = lambda prefix: [row for name, rows in done.items()
-                              if name.startswith(prefix) for row in rows]  # fmt: skip
-    return {"compute": done["block compute"], **done["link"], "masked": by_kind("masked"),
-            "solo": done.get("lone rank", []), "overlap": by_kind("overlap"),
-            "ring_pass": done.get("ring pass", []),
-            "threads": torch.get_num_threads()}  # fmt: skip
+    by_kind = lambda prefix: [
+        row for name, rows in done.items() if name.startswith(prefix) for row in rows
+    ]
+    return {
+        "compute": done["block compute"],
+        **done["link"],
+        "masked": by_kind("masked"),
+        "solo": done.get("lone rank", []),
+        "overlap": by_kind("overlap"),
+        "ring_pass": done.get("ring pass", []),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def _stall_s(spec: dict, hosts: int, timeout_s: float) -> float:
@@ -146,10 +152,17 @@ def _stall_s(spec: dict, hosts: int, timeout_s: float) -> float:
     or, the block compute, every size's samples (counted as the largest)."""
     sizes = [*spec["sizes"], *spec["masked_sizes"], *spec["solo_sizes"], *spec["step_sizes"]]
     samples = max(spec["repeats"], 3) + 1
-    blocks = max(attempt_blocks(spec["repeats"], hosts, 3 * spec["repeats"]),
-                 len(spec["sizes"]) * (samples + 1))  # fmt: skip
-    return stall_window(timeout_s, block_tokens=max(sizes), heads=spec["heads"],
-                        head_dim=spec["head_dim"], blocks=blocks)  # fmt: skip
+    blocks = max(
+        attempt_blocks(spec["repeats"], hosts, 3 * spec["repeats"]),
+        len(spec["sizes"]) * (samples + 1),
+    )
+    return stall_window(
+        timeout_s,
+        block_tokens=max(sizes),
+        heads=spec["heads"],
+        head_dim=spec["head_dim"],
+        blocks=blocks,
+    )
 
 
 def _combine(per_rank: list[dict], key: str) -> list[dict]:
@@ -195,23 +208,37 @@ def calibrate_data(
         cal.hosts = 1
         shape = dict(heads=heads, head_dim=head_dim, dtype=dtype, device="cuda", repeats=repeats)
         cal.compute = reprobe(lambda: measure_compute(sizes, **shape))
-        cal.masked = [row for c in masked_sizes
-                      for row in reprobe(lambda c=c: measure_masked(c, **shape))]  # fmt: skip
+        cal.masked = [
+            row for c in masked_sizes for row in reprobe(lambda c=c: measure_masked(c, **shape))
+        ]
         h2d = reprobe(lambda: measure_link_h2d(link_bytes, repeats=repeats))
         cal.pingpong = cal.exchange = h2d
         return cal
     from kernels.distributed.launch import launch
 
     spec = dict(
-        backend=backend, sizes=list(sizes), bytes=list(link_bytes), heads=heads,
-        head_dim=head_dim, dtype=dtype, repeats=repeats, masked_sizes=list(masked_sizes),
-        solo_sizes=list(solo_sizes), step_sizes=list(step_sizes),
-    )  # fmt: skip
+        backend=backend,
+        sizes=list(sizes),
+        bytes=list(link_bytes),
+        heads=heads,
+        head_dim=head_dim,
+        dtype=dtype,
+        repeats=repeats,
+        masked_sizes=list(masked_sizes),
+        solo_sizes=list(solo_sizes),
+        step_sizes=list(step_sizes),
+    )
     with Progress(len(_probe_names(spec)), "calibrate", enabled=progress) as bar:
         bar.advance(f"starting {hosts} {backend} ranks", 0)
-        per_rank = launch(_rank_worker, hosts, args=(spec, bar.channel), backend=backend,
-                          timeout_s=timeout_s, threads=threads,
-                          stall_s=_stall_s(spec, hosts, timeout_s))  # fmt: skip
+        per_rank = launch(
+            _rank_worker,
+            hosts,
+            args=(spec, bar.channel),
+            backend=backend,
+            timeout_s=timeout_s,
+            threads=threads,
+            stall_s=_stall_s(spec, hosts, timeout_s),
+        )
     for key in ("compute", "pingpong", "exchange", "masked", "solo", "overlap", "ring_pass"):
         setattr(cal, key, _combine(per_rank, key))
     return cal
@@ -294,18 +321,24 @@ then: ringsim simulate --hardware cpu-calibrated --hosts 2 --seq-len 4K""",
     parser.add_argument("--bytes", type=_int_list, default=list(DEFAULT_BYTES))
     parser.add_argument("--repeats", type=positive("repeats"), default=5)
     parser.add_argument(
-        "--masked-sizes", type=_int_list, default=None,
+        "--masked-sizes",
+        type=_int_list,
+        default=None,
         help="block sizes at which to time masked blocks (default: the largest of --sizes)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--solo-sizes", type=_int_list, default=None,
+        "--solo-sizes",
+        type=_int_list,
+        default=None,
         help="block sizes at which to time a lone rank (default: the largest of --sizes)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--step-sizes", type=_int_list, default=None,
+        "--step-sizes",
+        type=_int_list,
+        default=None,
         help="block sizes at which to time a ring call's fixed cost (and, once, whether a "
         "transfer overlaps a step's compute; default: the largest of --sizes)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--threads", type=positive("threads"), default=1, help="torch threads per rank"
     )
@@ -313,9 +346,11 @@ then: ringsim simulate --hardware cpu-calibrated --hosts 2 --seq-len 4K""",
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="say on stderr what runs (default: on, off with --json)",
-    )  # fmt: skip
+    )
     return parser
 
 
@@ -333,8 +368,14 @@ def check_calibrate_args(args: argparse.Namespace) -> Path | None:
                 f"--hosts must be at least 2 for {args.backend} (the link is timed between "
                 f"ranks), got {args.hosts}"
             )
-        largest = max([*args.sizes, *(args.masked_sizes or ()), *(args.solo_sizes or ()),
-                       *(args.step_sizes or ())])  # fmt: skip
+        largest = max(
+            [
+                *args.sizes,
+                *(args.masked_sizes or ()),
+                *(args.solo_sizes or ()),
+                *(args.step_sizes or ()),
+            ]
+        )
         # a block's q, k, v, out and its fp32 scores per head, and the largest link message
         tensors = args.heads * (4 * largest * args.head_dim + largest * largest) * 4
         check_local_ranks(args.hosts, problem_bytes=tensors + 2 * max(args.bytes))
@@ -353,13 +394,20 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = check_calibrate_args(args)  # every flag, before any rank starts
     cal = calibrate_data(
-        args.backend, hosts=args.hosts, heads=args.heads, head_dim=args.head_dim,
-        dtype=args.dtype, sizes=args.sizes, link_bytes=args.bytes, repeats=args.repeats,
-        threads=args.threads, masked_sizes=args.masked_sizes or [max(args.sizes)],
+        args.backend,
+        hosts=args.hosts,
+        heads=args.heads,
+        head_dim=args.head_dim,
+        dtype=args.dtype,
+        sizes=args.sizes,
+        link_bytes=args.bytes,
+        repeats=args.repeats,
+        threads=args.threads,
+        masked_sizes=args.masked_sizes or [max(args.sizes)],
         solo_sizes=args.solo_sizes or [max(args.sizes)],
         step_sizes=args.step_sizes or [max(args.sizes)],
         progress=not args.json if args.progress is None else args.progress,
-    )  # fmt: skip
+    )
     paths = None
     if not args.no_save:
         paths = save_calibration(cal, out)
@@ -387,13 +435,19 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
         print(hw.source)
         for row in cal.compute:
             rate = row["flops"] / row["seconds"]
-            print(f"  block {row['block_tokens']:6d}: {row['seconds'] * 1e3:8.3f} ms  "
-                  f"{rate / 1e9:7.2f} GFLOP/s")  # fmt: skip
+            print(
+                f"  block {row['block_tokens']:6d}: {row['seconds'] * 1e3:8.3f} ms  "
+                f"{rate / 1e9:7.2f} GFLOP/s"
+            )
         for row in cal.exchange:
-            print(f"  exchange {row['bytes']:9d} B: {row['seconds'] * 1e6:9.1f} us  "
-                  f"{row['bytes'] / row['seconds'] / 1e9:6.2f} GB/s")  # fmt: skip
-        quality = ", ".join(f"{name} {q['spread']:.0%} ({q['attempts']})"
-                            for name, q in report["probe_quality"].items())  # fmt: skip
+            print(
+                f"  exchange {row['bytes']:9d} B: {row['seconds'] * 1e6:9.1f} us  "
+                f"{row['bytes'] / row['seconds'] / 1e9:6.2f} GB/s"
+            )
+        quality = ", ".join(
+            f"{name} {q['spread']:.0%} ({q['attempts']})"
+            for name, q in report["probe_quality"].items()
+        )
         print(f"  probe spread (relative IQR, tries): {quality}")
         for name, (lo, hi) in report["parameter_ci95"].items():
             print(f"  {name:>18} 95%: {lo:.4g} to {hi:.4g}")

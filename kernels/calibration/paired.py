@@ -9,16 +9,13 @@ import dataclasses
 
 from kernels.calibration.profile import Calibration, combine_ranks
 
-# The link line's far point: at least this many bytes, so that its transfer time stands out
-# of the noise. On local gloo ranks an exchange costs ~0.4 ms +- 0.05 ms at any small size,
-# and a 128 KB one only ~40 us more (3 GB/s): through 1 KB and 128 KB alone the slope was noise
-# (2026-11-30, 12 probes: 128 KB came out 30 us faster to 110 us slower than 1 KB), and a
-# slope at or below 0 sent the fit through the origin: latency 0, 0.3 GB/s, so the ring-pass
-# probe's messages looked free and its fixed cost took their 0.4 ms (small-block ratio 0.91).
+# The link line's far point: at least this many bytes, so that a transfer's time stands out of
+# the per-message cost; through small messages alone the slope is noise, and a slope at or
+# below 0 sends the fit through the origin (results/notes-calibration.md)
 LINK_FAR_BYTES = 2**21
 
 
-def _link_sizes(config, hosts: int) -> list[int]:
+def link_sizes(config, hosts: int) -> list[int]:
     """The link's line through a small message, this run's kv message (where it is used) and
     a message at least ``LINK_FAR_BYTES`` (so that the slope is measured, not noise)."""
     dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[config.dtype]
@@ -42,17 +39,13 @@ def compute_sizes(block_tokens: int) -> list[int]:
 
 PROBE_REPEATS = 5  # samples per probe and size in a paired calibration (the link: 2x)
 OVERLAP_REPEATS = 9  # the overlap probe's samples (one probe scatters on shared cores)
-# Where the ring is timed in a repeat. On this 2-core VM a rank's compute runs 1.5-1.8x slow in
-# episodes of 0.3-0.5 s (both ranks or one; 2 episodes in 40 back-to-back 30 ms passes of the
-# 1024-token case, 2026-11-30; a lone process looping the same block shows none in 15 s). The
-# probes' medians over samples spread through the repeat step over such episodes, so the ring
-# is sampled the same way: after each probe, one untimed pass (the first pass after a probe
-# runs ~15% slow) and a few timed ones, run again like a probe while they spread too wide
-# (``kernels.calibration.probes.reprobe``: the same rule the probes follow); the repeat's time is
-# the median of its passes. One timed stretch of passes at the end measured every repeat that
-# fell in an episode as slow: 1024-token ratios 1.0-1.3 with the probes saying 1.0.
+# Where the ring is timed in a repeat: after each probe, one untimed pass (the first after a
+# probe runs slow) and a few timed ones, re-run like a probe while they spread too wide
+# (``kernels.calibration.probes.reprobe``); the repeat's time is their median. A loaded machine
+# slows a rank in episodes shorter than a repeat: the probes' medians step over them, so the
+# ring is sampled the same way, not in one stretch (results/notes-calibration.md).
 RING_WARMUP = 1
-LONG_PASS_FLOPS = 20e9  # over ~0.25 s on one core here: the ring is timed once, at the end
+LONG_PASS_FLOPS = 20e9  # a pass over this (~0.25 s on a CPU core) is timed once, at the end
 
 
 def ring_between_probes(config, hosts: int) -> bool:
@@ -68,19 +61,17 @@ def ring_between_probes(config, hosts: int) -> bool:
 def repeat_time(rings: list[list[dict]]) -> float:
     """One repeat's measured ring time from every rank's ``run_ring`` results (per rank, one
     per point where the ring was timed): per pass the slowest rank, then the median."""
-    import numpy as np
+    from kernels.distributed.repeats import median_pass
 
-    per_rank = [[t for result in mine for t in result["forward_s"]] for mine in rings]
-    return float(np.median(np.max(per_rank, axis=0)))
+    return median_pass([[t for result in mine for t in result["forward_s"]] for mine in rings])
 
 
 def attempt_blocks(repeats: int, hosts: int, overlap_repeats: int = 0) -> int:
     """Full blocks one attempt of the longest probe may take a rank (computing them, or waiting
-    while others do), for ``kernels.distributed.progress.stall_window``. A received-block probe runs
-    ``max(repeats, 3) + 1`` samples (``kernels.calibration.probes``): of the 4 masked blocks (at
-    most a
-    full block each; the block compute's sizes ``c``, ``c/2``, 16 are less), or of each rank's
-    turn (the lone rank); the overlap probe runs 2 blocks ``overlap_repeats`` times and 3
+    while others do), for ``kernels.distributed.progress.stall_window``. A received-block probe
+    runs ``max(repeats, 3) + 1`` samples (``kernels.calibration.probes``) of each of the 4
+    masked blocks (at most a full block each; the block compute's sizes are smaller) or of each
+    rank's turn (the lone rank); the overlap probe runs 2 blocks ``overlap_repeats`` times and 3
     more. Each probe also computes one block to start from."""
     samples = max(repeats, 3) + 1
     return max(4 * samples + 1, hosts * samples + 1, 2 * overlap_repeats + 3)
@@ -94,9 +85,8 @@ def paired_ring_config(config, hosts: int):
 
 
 def ring_sample(rank: int, hosts: int, config) -> dict:
-    """``run_ring`` of ``config`` with its passes' ``spread``
-    (``kernels.calibration.probes.probe_spread``),
-    so that ``reprobe`` judges it as it judges a probe."""
+    """``run_ring`` of ``config`` with its passes' ``spread`` (``probes.probe_spread``), so
+    that ``reprobe`` judges it as it judges a probe."""
     from kernels.calibration.probes import probe_spread
     from kernels.distributed.launch import run_ring
 
@@ -111,8 +101,13 @@ def paired_stall_s(config, hosts: int) -> float:
     from kernels.distributed.progress import stall_window
 
     blocks = max(attempt_blocks(PROBE_REPEATS, hosts, OVERLAP_REPEATS), hosts + 1)
-    return stall_window(config.timeout_s, block_tokens=config.seq_len // hosts,
-                        heads=config.heads, head_dim=config.head_dim, blocks=blocks)  # fmt: skip
+    return stall_window(
+        config.timeout_s,
+        block_tokens=config.seq_len // hosts,
+        heads=config.heads,
+        head_dim=config.head_dim,
+        blocks=blocks,
+    )
 
 
 def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
@@ -136,7 +131,7 @@ def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
 
 def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> dict:
     """In each rank: ``warmup + repeats`` times, calibrate (block compute at this run's block
-    size and half of it, then the link at a small, this run's and a large message, ``_link_sizes``)
+    size and half of it, then the link at a small, this run's and a large message, ``link_sizes``)
     and time the ring after each probe (``paired_steps``). Pairing in time keeps a drifting machine
     load out of the comparison. Every probe is re-run while its samples spread too wide
     (``kernels.calibration.probes.reprobe``); rank 0 reports each probe to ``channel``
@@ -159,8 +154,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
     ring_config = paired_ring_config(config, hosts)
     device = "cpu" if dist.get_backend() == "gloo" else "cuda"
     steps = paired_steps(config, hosts, cpu=device == "cpu")
-    shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype,
-                 repeats=PROBE_REPEATS)  # fmt: skip
+    shape = dict(heads=config.heads, head_dim=config.head_dim, dtype=dtype, repeats=PROBE_REPEATS)
     received = device == "cpu"
     probes = {
         "block compute": lambda: measure_compute(
@@ -176,12 +170,18 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
             measure_overlap(c, **{**shape, "repeats": OVERLAP_REPEATS}, kv_heads=config.kv_heads)
         ],
         "ring pass": lambda: [measure_ring_pass(layout=config.layout, dtype=dtype)],
-        "link": lambda: measure_link_p2p(_link_sizes(config, hosts), repeats=PROBE_REPEATS),
+        "link": lambda: measure_link_p2p(link_sizes(config, hosts), repeats=PROBE_REPEATS),
         "ring": lambda: ring_sample(rank, hosts, ring_config),
     }
-    keys = {"block compute": "compute", "masked blocks": "masked", "lone rank": "solo",
-            "overlap": "overlap", "ring pass": "setup", "link": "link",
-            "ring": "rings"}  # fmt: skip
+    keys = {
+        "block compute": "compute",
+        "masked blocks": "masked",
+        "lone rank": "solo",
+        "overlap": "overlap",
+        "ring pass": "setup",
+        "link": "link",
+        "ring": "rings",
+    }
     out = {key: [] for key in keys.values()}
     report(channel, f"rank {rank} of {hosts} started")
     total = config.warmup + config.repeats
@@ -189,8 +189,9 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
         done = {key: [] for key in keys.values()}
         for name in steps:
             if rank == 0:
-                report(channel, f"repeat {i + 1}/{total}{' (warm-up)' * (i < config.warmup)}: "
-                                f"{name}")  # fmt: skip
+                report(
+                    channel, f"repeat {i + 1}/{total}{' (warm-up)' * (i < config.warmup)}: {name}"
+                )
             # every attempt says the rank is alive (the ring: every pass, in run_ring)
             probe = pulsing(probes[name])
             result = reprobe(probe)  # the ring too: measured by the probes' own rule

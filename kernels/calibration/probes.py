@@ -32,8 +32,8 @@ from kernels.calibration.profile import TORCH_DTYPES
 from ringsim.timer.cost import attention_flops
 
 # A probe whose samples spread wider than this (interquartile range over median) is run again:
-# on a quiet 2-core machine the probes' spreads are a few percent; a burst of load from another
-# process widens them to tens of percent, and a median from such a sample can be off by as much
+# on a quiet machine the probes' spreads are a few percent; a burst of load from another process
+# widens them to tens of percent, and a median from such a sample can be off by as much
 SPREAD_LIMIT = 0.25
 REPROBES = 2  # at most this many more attempts per probe (bounded: a loaded machine stays so)
 
@@ -178,7 +178,7 @@ def _received_samples(step, kv, repeats: int, active: bool = True) -> list[float
     times = []
     for _ in range(max(repeats, 3) + 1):
         block = torch.empty_like(kv)
-        _batch([("send", kv, _neighbour(1)), ("recv", block, _neighbour(-1))])
+        post_p2p([("send", kv, _neighbour(1)), ("recv", block, _neighbour(-1))])
         t0 = time.perf_counter()
         if active:
             step(block)
@@ -335,7 +335,7 @@ def measure_overlap(
     import torch.distributed as dist
 
     from kernels.blocks.dispatch import block_attention
-    from kernels.distributed.launch import start_line
+    from kernels.distributed.repeats import start_line
     from kernels.distributed.ring import merge_out_lse
 
     rank, hosts = dist.get_rank(), dist.get_world_size()
@@ -390,10 +390,9 @@ PASS_PROBE = (2, 1, 1)
 
 
 def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
-    """A ring call's fixed cost, paid the way the comparison pays it:
-    ``kernels.distributed.ring.run_ring``
-    (``start_line``, then ``ring_attention``, timed as every measured ring is) on every rank of the
-    world group at once, with ``PASS_PROBE`` blocks (near-zero compute, 8-byte messages).
+    """A ring call's fixed cost, paid the way the comparison pays it: ``run_ring`` (timed as
+    every measured ring is, ``kernels.distributed.repeats``) on every rank of the world group
+    at once, with ``PASS_PROBE`` blocks (near-zero compute, 8-byte messages).
     The probe pass is never causal, even for a causal run: a tiny masked block costs about
     twice a full one on the torch path (it builds its mask), which the simulation of the
     probe's steps (each block at ``block_s``) would wrongly book as fixed cost; masked blocks
@@ -405,6 +404,7 @@ def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
     import torch.distributed as dist
 
     from kernels.distributed.launch import RunConfig, run_ring
+    from kernels.distributed.repeats import slowest_per_pass
 
     c, heads, head_dim = PASS_PROBE
     hosts = dist.get_world_size()
@@ -428,7 +428,7 @@ def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
     )
     every: list = [None] * hosts
     dist.all_gather_object(every, (times, block["seconds"]))
-    slowest = np.max(np.array([t for t, _ in every], float), axis=0)
+    slowest = slowest_per_pass([t for t, _ in every])
     return {
         "layout": layout,
         "causal": False,
@@ -441,10 +441,9 @@ def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
     }
 
 
-# Messages one ring step posts: k and v, separately (``kernels.distributed.ring._kv_pair``). The
-# exchange probe posts the same, so its fixed cost is a step's: on gloo each message pays ~0.35 ms
-# here, and a one-message probe priced every step one message short (on 2 hosts the ring-pass
-# probe's overhead happened to absorb it; on more hosts each of the P - 1 steps pays it).
+# Messages one ring step posts: k and v, separately. The exchange probe posts the same, so its
+# fixed cost is a step's: each gloo message pays a fixed cost, and a one-message probe prices
+# every step one message short (results/notes-calibration.md).
 KV_MESSAGES = 2
 
 
@@ -454,15 +453,13 @@ def measure_link_p2p(
     """Ping-pong (rank 0 <-> 1, one message at a time) and ring exchange (every rank sends to
     ``rank + 1`` and receives from ``rank - 1`` at once; ``parts`` messages of ``size /
     parts`` bytes each way, as a ring step sends ``k`` and ``v``) with ``batch_isend_irecv``, each
-    sample from ``start_line`` as a timed ring pass starts. Back to back on a loaded 2-core
-    machine, about half the exchanges waited a scheduler tick (measured here: 1 KB and 128 KB
-    exchanges 0.15-0.35 ms or 3-4 ms, medians anywhere between, while the same 128 KB moved
-    in 0.45 ms from a lined-up start, as in the ring): a probe that does not start as the
-    ring does measures the scheduler, not the link."""
+    sample from ``start_line`` as a timed ring pass starts: back to back on a loaded machine,
+    about half the exchanges wait a scheduler tick, and a probe that does not start as the
+    ring does measures the scheduler, not the link (results/notes-calibration.md)."""
     import torch
     import torch.distributed as dist
 
-    from kernels.distributed.launch import start_line
+    from kernels.distributed.repeats import start_line
 
     rank, hosts = dist.get_rank(), dist.get_world_size()
     nxt, prv = (rank + 1) % hosts, (rank - 1) % hosts
@@ -475,14 +472,14 @@ def measure_link_p2p(
 
         def pingpong(buf=buf, other=other):
             if rank == 0:
-                _batch([("send", buf, 1)])
-                _batch([("recv", other, 1)])
+                post_p2p([("send", buf, 1)])
+                post_p2p([("recv", other, 1)])
             elif rank == 1:
-                _batch([("recv", other, 0)])
-                _batch([("send", buf, 0)])
+                post_p2p([("recv", other, 0)])
+                post_p2p([("send", buf, 0)])
 
         def exchange(sends=sends, recvs=recvs):
-            _batch([("send", t, nxt) for t in sends] + [("recv", t, prv) for t in recvs])
+            post_p2p([("send", t, nxt) for t in sends] + [("recv", t, prv) for t in recvs])
 
         count = repeats * (2 if n <= 2**22 else 1)  # the same on every rank
         t_pp = [t / 2 for t in _sample_times(pingpong, count, sync, before=start_line)]  # one way
@@ -492,7 +489,9 @@ def measure_link_p2p(
     return result
 
 
-def _batch(ops: list[tuple]) -> None:
+def post_p2p(ops: list[tuple]) -> None:
+    """Post ``(kind, tensor, peer)`` sends and receives together (``batch_isend_irecv``, as a
+    ring step does) and wait for all of them."""
     import torch.distributed as dist
 
     p2p = [

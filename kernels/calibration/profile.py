@@ -3,13 +3,12 @@
 
 Block times are fitted as ``t(c) = overhead + flops(c) / rate`` and link times as
 ``t(n) = latency + n / bandwidth`` (``fit_line``: Theil-Sen through the sizes' medians, so a
-few slow samples cannot tilt the line); ``Calibration`` holds the rows of every probe
+few slow samples cannot tilt the line). ``Calibration`` holds the rows of every probe
 (``kernels.calibration.probes``) and builds the profile for a given block size
-(``Calibration.hardware``):
-``block_overhead_s`` is the fixed cost per call (the time of the smallest block measured, less
-its FLOPs at the large-block rate), the FLOP rate the one that, with that overhead, reproduces
-the measured full block at ``c``; ``masked_speed``, ``solo_speed`` and the overlap efficiency
-come from the rows at (or nearest to) ``c``.
+(``Calibration.hardware``): ``block_overhead_s`` is the fixed cost per call (the time of the
+smallest block measured, less its FLOPs at the large-block rate), the FLOP rate the one that,
+with that overhead, reproduces the measured full block at ``c``; ``masked_speed``,
+``solo_speed`` and the overlap efficiency come from the rows at (or nearest to) ``c``.
 
 How sure the fit is: ``Calibration.resampled`` redraws every row's samples (a bootstrap),
 ``pooled`` merges the calibrations of several repeats row by row (medians), and
@@ -265,9 +264,8 @@ class Calibration:
         slower than its compute and transfer in turn is contention, and the timer models it
         (only kept within the term's range ``[-1, 1]``). 1 without rows: the double buffering
         works as designed. It is read at the block size it is used for, as the compute rate
-        and the link are: how a transfer and a compute share a rank's core may depend on the
-        message and the block (measured here, 2 pinned gloo ranks: about 0 for 1 MB messages
-        beside a 1.5 ms block, +0.1 for 8 MB beside 8 ms; the transport needs the core)."""
+        and the link are: on gloo the transport needs the core the rank computes on, and how
+        they share it depends on the message and the block (results/notes-calibration.md)."""
         if not self.overlap:
             return 1.0
         c = block_tokens or max(r["block_tokens"] for r in self.overlap)
@@ -306,11 +304,16 @@ class Calibration:
         hw = self.hardware(pass_overhead=False)
         hw = replace(hw, block_overhead_s=row["block_s"], masked_speed=1.0, solo_speed=1.0)
         config = RingConfig(
-            hosts=row["hosts"], seq_len=row["block_tokens"] * row["hosts"], hardware=hw,
-            heads=row["heads"], head_dim=row["head_dim"], dtype=self.dtype,
-            layout=row["layout"], causal=row["causal"],
+            hosts=row["hosts"],
+            seq_len=row["block_tokens"] * row["hosts"],
+            hardware=hw,
+            heads=row["heads"],
+            head_dim=row["head_dim"],
+            dtype=self.dtype,
+            layout=row["layout"],
+            causal=row["causal"],
             tile=TILE if self.backend == "gloo" else 64,
-        )  # fmt: skip
+        )
         return float(simulate(config).summary()["total_time_s"])
 
     def solo_speed_at(self, block_tokens: int) -> float:

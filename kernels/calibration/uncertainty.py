@@ -1,5 +1,5 @@
 """How sure a measured-vs-predicted comparison is: bootstrap intervals of the measured time,
-the prediction and their ratio, a regime label with a margin, and the lines that print them.
+the prediction and their ratio, and a regime label with a margin.
 
 ``kernels.calibration.measure`` draws the repeats (and, with them, the probes that calibrated each
 repeat, or a given calibration's samples) and asks ``bootstrap_intervals`` for 95% intervals; a
@@ -74,38 +74,3 @@ def regime(block_tokens: int, threshold_ci95: Sequence[float]) -> str:
     if block_tokens < lo:
         return "communication-bound"
     return "near the threshold"
-
-
-def interval_lines(report: dict) -> list[str]:
-    """The report's intervals and probe quality, as ``ringsim measure`` prints them."""
-    ms = lambda pair: f"{pair[0] * 1e3:.3f} to {pair[1] * 1e3:.3f} ms"
-    lo, hi = report["ratio_ci95"]
-    verdict = "overlap" if report["intervals_overlap"] else "do NOT overlap"
-    lines = [
-        f"measured  {report['measured_time_s'] * 1e3:.3f} ms, 95% {ms(report['measured_ci95'])}",
-        f"predicted {report['predicted_time_s'] * 1e3:.3f} ms, 95% {ms(report['predicted_ci95'])}"
-        f" (the probes' spread): the intervals {verdict}",
-        f"ratio {report['ratio']:.2f}, 95% {lo:.2f} to {hi:.2f} (bootstrap over the repeats)",
-    ]
-    if len(report.get("ratios", ())) > 1:
-        lines[-1] += (
-            f"\n  (the median of the {len(report['ratios'])} repeats' measured over their own "
-            f"prediction; measured over predicted above: {report['ratio_of_medians']:.2f})"
-        )
-    quality = report.get("probe_quality") or {}
-    if quality:
-        lines.append("probe spread (relative IQR, tries): " + ", ".join(
-            f"{name} {q['spread']:.0%} ({q['attempts']})" for name, q in quality.items()
-        ))  # fmt: skip
-    p = report.get("parameter_ci95") or {}
-    if p:
-        lines.append(
-            f"parameters, 95%: link latency {p['link_latency_s'][0] * 1e6:.0f}-"
-            f"{p['link_latency_s'][1] * 1e6:.0f} us, bandwidth {p['link_bandwidth'][0] / 1e9:.2f}-"
-            f"{p['link_bandwidth'][1] / 1e9:.2f} GB/s, block overhead "
-            f"{p['block_overhead_s'][0] * 1e6:.0f}-{p['block_overhead_s'][1] * 1e6:.0f} us, "
-            f"FLOP rate {p['flop_rate'][0] / 1e9:.1f}-{p['flop_rate'][1] / 1e9:.1f} GFLOP/s, "
-            f"overlap efficiency {p['overlap_efficiency'][0]:+.2f} to "
-            f"{p['overlap_efficiency'][1]:+.2f}"
-        )
-    return lines

@@ -9,8 +9,8 @@ for real.
 tokens, ``Grid.positions``)::
 
     q, k, v <- all_to_all in the Ulysses group   # heads scattered, slot j's tokens gathered
-    out     <- kernels.distributed.ring.ring_attention(q, k, v, group=ring group)   # the ring,
-    unchanged out     <- all_to_all back                   # tokens scattered home, heads gathered
+    out     <- ring_attention(q, k, v, group=ring group)   # the ring, unchanged
+    out     <- all_to_all back                   # tokens scattered home, heads gathered
 
 The all-to-alls are ``torch.autograd.Function``s whose backward is the other all-to-all (each
 is a permutation of the data, so its adjoint is its inverse), and the ring's own autograd
@@ -19,17 +19,16 @@ the ranks that own the tokens. gloo implements ``all_to_all`` here (torch 2.13, 
 call names its group, and kv heads are dealt as in the numerics (``head_groups``: whole GQA
 groups, ``U`` dividing the kv heads beside a ring).
 
-``run_hybrid`` is one rank's part of a ``kernels.distributed.launch.RunConfig`` problem (as
-``run_ring``);
-``measure_hybrid`` times the forward and sets it beside ``ringsim.timer``'s prediction
-(``simulate_strategy(config, "hybrid")``) on a calibrated profile of this machine.
+``run_hybrid`` is one rank's part of a ``kernels.distributed.launch.RunConfig`` problem, timed
+as ``run_ring`` is (``kernels.distributed.repeats``); ``measure_hybrid`` times the forward and
+sets it beside ``ringsim.timer``'s prediction (``simulate_strategy(config, "hybrid")``) on a
+calibrated profile of this machine.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,7 +36,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from kernels.distributed.launch import RunConfig, launch, rank_device, start_line, sync_device
+from kernels.distributed.launch import RunConfig, launch
+from kernels.distributed.repeats import TimedRepeats, median_pass, rank_device, slowest_per_pass
 from kernels.distributed.ring import DEFAULT_TIMEOUT_S, ring_attention
 from ringsim.checks import check_segment_ids
 from ringsim.grid import Grid, check_ulysses_degree
@@ -72,8 +72,9 @@ def hybrid_groups(ulysses_degree: int, placement: str = "ulysses-inner") -> Hybr
         group = dist.new_group(members)  # every rank creates every group
         if rank in members:
             if dist.get_rank(group) != members.index(rank):  # torch numbers by sorted rank
-                raise RuntimeError(f"{kind} group {members}: rank {rank} is not member "
-                                   f"{members.index(rank)}")  # fmt: skip
+                raise RuntimeError(
+                    f"{kind} group {members}: rank {rank} is not member {members.index(rank)}"
+                )
             mine[kind] = group
     return HybridGroups(grid, u, j, mine["ulysses"], mine["ring"])
 
@@ -172,9 +173,17 @@ def hybrid_attention(
     kh = SeqToHeads.apply(k, groups.ulysses_group, kv_heads)
     vh = SeqToHeads.apply(v, groups.ulysses_group, kv_heads)
     out = ring_attention(
-        qh, kh, vh, layout=layout, causal=causal, scale=scale, group=groups.ring_group,
-        block_backend=block_backend, timeout_s=timeout_s, segment_ids=segment_ids,
-    )  # fmt: skip
+        qh,
+        kh,
+        vh,
+        layout=layout,
+        causal=causal,
+        scale=scale,
+        group=groups.ring_group,
+        block_backend=block_backend,
+        timeout_s=timeout_s,
+        segment_ids=segment_ids,
+    )
     return HeadsToSeq.apply(out, groups.ulysses_group, q_heads)
 
 
@@ -196,25 +205,31 @@ def run_hybrid(
     q, k, v, dout = (x.index_select(-2, index).contiguous() for x in config.inputs(device))
     scale = 1.0 / math.sqrt(config.head_dim)
     segments = check_segment_ids(config.segments(), config.seq_len)
-    result: dict = {"rank": rank, "positions": pos, "forward_s": [], "backward_s": []}
-    for i in range(config.warmup + config.repeats):
+    timing = TimedRepeats(config.warmup, config.repeats, device=device)
+    for _ in timing:
         qr, kr, vr = (x.detach().clone().requires_grad_(config.backward) for x in (q, k, v))
-        start_line()
-        sync_device(device)
-        t0 = time.perf_counter()
-        out = hybrid_attention(
-            qr, kr, vr, groups=groups, layout=config.layout, causal=config.causal, scale=scale,
-            segment_ids=segments, block_backend=config.block_backend, timeout_s=config.timeout_s,
-        )  # fmt: skip
-        sync_device(device)
-        t1 = time.perf_counter()
+        with timing.forward():
+            out = hybrid_attention(
+                qr,
+                kr,
+                vr,
+                groups=groups,
+                layout=config.layout,
+                causal=config.causal,
+                scale=scale,
+                segment_ids=segments,
+                block_backend=config.block_backend,
+                timeout_s=config.timeout_s,
+            )
         if config.backward:
-            out.backward(dout)
-            sync_device(device)
-        t2 = time.perf_counter()
-        if i >= config.warmup:
-            result["forward_s"].append(t1 - t0)
-            result["backward_s"].append(t2 - t1)
+            with timing.backward():
+                out.backward(dout)
+    result = {
+        "rank": rank,
+        "positions": pos,
+        "forward_s": timing.forward_s,
+        "backward_s": timing.backward_s,
+    }
     if config.return_tensors:
         result["out"] = out.detach().cpu().double().numpy()
         if config.backward:
@@ -241,9 +256,17 @@ def run_hybrid_configs(rank: int, hosts: int, runs: Sequence[tuple]) -> list[dic
 
 
 def predict_hybrid(
-    calibration, *, hosts: int, ulysses_degree: int, seq_len: int, heads: int,
-    kv_heads: int | None, head_dim: int, layout: str, causal: bool,
-) -> dict:  # fmt: skip
+    calibration,
+    *,
+    hosts: int,
+    ulysses_degree: int,
+    seq_len: int,
+    heads: int,
+    kv_heads: int | None,
+    head_dim: int,
+    layout: str,
+    causal: bool,
+) -> dict:
     """``ringsim.timer``'s forward time for this run on ``calibration``'s profile: the ring's
     blocks are ``N / R`` tokens of ``H / U`` heads (the rate is taken at that block), the
     all-to-alls on one node with an ideal switch at the calibrated link."""
@@ -256,10 +279,18 @@ def predict_hybrid(
         block_tokens=seq_len // ring, heads=max(1, heads // ulysses_degree), head_dim=head_dim
     )
     config = RingConfig(
-        hosts=hosts, seq_len=seq_len, hardware=hw, heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, dtype=calibration.dtype, layout=layout, causal=causal,
-        pass_="forward", tile=TILE if calibration.backend == "gloo" else 64,
-    )  # fmt: skip
+        hosts=hosts,
+        seq_len=seq_len,
+        hardware=hw,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        dtype=calibration.dtype,
+        layout=layout,
+        causal=causal,
+        pass_="forward",
+        tile=TILE if calibration.backend == "gloo" else 64,
+    )
     return simulate_strategy(config, "hybrid", ulysses_degree=ulysses_degree).summary()
 
 
@@ -283,15 +314,33 @@ def measure_hybrid(
     a given calibration, as ``kernels.calibration.measure.measure(calibration=...)`` does for the
     ring."""
     config = RunConfig(
-        seq_len, heads, kv_heads, head_dim, 1, layout, causal, "float32", backward=False,
-        repeats=repeats, warmup=1, timeout_s=timeout_s, return_tensors=False,
-    )  # fmt: skip
+        seq_len,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        layout=layout,
+        causal=causal,
+        backward=False,
+        repeats=repeats,
+        warmup=1,
+        timeout_s=timeout_s,
+        return_tensors=False,
+    )
     per_rank = launch(
         run_hybrid, hosts, args=(config, ulysses_degree), timeout_s=timeout_s, threads=1
     )
-    measured = float(np.median(np.max([r["forward_s"] for r in per_rank], axis=0)))
-    shape = dict(hosts=hosts, ulysses_degree=ulysses_degree, seq_len=seq_len, heads=heads,
-                 kv_heads=kv_heads, head_dim=head_dim, layout=layout, causal=causal)  # fmt: skip
+    passes = [r["forward_s"] for r in per_rank]
+    measured = median_pass(passes)
+    shape = dict(
+        hosts=hosts,
+        ulysses_degree=ulysses_degree,
+        seq_len=seq_len,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        layout=layout,
+        causal=causal,
+    )
     predicted = predict_hybrid(calibration, **shape)
     total = predicted["total_time_s"]
     return {
@@ -299,7 +348,7 @@ def measure_hybrid(
         "ring_degree": hosts // ulysses_degree,
         "cores": len(os.sched_getaffinity(0)),
         "measured_time_s": measured,
-        "measured_times_s": list(np.max([r["forward_s"] for r in per_rank], axis=0)),
+        "measured_times_s": slowest_per_pass(passes),
         "predicted_time_s": total,
         "predicted_compute_s": predicted["compute_time_s"],
         "predicted_exposed_comm_s": predicted["exposed_comm_s"],

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from kernels.distributed.progress import Limits, Pulses, alive
+from kernels.distributed.repeats import TimedRepeats, rank_device
 from kernels.distributed.ring import (
     DEFAULT_TIMEOUT_S,
     Ring,
@@ -311,10 +312,10 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
         shard(x, config.layout, hosts, rank, config.segments())
         for x in (q_full, k_full, v_full, dout_full)
     )
-    result: dict = {"rank": rank, "forward_s": [], "backward_s": [], "forward_timelines": []}
+    timing = TimedRepeats(config.warmup, config.repeats, device=device, group=group)
+    result: dict = {"rank": rank, "forward_timelines": []}
     scale = 1.0 / math.sqrt(config.head_dim)
-    for i in range(config.warmup + config.repeats):
-        alive()
+    for i in timing:
         ring = Ring(
             config.layout, config.causal, config.seq_len, group, config.block_backend,
             config.timeout_s, record=True,
@@ -323,20 +324,14 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
         if i == 0:
             check_agreement(ring, agreement_header(ring, q, k, v, scale))
         qr, kr, vr = (x.detach().clone().requires_grad_(config.backward) for x in (q, k, v))
-        start_line(group)
-        sync_device(device)
-        t0 = time.perf_counter()
-        out = ring_attention(qr, kr, vr, scale=scale, ring=ring, check=False)
-        sync_device(device)
-        t1 = time.perf_counter()
+        with timing.forward():
+            out = ring_attention(qr, kr, vr, scale=scale, ring=ring, check=False)
         if config.backward:
-            out.backward(dout)
-            sync_device(device)
-        t2 = time.perf_counter()
-        if i >= config.warmup:
-            result["forward_s"].append(t1 - t0)
-            result["backward_s"].append(t2 - t1)
+            with timing.backward():
+                out.backward(dout)
+        if timing.timed:
             result["forward_timelines"].append(ring.forward_timeline.resolve(ring.clock))
+    result.update(forward_s=timing.forward_s, backward_s=timing.backward_s)
     timed = result["forward_timelines"]  # the last pass's, already resolved if it was timed
     result["forward_timeline"] = timed[-1] if timed else ring.forward_timeline.resolve(ring.clock)
     if config.backward:
@@ -362,36 +357,6 @@ def run_configs(rank: int, hosts: int, configs: Sequence[RunConfig]) -> list[dic
         except ValueError as err:
             results.append(f"ValueError: {err}")
     return results
-
-
-# Seconds the ranks pause after the barrier that starts a timed region on CPU (see start_line)
-SETTLE_S = 0.02
-
-
-def start_line(group=None) -> None:
-    """Line every rank up for a timed region: a barrier, then (gloo) a pause of ``SETTLE_S``.
-
-    Measured here (c=8, 64 heads x 256, 90 passes per setting): straight after a gloo barrier,
-    50-78% of ring passes took the slow one of two modes (~7 ms instead of ~3.5 ms: one rank's
-    first ``isend`` blocked for ~4 ms); after a 20 ms pause, 3-11%. The barrier's own messages
-    and threads are still winding down as it returns; a timed pass must not pay for the
-    harness that lines it up."""
-    dist.barrier(group)
-    if dist.get_backend(group) == "gloo":
-        time.sleep(SETTLE_S)
-
-
-def rank_device() -> torch.device:
-    """This rank's device: its CUDA device under NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def sync_device(device: torch.device) -> None:
-    """Wait for ``device``'s queued work (CUDA kernels run asynchronously), before a clock read."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def assemble(

@@ -16,8 +16,8 @@ fails on
   ``OutOfResources``): 163 KB on sm_80, 227 KB on sm_90 (CUDA C++ Programming Guide,
   "Technical Specifications per Compute Capability": maximum shared memory per thread block),
 * any register spill in a bf16/fp16 variant, and more than ``FP32_SPILL_BYTES`` of spill
-  traffic per thread in an fp32 one (its ``tf32x3`` dots at ``d = 128`` leave a few bytes,
-  4-16, in some variants; the first version's fp32 kernels spilled 16-22 KB).
+  traffic per thread in an fp32 one (its ``tf32x3`` dots at ``d = 128`` leave a few bytes in
+  some variants: results/notes-kernels.md).
 
 Which launches: ``launches()`` lists them from the plans ``kernels.gpu.check`` runs
 (correctness cases, the speed rows with every tile the tile search may pick on that
@@ -32,9 +32,9 @@ compiles into a fresh cache directory so ``ptxas`` runs (and logs) for every ker
 Triton versions: written against Triton 3.9 (pinned for CI). The GPU machine has Triton 3.6;
 the APIs used here (``triton.backends.driver.DriverBase``, ``triton.runtime.driver.set_active``,
 ``JITFunction.run(..., warmup=...)``, ``device_caches``, ``knobs.nvidia.dump_ptxas_log``) exist
-in both. CI runs it with 3.9 (``results/aot-triton-3.9.json``); run once with a Triton 3.6
-wheel for sm_90 (``results/aot-triton-3.6-sm90.json``: the same 107 kernels, no failure),
-whose bundled ``ptxas`` counts registers slightly differently. The stand-in driver is not
+in both. CI runs it with 3.9 (``results/aot-triton-3.9.json``); it also ran with a Triton
+3.6 wheel for sm_90 (``results/aot-triton-3.6-sm90.json``), whose bundled ``ptxas`` counts
+registers slightly differently. The stand-in driver is not
 registered with Triton: ``compile_only`` swaps it in and restores the previous one (a private
 attribute, ``driver._active``, in both versions), so nothing else in the process sees it.
 """
@@ -100,10 +100,8 @@ def launches(arch: int) -> list[Launch]:
         for dtype in plan.CORRECTNESS_DTYPES:
             for causal in (False, True):
                 for pass_ in ("forward", "backward"):
-                    out.append(
-                        Launch(pass_, dtype, "float32", d, hq, hkv, c, causal, False, None,
-                               "gpu_check.correctness")
-                    )  # fmt: skip
+                    shape = (pass_, dtype, "float32", d, hq, hkv, c, causal)
+                    out.append(Launch(*shape, False, None, "gpu_check.correctness"))
     c, d, h = plan.ZIGZAG_CASE
     out.append(Launch("forward", "float32", "float32", d, h, h, c, True, False, None, "zigzag"))
     # speed: bf16 in and out; the forward with every tile the search may pick on this arch
@@ -111,16 +109,11 @@ def launches(arch: int) -> list[Launch]:
         heads = plan.MODEL_WIDTH // d
         for causal in (False, True):
             for c in sorted({_aot_seq(c) for c in plan.SPEED_SIZES}):
+                shape = ("bfloat16", "bfloat16", d, heads, heads, c, causal, False)
                 tiles = [None] + [tuple(vars(t).values()) for t in tile_candidates(d, arch)]
                 for tile in tiles:
-                    out.append(
-                        Launch("forward", "bfloat16", "bfloat16", d, heads, heads, c, causal,
-                               False, tile, "gpu_check.speed")
-                    )  # fmt: skip
-                out.append(
-                    Launch("backward", "bfloat16", "bfloat16", d, heads, heads, c, causal, False,
-                           None, "gpu_check.speed")
-                )  # fmt: skip
+                    out.append(Launch("forward", *shape, tile, "gpu_check.speed"))
+                out.append(Launch("backward", *shape, None, "gpu_check.speed"))
     # ring member, calibration probes and the ring itself: bf16 in, fp32 results; the ring
     # with causal layouts, document ids and GQA
     h, d = plan.RING_HEADS, plan.RING_HEAD_DIM
@@ -128,10 +121,8 @@ def launches(arch: int) -> list[Launch]:
         for causal in (False, True):
             for segments in (False, True):
                 for pass_ in ("forward", "backward"):
-                    out.append(
-                        Launch(pass_, "bfloat16", "float32", d, h, kv_heads, 2048, causal,
-                               segments, None, "ring member, calibration, ring")
-                    )  # fmt: skip
+                    shape = (pass_, "bfloat16", "float32", d, h, kv_heads, 2048, causal)
+                    out.append(Launch(*shape, segments, None, "ring member, calibration, ring"))
     return out
 
 
@@ -210,18 +201,23 @@ def compile_only(arch: int) -> Iterator[io.StringIO]:
         driver._active = previous
 
 
+# the lines of ``ptxas -v`` that name a kernel, its spills and its registers
+_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGISTERS = re.compile(r"Used (\d+) registers")
+
+
 def parse_ptxas(log: str) -> dict[str, dict]:
     """``ptxas -v`` output -> per entry function: registers, spill bytes, stack frame."""
     found: dict[str, dict] = {}
     name = None
     for line in log.splitlines():
-        if m := re.search(r"Compiling entry function '(\w+)'", line):
+        if m := _ENTRY.search(line):
             name = m.group(1)
             found[name] = {}
-        elif name and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
-                                      r"(\d+) bytes spill loads", line)):  # fmt: skip
+        elif name and (m := _SPILLS.search(line)):
             found[name].update(stack=int(m[1]), spill_stores=int(m[2]), spill_loads=int(m[3]))
-        elif name and (m := re.search(r"Used (\d+) registers", line)):
+        elif name and (m := _REGISTERS.search(line)):
             found[name]["registers"] = int(m[1])
     return found
 
@@ -236,10 +232,7 @@ def _launch_tensors(launch: Launch):
     q = torch.zeros(1, launch.heads, seq, launch.head_dim, dtype=dtype)
     k = torch.zeros(1, launch.kv_heads, seq, launch.head_dim, dtype=dtype)
     seg = torch.zeros(seq, dtype=torch.int64) if launch.segments else None
-    args = check_block_args(
-        q, k, k.clone(), q_pos=None, k_pos=None, causal=launch.causal, scale=None, q_seg=seg,
-        k_seg=seg,
-    )  # fmt: skip
+    args = check_block_args(q, k, k.clone(), causal=launch.causal, q_seg=seg, k_seg=seg)
     return args, q
 
 
@@ -251,8 +244,7 @@ def compile_launch(launch: Launch, arch: int) -> list[dict]:
     from kernels.blocks import triton_block as tb
     from kernels.blocks.tiles import gpu_config
 
-    kernels = {"_attn_fwd": tb._attn_fwd, "_attn_bwd_dkdv": tb._attn_bwd_dkdv,
-               "_attn_bwd_dq": tb._attn_bwd_dq, "_attn_bwd_delta": tb._attn_bwd_delta}  # fmt: skip
+    kernels = tb.KERNELS
 
     def cache(fn) -> dict:
         return fn.device_caches[arch][0] if arch in fn.device_caches else {}
@@ -283,12 +275,16 @@ def compile_launch(launch: Launch, arch: int) -> list[dict]:
             meta = kernel.metadata
             records.append(
                 {
-                    "arch": arch, "kernel": name, **asdict(launch),
+                    "arch": arch,
+                    "kernel": name,
+                    **asdict(launch),
                     "tile_used": [meta.num_warps, meta.num_stages],
-                    "shared_bytes": meta.shared, "shared_limit": SHARED_LIMIT[arch],
-                    **ptxas.get(name, {}), "compile_s": round(seconds, 2),
+                    "shared_bytes": meta.shared,
+                    "shared_limit": SHARED_LIMIT[arch],
+                    **ptxas.get(name, {}),
+                    "compile_s": round(seconds, 2),
                 }
-            )  # fmt: skip
+            )
     return records
 
 
@@ -354,13 +350,24 @@ def run_all(archs: Sequence[int] = ARCHS, jobs: int = 2) -> dict:
         procs = []
         for arch in archs:
             for shard in range(shards):
-                cmd = [sys.executable, "-m", "kernels.gpu.aot", "--worker",
-                       f"{arch}:{shard}:{shards}"]  # fmt: skip
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "kernels.gpu.aot",
+                    "--worker",
+                    f"{arch}:{shard}:{shards}",
+                ]
                 cache = os.path.join(tmp, f"{arch}-{shard}")
                 procs.append(
-                    subprocess.Popen(cmd, cwd=REPO, env=_worker_env(cache), text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                )  # fmt: skip
+                    subprocess.Popen(
+                        cmd,
+                        cwd=REPO,
+                        env=_worker_env(cache),
+                        text=True,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                    )
+                )
         records = []
         for proc in procs:
             stdout, stderr = proc.communicate()
@@ -390,8 +397,10 @@ def _record_key(r: dict):
 
 def summary_table(report: dict) -> str:
     """One line per compiled kernel: what, shared memory, registers, spills, problems."""
-    lines = [f"{'arch':>4} {'kernel':15} {'dtype':9} {'d':>3} {'grp':>3} {'mask':7} "
-             f"{'tile':14} {'smem KB':>7} {'regs':>4} {'spill B':>7}  problems"]  # fmt: skip
+    lines = [
+        f"{'arch':>4} {'kernel':15} {'dtype':9} {'d':>3} {'grp':>3} {'mask':7} "
+        f"{'tile':14} {'smem KB':>7} {'regs':>4} {'spill B':>7}  problems"
+    ]
     for r in report["records"]:
         if "error" in r:
             lines.append(f"{r['arch']:>4} {r['pass_']:15} {r['dtype']:9} ERROR {r['error'][:80]}")
@@ -418,8 +427,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--arch", type=int, action="append", choices=ARCHS,
-                        help="compute capability x10 (repeatable; default: 80 and 90)")  # fmt: skip
+    parser.add_argument(
+        "--arch",
+        type=int,
+        action="append",
+        choices=ARCHS,
+        help="compute capability x10 (repeatable; default: 80 and 90)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--out", default=None, help="write the JSON report here")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -432,8 +446,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     report = run_all(args.arch or ARCHS, args.jobs)
     print(summary_table(report))
-    print(f"{report['kernels']} kernels compiled in {report['wall_s']} s with {report['jobs']} "
-          f"workers; {len(report['failures'])} with problems")  # fmt: skip
+    print(
+        f"{report['kernels']} kernels compiled in {report['wall_s']} s with {report['jobs']} "
+        f"workers; {len(report['failures'])} with problems"
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

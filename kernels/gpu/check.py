@@ -30,8 +30,9 @@ and matplotlib. Triton 3.6 and 3.9 differ in nothing used here (``triton.testing
 takes ``return_mode`` in both; see ``kernels.blocks.triton_block`` for the kernels). The plans below
 (cases, sizes, shapes) are also what ``kernels.gpu.aot`` compiles for sm_80 and sm_90.
 
-Nothing here has run on a GPU in the session that wrote it (no GPU was lent); it is written to
-work the first time and to record, rather than hide, whatever does not.
+It is written without a GPU at hand (``kernels.gpu.aot`` compiles every launch for sm_80 and
+sm_90; ``tests/test_gpu_check.py`` runs the rest on the CPU): it must work the first time, and
+it records, rather than hides, whatever does not.
 """
 
 from __future__ import annotations
@@ -49,8 +50,13 @@ from datetime import date
 from pathlib import Path
 
 SECTIONS = ("correctness", "speed", "calibration", "ring_member", "nccl_ring")
-ESTIMATES_S = {"correctness": 45, "speed": 170, "calibration": 50, "ring_member": 60,
-               "nccl_ring": 60}  # fmt: skip
+ESTIMATES_S = {
+    "correctness": 45,
+    "speed": 170,
+    "calibration": 50,
+    "ring_member": 60,
+    "nccl_ring": 60,
+}
 
 # ------------------------------------------------------------------------------------------
 # Pure-Python scaffolding (tested on CPU: tests/test_gpu_check.py)
@@ -156,14 +162,22 @@ def _speed_panel(ax, rows: list[dict], pass_: str) -> None:
         for d, marker in ((64, "o"), (128, "s")):
             for causal, style in ((False, "-"), (True, ":")):
                 pts = sorted(
-                    (r["c"], r[f"{impl}_{pass_}_tflops"]) for r in rows
-                    if r.get("d") == d and r.get("causal") == causal
+                    (r["c"], r[f"{impl}_{pass_}_tflops"])
+                    for r in rows
+                    if r.get("d") == d
+                    and r.get("causal") == causal
                     and isinstance(r.get(f"{impl}_{pass_}_tflops"), (int, float))
-                )  # fmt: skip
+                )
                 if pts:
                     label = f"{impl} d={d}" + (" causal" if causal else "")
-                    ax.plot(*zip(*pts, strict=True), style, marker=marker, color=color,
-                            label=label, ms=4)  # fmt: skip
+                    ax.plot(
+                        *zip(*pts, strict=True),
+                        style,
+                        marker=marker,
+                        color=color,
+                        label=label,
+                        ms=4,
+                    )
                     drawn = True
     ax.set_xscale("log", base=2)
     ax.set_xlabel("block tokens c")
@@ -181,16 +195,19 @@ def _correctness_panel(ax, cases: list[dict]) -> None:
         ax.text(0.5, 0.5, "no correctness cases", ha="center", transform=ax.transAxes)
         return
     xs = range(len(cases))
-    for key, marker, label in (("triton_max_rel_err", "o", "Triton"),
-                               ("sdpa_max_rel_err", "x", "SDPA (same dtype)")):  # fmt: skip
+    for key, marker, label in (
+        ("triton_max_rel_err", "o", "Triton"),
+        ("sdpa_max_rel_err", "x", "SDPA (same dtype)"),
+    ):
         ax.scatter(xs, [max(c[key].values()) for c in cases], marker=marker, label=label, s=14)
     ax.step(xs, [c["tolerance"] for c in cases], where="mid", color="k", lw=0.8, label="tol")
     ax.set_yscale("log")
     ax.set_xticks(list(xs))
     ax.set_xticklabels(
         [f"{c['dtype'][:4]} d{c['d']} {'C' if c['causal'] else 'F'}" for c in cases],
-        rotation=90, fontsize=5,
-    )  # fmt: skip
+        rotation=90,
+        fontsize=5,
+    )
     ax.set_ylabel("max rel. error vs float64")
     ax.set_title("correctness")
     ax.legend(fontsize=6)
@@ -202,13 +219,19 @@ def _ring_panel(ax, runs: list[dict]) -> None:
         ax.text(0.5, 0.5, "no ring-member runs", ha="center", transform=ax.transAxes)
         return
     xs = range(len(runs))
-    ax.bar([x - 0.2 for x in xs], [r["measured_time_s"] * 1e3 for r in runs], 0.4,
-           label="measured")  # fmt: skip
-    ax.bar([x + 0.2 for x in xs], [r["predicted_time_s"] * 1e3 for r in runs], 0.4,
-           label="simulated")  # fmt: skip
+    ax.bar([x - 0.2 for x in xs], [r["measured_time_s"] * 1e3 for r in runs], 0.4, label="measured")
+    ax.bar(
+        [x + 0.2 for x in xs], [r["predicted_time_s"] * 1e3 for r in runs], 0.4, label="simulated"
+    )
     for x, r in zip(xs, runs, strict=True):
-        ax.annotate(f"{r['ratio']:.2f}", (x, r["measured_time_s"] * 1e3), ha="center",
-                    fontsize=6, xytext=(0, 2), textcoords="offset points")  # fmt: skip
+        ax.annotate(
+            f"{r['ratio']:.2f}",
+            (x, r["measured_time_s"] * 1e3),
+            ha="center",
+            fontsize=6,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
     ax.set_xticks(list(xs))
     ax.set_xticklabels([f"{r['block_tokens']}" for r in runs])
     ax.set_yscale("log")
@@ -232,8 +255,10 @@ def plot_report(data: dict, path: str | Path) -> Path:
     _speed_panel(axes[0, 1], rows, "bwd")
     _correctness_panel(axes[1, 0], sections.get("correctness", {}).get("cases", []))
     _ring_panel(axes[1, 1], sections.get("ring_member", {}).get("runs", []))
-    fig.suptitle(f"{data.get('device', 'no GPU')}  torch {data.get('torch', '?')}  "
-                 f"Triton {data.get('triton', '?')}  {data.get('date', '')}")  # fmt: skip
+    fig.suptitle(
+        f"{data.get('device', 'no GPU')}  torch {data.get('torch', '?')}  "
+        f"Triton {data.get('triton', '?')}  {data.get('date', '')}"
+    )
     fig.tight_layout()
     path = Path(path)
     from ringsim.views.plots import save_figure
@@ -245,8 +270,13 @@ def plot_report(data: dict, path: str | Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     budget = Budget(args.budget_s)
-    header = {"script": "kernels.gpu.check", "date": date.today().isoformat(),
-              "host": platform.node(), "budget_s": args.budget_s, "quick": args.quick}  # fmt: skip
+    header = {
+        "script": "kernels.gpu.check",
+        "date": date.today().isoformat(),
+        "host": platform.node(),
+        "budget_s": args.budget_s,
+        "quick": args.quick,
+    }
     device = "none"
     try:
         import torch
@@ -255,8 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         header.update(torch=torch.__version__, triton=triton.__version__)
         if torch.cuda.is_available():
             device = torch.cuda.get_device_name(0)
-            header.update(device=device, gpus=torch.cuda.device_count(),
-                          capability=list(torch.cuda.get_device_capability(0)))  # fmt: skip
+            header.update(
+                device=device,
+                gpus=torch.cuda.device_count(),
+                capability=list(torch.cuda.get_device_capability(0)),
+            )
     except Exception as err:
         header["import_error"] = f"{type(err).__name__}: {err}"
     report = Report(Path(args.out) if args.out else default_out(device), header)

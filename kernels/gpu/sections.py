@@ -64,10 +64,17 @@ def correctness_case(c: int, d: int, hq: int, hkv: int, causal: bool, dtype: str
     sdpa_err = {n: _rel(g, w) for n, g, w in zip(names, sdpa_got, want, strict=True)}
     tol = plans.CORRECTNESS_TOL[dtype]
     return {
-        "c": c, "d": d, "heads": hq, "kv_heads": hkv, "causal": causal, "dtype": dtype,
-        "tolerance": tol, "triton_max_rel_err": triton_err, "sdpa_max_rel_err": sdpa_err,
+        "c": c,
+        "d": d,
+        "heads": hq,
+        "kv_heads": hkv,
+        "causal": causal,
+        "dtype": dtype,
+        "tolerance": tol,
+        "triton_max_rel_err": triton_err,
+        "sdpa_max_rel_err": sdpa_err,
         "ok": all(e <= tol for e in triton_err.values()),
-    }  # fmt: skip
+    }
 
 
 def zigzag_case() -> list[dict]:
@@ -89,9 +96,12 @@ def zigzag_case() -> list[dict]:
         out_err = (out_t - out_r).abs().max().item()
         same_empty = bool(torch.equal(torch.isneginf(lse_t), torch.isneginf(lse_r)))
         rows.append(
-            {"zigzag_pair": [i, j], "max_abs_err": {"out": out_err, "lse": lse_err},
-             "ok": same_empty and out_err < 1e-3}
-        )  # fmt: skip
+            {
+                "zigzag_pair": [i, j],
+                "max_abs_err": {"out": out_err, "lse": lse_err},
+                "ok": same_empty and out_err < 1e-3,
+            }
+        )
     return rows
 
 
@@ -104,8 +114,16 @@ def section_correctness(quick: bool) -> dict:
                 try:
                     rows.append(correctness_case(c, d, hq, hkv, causal, dtype))
                 except Exception as err:  # one broken case must not lose the others
-                    rows.append({"c": c, "d": d, "causal": causal, "dtype": dtype, "ok": False,
-                                 "error": f"{type(err).__name__}: {err}"[:500]})  # fmt: skip
+                    rows.append(
+                        {
+                            "c": c,
+                            "d": d,
+                            "causal": causal,
+                            "dtype": dtype,
+                            "ok": False,
+                            "error": f"{type(err).__name__}: {err}"[:500],
+                        }
+                    )
     try:
         rows += zigzag_case()
     except Exception as err:
@@ -129,9 +147,7 @@ def triton_calls(q, k, v, causal: bool, config=None, dout=None):
     import kernels.blocks.triton_block as tb
     from kernels.blocks.args import check_block_args
 
-    args = check_block_args(
-        q, k, v, q_pos=None, k_pos=None, causal=causal, scale=None, q_seg=None, k_seg=None
-    )
+    args = check_block_args(q, k, v, causal=causal)
     fwd_plan = tb.plan(args, "forward", config)
     bwd_plan = tb.plan(args, "backward")
     out, lse = tb.forward(args, q.dtype, tile_plan=fwd_plan)
@@ -161,8 +177,9 @@ def tile_search(head_dim: int, arch: int) -> tuple[dict, object]:
 
     c = plans.TILE_SEARCH_C
     heads = plans.MODEL_WIDTH // head_dim
-    q = torch.randn(plans.SPEED_TOKENS // c, heads, c, head_dim, device="cuda",
-                    dtype=torch.bfloat16)  # fmt: skip
+    q = torch.randn(
+        plans.SPEED_TOKENS // c, heads, c, head_dim, device="cuda", dtype=torch.bfloat16
+    )
     k, v = torch.randn_like(q), torch.randn_like(q)
     tiles, best = {}, None
     for cfg in tile_candidates(head_dim, arch):
@@ -227,13 +244,20 @@ def section_speed(quick: bool, budget) -> dict:
                 try:
                     rows.append(speed_row(d, c, causal, best[d]))
                 except Exception as err:  # one failing row must not lose the section
-                    rows.append({"d": d, "c": c, "causal": causal,
-                                 "error": f"{type(err).__name__}: {err}"[:500]})  # fmt: skip
+                    rows.append(
+                        {
+                            "d": d,
+                            "c": c,
+                            "causal": causal,
+                            "error": f"{type(err).__name__}: {err}"[:500],
+                        }
+                    )
                 torch.cuda.empty_cache()
     targets = [
-        r.get("triton_vs_flash_fwd") for r in rows
+        r.get("triton_vs_flash_fwd")
+        for r in rows
         if r.get("d") == 128 and r.get("c", 0) >= 4096 and not r.get("causal")
-    ]  # fmt: skip
+    ]
     return {
         "arch": arch,
         "tile_search_tflops": {str(d): v for d, v in searches.items()},
@@ -253,9 +277,14 @@ def section_calibration(quick: bool) -> dict:
 
     sizes = (512, 1024, 4096, 16384) if quick else (512, 1024, 2048, 4096, 8192, 16384, 32768)
     cal = calibrate_data(
-        "cuda", heads=plans.RING_HEADS, head_dim=plans.RING_HEAD_DIM, dtype="bf16", sizes=sizes,
-        link_bytes=[2**p for p in range(16, 29, 2)], repeats=5,
-    )  # fmt: skip
+        "cuda",
+        heads=plans.RING_HEADS,
+        head_dim=plans.RING_HEAD_DIM,
+        dtype="bf16",
+        sizes=sizes,
+        link_bytes=[2**p for p in range(16, 29, 2)],
+        repeats=5,
+    )
     return {"calibration": cal.to_json(), "profile": dataclasses.asdict(cal.hardware())}
 
 
@@ -334,23 +363,32 @@ def section_ring_member(quick: bool, calibration: dict | None) -> dict:
             hw = cal.hardware(block_tokens=c)
             measured = emulate_ring_member(c, hosts, heads, head_dim)
             sim = simulate(
-                RingConfig(hosts=hosts, seq_len=hosts * c, hardware=hw, heads=heads,
-                           head_dim=head_dim, dtype="bf16")
-            )  # fmt: skip
+                RingConfig(
+                    hosts=hosts,
+                    seq_len=hosts * c,
+                    hardware=hw,
+                    heads=heads,
+                    head_dim=head_dim,
+                    dtype="bf16",
+                )
+            )
             predicted = sim.summary()["total_time_s"]
             threshold = overlap_threshold(
                 hw, heads=heads, kv_heads=heads, head_dim=head_dim, dtype="bf16"
             )
             runs.append(
                 {
-                    "block_tokens": c, "hosts": hosts,
-                    "measured_time_s": measured["measured_time_s"], "predicted_time_s": predicted,
+                    "block_tokens": c,
+                    "hosts": hosts,
+                    "measured_time_s": measured["measured_time_s"],
+                    "predicted_time_s": predicted,
                     "ratio": measured["measured_time_s"] / predicted,
                     "overlap_threshold_tokens": threshold,
                     "regime": "compute-bound" if c >= threshold else "communication-bound",
-                    "profile": hw.source, "detail": measured,
+                    "profile": hw.source,
+                    "detail": measured,
                 }
-            )  # fmt: skip
+            )
         except Exception as err:
             runs.append({"block_tokens": c, "error": f"{type(err).__name__}: {err}"[:500]})
     ratios = [r["ratio"] for r in runs if "ratio" in r]
@@ -364,11 +402,19 @@ def section_nccl_ring(quick: bool) -> dict:
     if gpus < 2:
         return {"gpus": gpus, "note": "one GPU visible: no NCCL ring (ring_member emulates one)"}
     configs = [
-        RunConfig(2048 * gpus, heads=plans.RING_HEADS, head_dim=plans.RING_HEAD_DIM,
-                  layout=layout, causal=True, dtype="bfloat16", repeats=3, warmup=1,
-                  timeout_s=120)
+        RunConfig(
+            2048 * gpus,
+            heads=plans.RING_HEADS,
+            head_dim=plans.RING_HEAD_DIM,
+            layout=layout,
+            causal=True,
+            dtype="bfloat16",
+            repeats=3,
+            warmup=1,
+            timeout_s=120,
+        )
         for layout in ("contiguous", "zigzag")
-    ]  # fmt: skip
+    ]
     per_rank = launch(run_configs, gpus, args=(configs,), backend="nccl", timeout_s=120)
     return {
         "gpus": gpus,

@@ -17,7 +17,6 @@ only the dtype it was measured at. ``get_hardware`` finds both.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import numbers
 import re
@@ -25,7 +24,7 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, replace
 from pathlib import Path
 
-from ringsim.files import write_text_atomic
+from ringsim.files import read_json_object, write_json
 
 DTYPES = ("bf16", "fp16", "fp32")
 
@@ -256,26 +255,7 @@ def save_profile(hw: Hardware, path: str | Path) -> None:
     from datetime import datetime
 
     data = {**asdict(hw), SAVED_KEY: datetime.now().isoformat(timespec="seconds")}
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
-
-
-def _read_profile(path: Path) -> dict:
-    """The JSON object in ``path``; every failure a ``ValueError`` naming the file and why."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"profile {str(path)!r} could not be read: {exc}") from None
-    if not text.strip():
-        raise ValueError(f"profile {str(path)!r} is empty")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"profile {str(path)!r} is not valid JSON (truncated?): {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"profile {str(path)!r} must hold a JSON object, got a {type(data).__name__}"
-        )
-    return data
+    write_json(path, data, sort_keys=True)
 
 
 def load_profile(path: str | Path) -> Hardware:
@@ -284,7 +264,7 @@ def load_profile(path: str | Path) -> Hardware:
     cause. Fields added to ``Hardware`` later (with defaults) may be missing: older profiles
     load."""
     path = Path(path)
-    data = _read_profile(path)
+    data = read_json_object(path, what="profile")
     data.pop(SAVED_KEY, None)
     fields = Hardware.__dataclass_fields__
     unknown = set(data) - set(fields)
@@ -311,7 +291,7 @@ def profile_date(path: str | Path) -> str:
     the date in its ``source`` (``calibrated 2026-11-29 on ...``); ``""`` when it names none
     (such a profile is older than any dated one). Not the file name: ``cpu-profile-test.json``
     must not beat a dated profile by sorting after it."""
-    data = _read_profile(Path(path))
+    data = read_json_object(path, what="profile")
     for text in (data.get(SAVED_KEY), data.get("source")):
         found = _DATE.search(text) if isinstance(text, str) else None
         if found:

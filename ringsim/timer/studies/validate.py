@@ -181,22 +181,11 @@ def predict_striped(row: Published, implementation: str | None = None) -> tuple[
     last query and otherwise runs the same ops on every tile, adding the causal bias
     (``_chunk_attention_bias``) whether the tile is masked or not: no masked-tile penalty.
 
-    Read from the same code and not modelled (the predictions sit 10-26% above the measured
-    speedups at large blocks): the scores are materialised in fp32 (XLA einsums and
-    elementwise passes, ~16-20 bytes of HBM per score element against 512 FLOPs: memory-bound,
-    but per computed tile in both layouts, so it would raise the speedup, not lower it); each
-    ``lax.cond`` copies its predicate to the host, skipped tiles included; the backward adds
-    full-block fp32 ``dk, dv`` once per query chunk whatever it skips (~12% of an all-tile
-    backward's matmuls at TF32 peak); ``k`` travels in fp32. At 4096-token blocks both
-    layouts run identical work (two 2048 x 4096 tiles a step, none skipped), so the code
-    gives exactly 1.00 where the paper measured 0.92-0.95: not a difference in work.
-    What the two code-read terms would do, each paid alike by both layouts (what-if runs,
-    2026-12-01, not in the model): the full-block fp32 ``dk, dv`` sums alone (16 bytes per
-    element per query chunk over HBM) put 31 of the 53 rows in band (7 today); attention
-    slowed to what fp32 scores through HBM imply on an A100 (about 1/3.5 of TF32 peak) puts
-    0 in band and, with the sums, 5. The terms pull opposite ways and which one wins depends
-    on what XLA fuses, which only a profile of that code shows; modelling the one that helps
-    would be choosing terms by their fit."""
+    Read from the same code and not modelled: fp32 scores through HBM, a host copy per
+    ``lax.cond``, the backward's full-block fp32 ``dk, dv`` sums. Each is paid alike by both
+    layouts and they pull the speedup opposite ways; which wins depends on what XLA fuses, so
+    modelling one would be choosing terms by their fit (what-if runs in
+    results/notes-validation.md)."""
     c = row.config
     impl = _implementation("ideal", implementation)
     tp = c["tp"]
