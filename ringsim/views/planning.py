@@ -28,8 +28,8 @@ PARTS = (  # breakdown key, label, colour (Okabe-Ito and greys)
 
 
 def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: str | None = None):
-    """Draw ``plan`` (a ``Plan``): x = GB per GPU, y = step time (log); candidates that do not
-    fit sit right of the memory wall at the bottom (never timed). The legend sits below the
+    """Draw ``plan`` (a ``Plan``): x = GB per GPU, y = step time; candidates that do not fit
+    sit right of the memory wall at the bottom (never timed). The legend sits below the
     axes, never over the points. Returns the figure; writes it to ``path`` if given."""
     from ringsim.views.plots import pyplot, save_figure
 
@@ -64,7 +64,7 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
     )
     budget = best.memory_bytes / 1e9
     ax.axvline(budget, color="black", linestyle="--", linewidth=1)
-    ax.set_yscale("log")
+    ax.set_ylim(0, 1.05 * max(c.step_time_s for c in plan.candidates))
     if plan.dropped:
         low = ax.get_ylim()[0]
         ax.scatter(
@@ -76,7 +76,7 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
             alpha=0.5,
             label=f"does not fit ({len(plan.dropped)})",
         )
-        ax.set_xlim(right=min(ax.get_xlim()[1], 3 * budget))
+        ax.set_xlim(0, min(ax.get_xlim()[1], 2 * budget))
     ax.text(
         budget, 0.98, " usable memory", transform=ax.get_xaxis_transform(), va="top", fontsize=9
     )
@@ -88,22 +88,29 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
         fontsize=11,
     )
     ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
-    ax.grid(alpha=0.3, which="both")
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     return save_figure(plt, fig, path, dpi=120)  # atomic; the figure stays open without a path
 
 
 def plot_breakdown(
-    plan, path: str | os.PathLike | None = None, *, top: int = 5, ax=None, title: str | None = None
+    plan,
+    path: str | os.PathLike | None = None,
+    *,
+    top: int = 5,
+    candidates=None,
+    ax=None,
+    title: str | None = None,
 ):
     """Horizontal stacked bars: where the step time of the ``top`` best candidates goes
-    (``Candidate.breakdown``), best at the top; the legend below the axes."""
+    (``Candidate.breakdown``), best at the top, or of ``candidates`` if given; the legend
+    below the axes."""
     from ringsim.views.plots import pyplot, save_figure
 
     plt = pyplot()
-    shown = plan.candidates[:top]
+    shown = list(candidates) if candidates is not None else plan.candidates[:top]
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.45 * len(shown)))
+        fig, ax = plt.subplots(figsize=(7.5, 1.8 + 0.6 * len(shown)))
     else:
         fig = ax.figure
     y = list(range(len(shown)))[::-1]
@@ -114,7 +121,7 @@ def plot_breakdown(
             continue
         ax.barh(y, widths, left=left, color=colour, label=label, height=0.6)
         left = [a + b for a, b in zip(left, widths, strict=True)]
-    ax.set_yticks(y, [f"{i + 1}. {c.label}" for i, c in enumerate(shown)], fontsize=9)
+    ax.set_yticks(y, [c.label.replace(") ", ")\n", 1) for c in shown], fontsize=9)
     ax.set_xlabel("seconds per step, one GPU's critical path")
     ax.set_title(
         title or f"where the step goes: {plan.model}, {plan.seq_len:,} tokens", fontsize=11

@@ -90,7 +90,7 @@ class Parallel:
         return replace(self, **changes)
 
     def label(self) -> str:
-        """``TP4 CP8(hybrid U2xR4, zigzag) PP2 DP4, full recompute``."""
+        """``TP4 CP8(hybrid U2xR4 ulysses-inner, zigzag) PP2 DP4, full recompute``."""
         if self.cp == 1:
             cp = "CP1"
         elif self.strategy in ("ring", "ulysses"):
@@ -99,6 +99,5 @@ class Parallel:
             place = f" {self.placement}" if 1 < self.ulysses < self.cp else ""
             cp = f"CP{self.cp}({self.strategy} U{self.ulysses}xR{self.ring}{place}, {self.layout})"
         pp = f" PP{self.pp}" + (f"v{self.virtual_stages}" if self.virtual_stages > 1 else "")
-        return (
-            f"TP{self.tp} {cp}{pp if self.pp > 1 else ''} DP{self.dp}, {self.recompute} recompute"
-        )
+        recompute = "no" if self.recompute == "none" else self.recompute
+        return f"TP{self.tp} {cp}{pp if self.pp > 1 else ''} DP{self.dp}, {recompute} recompute"

@@ -361,15 +361,35 @@ def cp_cluster(cluster: Cluster, tp: int, cp: int) -> Cluster:
     return dataclasses.replace(cluster, **changes)
 
 
+SHARED_CACHE: dict = {}
+"""Attention timings and working sets of every plan in this process, by the full
+configuration (a second plan on the same cluster reuses them). At most ``SHARED_CACHE_SIZE``
+entries: the oldest go first."""
+SHARED_CACHE_SIZE = 20_000
+
+
 class AttentionTimer:
     """Times a context-parallel group's attention (forward and backward) and sizes its working
-    set, once per distinct configuration (the cache key)."""
+    set, once per distinct configuration (the cache key), sharing the results with every
+    plan of the process (``SHARED_CACHE``)."""
 
     def __init__(self, model, seq_len, cluster, *, causal, dtype, implementation, micro_batch=1):
         self.model, self.seq_len, self.cluster = model, seq_len, cluster
         self.causal, self.dtype, self.implementation = causal, dtype, implementation
         self.micro_batch = micro_batch
         self.cache: dict = {}
+        family = get_family(implementation)
+        self.context = (repr(cluster), model, seq_len, causal, dtype, repr(family), micro_batch)
+
+    def _cached(self, key: tuple, compute):
+        if key not in self.cache:
+            shared = (*self.context, *key)
+            if shared not in SHARED_CACHE:
+                if len(SHARED_CACHE) >= SHARED_CACHE_SIZE:
+                    del SHARED_CACHE[next(iter(SHARED_CACHE))]
+                SHARED_CACHE[shared] = compute()
+            self.cache[key] = SHARED_CACHE[shared]
+        return self.cache[key]
 
     def config(self, par: Parallel, pass_: str) -> RingConfig:
         heads, kv = heads_per_gpu(self.model, par.tp)
@@ -392,18 +412,15 @@ class AttentionTimer:
         return (par.tp, par.cp, par.ulysses, par.strategy, par.placement, par.layout)
 
     def bytes(self, par: Parallel, pass_: str = "backward") -> float:
-        key = ("bytes", pass_, *self.key(par))
-        if key not in self.cache:
-            method = "ring" if par.strategy in ("ring", "hybrid", "ulysses") else par.strategy
-            self.cache[key] = hybrid_memory_bytes(self.config(par, pass_), par.ulysses, method)
-        return self.cache[key]
+        method = "ring" if par.strategy in ("ring", "hybrid", "ulysses") else par.strategy
+        return self._cached(
+            ("bytes", pass_, *self.key(par)),
+            lambda: hybrid_memory_bytes(self.config(par, pass_), par.ulysses, method),
+        )
 
     def time(self, par: Parallel, passes=("forward", "backward")) -> tuple[AttentionTime, float]:
         """``(AttentionTime, idle fraction)`` of one layer's attention for one micro-batch."""
-        key = ("time", passes, *self.key(par))
-        if key not in self.cache:
-            self.cache[key] = self._time(par, passes)
-        return self.cache[key]
+        return self._cached(("time", passes, *self.key(par)), lambda: self._time(par, passes))
 
     def _time(self, par, passes):
         cluster = cp_cluster(self.cluster, par.tp, par.cp)
