@@ -31,7 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hostile_cases import CALIBRATE_BAD, MEASURE_BAD  # beside this file (one table, two users)
+from hostile_cases import (  # beside this file (one table, two users)
+    CALIBRATE_BAD,
+    MEASURE_BAD,
+    PLAN_BAD,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -117,6 +121,11 @@ def _small_files() -> None:  # a write past 20 KB fails half-way (EFBIG), as on 
 
 SIM = ["simulate", "--hosts", "4", "--seq-len", "4K"]
 CLI_CASES = [
+    # issue 26 cases 1, 2, 5-10 and the planner's flags: refused in one line, quickly
+    *(
+        Cli(f"plan {' '.join(a)}", ["plan", "--model", "7b", *a], named=n, limit_s=30)
+        for a, n in PLAN_BAD
+    ),
     # item 2: measure and calibrate, refused before any rank starts
     *(
         Cli(f"{cmd} {' '.join(a)}", [cmd, *a], named=n, limit_s=20)

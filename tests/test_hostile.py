@@ -23,7 +23,7 @@ from ringsim.timer.machine import hardware
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from hostile_cases import CALIBRATE_BAD, MEASURE_BAD  # noqa: E402  (shared with the sweep)
+from hostile_cases import CALIBRATE_BAD, MEASURE_BAD, PLAN_BAD  # noqa: E402  (shared with the sweep)
 
 
 def one_line_error(capsys, argv: list[str], named: str) -> str:
@@ -390,3 +390,9 @@ def test_real_ring_refuses_a_nan_and_a_failed_local_check_on_every_rank():
         assert "gloo" not in bad_layout.lower() and "connection" not in bad_layout.lower()
         assert causal.startswith("ValueError: ") and "causal must be True or False" in causal
         assert fine == "ok True"
+
+
+# -- issue 26 cases 1, 2, 5-10: `ringsim plan` refuses what cannot run, in one line ------------
+@pytest.mark.parametrize(("argv", "named"), PLAN_BAD, ids=[" ".join(a) for a, _ in PLAN_BAD])
+def test_plan_refuses_what_cannot_run_naming_the_flag(capsys, argv, named):
+    one_line_error(capsys, ["plan", "--model", "7b", *argv], named)

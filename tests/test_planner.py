@@ -1,60 +1,163 @@
-"""The planner (ringsim.timer.studies.planner) and `ringsim plan`: candidates enumerated within the
-head and memory limits, timed by the strategies' own timer, ranked, and explained."""
+"""The planner (ringsim.timer.studies.planner) and `ringsim plan`: configurations enumerated
+within the head, node, batch and memory limits, each part of a step timed from its source,
+memory counted per GPU, ranked by step time, explained, and bad input refused in one line."""
 
 import json
+import math
 
 import pytest
 
 from ringsim.cli import main
+from ringsim.timer.machine.hardware import get_hardware
 from ringsim.timer.machine.topology import get_cluster
-from ringsim.timer.step.models import ModelSpec
-from ringsim.timer.strategies import simulate_strategy
-from ringsim.timer.studies.planner import candidate_bytes, enumerate_candidates, plan
+from ringsim.timer.step import gemm
+from ringsim.timer.step.flops import model_flops_per_sequence, model_tflops_per_gpu
+from ringsim.timer.step.footprint import step_bytes, usable_bytes
+from ringsim.timer.step.models import ModelSpec, get_model
+from ringsim.timer.step.parallel import Parallel
+from ringsim.timer.step.training import (
+    AttentionTime,
+    elementwise_bytes,
+    layer_time,
+    step_time,
+    tp_comm_seconds,
+)
+from ringsim.timer.studies.planner import (
+    MAX_CP,
+    cp_variants,
+    enumerate_parallel,
+    plan,
+    tp_degrees,
+)
 
 GQA = ModelSpec("gqa-8b", layers=32, d_model=4096, heads=32, ffn_hidden=14336, kv_heads=8)
 DGX2 = get_cluster("dgx-h100").with_nodes(2)
+H100 = get_hardware("h100-nvlink")
 
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    return plan(GQA, 128 * 1024, DGX2)
+    return plan(GQA, 128 * 1024, DGX2, global_batch=2)
 
 
-def test_candidates_respect_the_kv_head_cap_and_the_hosts():
-    cands = enumerate_candidates(GQA, 16, 128 * 1024, causal=True)
-    assert {u for _, u, _, _ in cands} == {1, 2, 4, 8}  # 16 hosts, but only 8 kv heads
-    assert not any(s == "ulysses" for s, *_ in cands)  # 16 > 8 kv heads
-    eight = enumerate_candidates(GQA, 8, 128 * 1024, causal=True)
-    assert ("ulysses", 8, "ulysses-inner", "contiguous") in eight
-    assert {lay for *_, lay in enumerate_candidates(GQA, 8, 8192, causal=False)} == {"contiguous"}
+# -- enumeration ---------------------------------------------------------------------------------
+def test_tensor_parallel_stays_in_a_node_and_divides_the_heads():
+    assert tp_degrees(GQA, 16, 8) == [1, 2, 4, 8]
+    assert tp_degrees(get_model("30b"), 16, 8) == [1, 2, 4]  # 52 heads: 8 does not divide
+    assert tp_degrees(GQA, 6, 8) == [1, 2]
 
 
-def test_plan_ranks_fitting_candidates_best_first(two_nodes):
-    times = [c.step_time_s for c in two_nodes.candidates]
-    assert times == sorted(times) and len(times) > 10
+def test_context_parallel_variants_respect_the_kv_head_cap_and_the_node():
+    variants = cp_variants(16, 8, 128 * 1024, True, per_node=8)
+    assert {v["ulysses"] for v in variants} == {1, 2, 4, 8}  # 16 ranks, but 8 kv heads
+    assert not any(v["strategy"] == "ulysses" for v in variants)
+    eight = cp_variants(8, 8, 128 * 1024, True, per_node=8)
+    assert (
+        dict(strategy="ulysses", ulysses=8, placement="ulysses-inner", layout="contiguous") in eight
+    )
+    assert not any(v["strategy"] == "double-ring" for v in eight)  # one node: the flat ring
+    assert {v["layout"] for v in cp_variants(8, 8, 8192, False)} == {"contiguous"}
+    assert cp_variants(1, 8, 4096, True) == [
+        dict(strategy="ring", ulysses=1, placement="ulysses-inner", layout="contiguous")
+    ]
+
+
+def test_data_parallelism_divides_the_global_batch():
+    pars = enumerate_parallel(GQA, 16, 128 * 1024, global_batch=4)
+    assert {p.dp for p in pars} == {1, 2, 4}
+    assert all(p.gpus == 16 and p.cp <= MAX_CP for p in pars)
+    assert {p.recompute for p in pars} == {"none", "selective", "full"}
+
+
+# -- the parts of a step -------------------------------------------------------------------------
+def test_gemm_rates_are_the_published_sweep_at_its_own_shape():
+    for k, tflops in zip(gemm.HOPPER_BF16.k, gemm.HOPPER_BF16.flops, strict=True):
+        assert gemm.gemm_rate(H100, 8192, 8192, k, "bf16", ideal=False) == pytest.approx(tflops)
+    fp8 = gemm.gemm_rate(H100, 8192, 8192, 16384, "fp8", ideal=False)
+    assert fp8 == pytest.approx(1523e12) and fp8 < 2 * gemm.peak_flops(H100, "bf16")
+    short = gemm.gemm_rate(H100, 8192, 8192, 512, "bf16", ideal=False)
+    assert short < 0.7 * gemm.gemm_rate(H100, 8192, 8192, 8192, "bf16", ideal=False)
+    assert gemm.gemm_rate(H100, 64, 64, 64, "bf16", ideal=True) == 989e12
+    with pytest.raises(ValueError, match=r"fp8.*a100"):
+        gemm.check_gemm_dtype("fp8", get_hardware("a100-nvlink"))
+
+
+def test_a_step_is_the_sum_of_its_parts_and_the_bubble_follows_1f1b():
+    attention = AttentionTime(0.01, 0.025, 0.001, 0.03)
+    base = Parallel(tp=2, cp=4, pp=4, dp=2, virtual_stages=2, recompute="full")
+    b = step_time(
+        GQA, base, 32768, 32, get_cluster("dgx-h100").with_nodes(8), attention, ideal=False
+    )
+    parts = sum(getattr(b, k) for k in b.EXPOSED)
+    assert b.step_time_s == pytest.approx(parts, rel=1e-12)
+    m, p, v = 16, 4, 2
+    assert b.micro_batches == m
+    # (p - 1) / (v m + p - 1) of the step without the data-parallel tail and optimizer
+    body = b.step_time_s - b.dp_comm_exposed_s - b.optimizer_s
+    assert b.pp_bubble_s / body == pytest.approx((p - 1) / (v * m + p - 1), rel=1e-9)
+    layer = layer_time(GQA, base, 32768, DGX2, attention, ideal=False)
+    assert layer.recompute_s == pytest.approx(
+        layer.gemm[0] + layer.elementwise[0] + layer.tp_comm[0] + attention.forward_s
+    )
+
+
+def test_tensor_parallel_traffic_and_elementwise_bytes_scale_as_derived():
+    par = Parallel(tp=1)
+    assert tp_comm_seconds(GQA, par, 8192, DGX2, ideal=True) == 0.0
+    four = Parallel(tp=4)
+    ideal = tp_comm_seconds(GQA, four, 8192, DGX2, ideal=True)
+    size = 8192 * 4096 * 2  # T x d bf16
+    assert ideal == pytest.approx(4 * 3 * (5e-6 + size / 4 / 450e9))
+    assert elementwise_bytes(GQA, four, 8192) < elementwise_bytes(GQA, par, 8192)
+
+
+def test_model_flops_follow_the_two_conventions():
+    m = get_model("7b")
+    s = 4096
+    megatron = model_flops_per_sequence(m, s)
+    causal = model_flops_per_sequence(m, s, "causal")
+    attention = 12 * m.layers * s * s * m.d_model
+    assert megatron - causal == pytest.approx(attention / 2)
+    assert model_tflops_per_gpu(m, s, 8, 4, 2.0) == pytest.approx(8 * megatron / 4 / 2 / 1e12)
+
+
+# -- memory --------------------------------------------------------------------------------------
+def test_what_does_not_fit_exceeds_the_device_by_its_own_count(two_nodes):
+    assert two_nodes.dropped, "expected some configurations not to fit"
+    for c in two_nodes.dropped:
+        assert c.bytes_per_host == pytest.approx(sum(c.memory.values()))
+        assert c.bytes_per_host > c.memory_bytes
     for c in two_nodes.candidates:
-        assert c.bytes_per_host <= c.memory_bytes
-        assert c.step_time_s == pytest.approx(c.attention_s + c.local_s, rel=1e-12)
-        assert c.compute_s <= c.attention_s * (1 + 1e-12)
-    assert two_nodes.hosts == 16 and two_nodes.seconds > 0
+        assert c.bytes_per_host <= c.memory_bytes < c.device_bytes
 
 
-def test_a_candidates_time_is_its_strategys_simulated_time(two_nodes):
-    best = two_nodes.candidates[0]
+def test_the_nemo_1m_configuration_fits():
+    """Llama 2 7B at 1M tokens, TP8 x CP32 x DP4 on 1,024 H100s, fp8 (NeMo's table)."""
+    par = Parallel(tp=8, cp=32, dp=4, strategy="ring", layout="zigzag", gemm_dtype="fp8")
+    parts = step_bytes(get_model("7b"), par, 2**20, 1, attention_bytes=1e9)
+    assert sum(parts.values()) < usable_bytes(H100)
+    full_batch = Parallel(tp=1, dp=4, gemm_dtype="fp8")  # the 4K row without recompute
+    parts = step_bytes(get_model("7b"), full_batch, 4096, 256, attention_bytes=0.0)
+    assert sum(parts.values()) > usable_bytes(H100)
+    lean = step_bytes(get_model("7b"), full_batch.with_(recompute="full"), 4096, 256, 0.0)
+    assert sum(lean.values()) < usable_bytes(H100)
 
-    from ringsim.timer.studies.planner import _base_config, local_seconds
 
-    base = _base_config(GQA, 128 * 1024, 16, DGX2, True, "bf16", 1, "ideal")
-    total = 0.0
-    for pass_ in ("forward", "backward"):
-        cfg = base.replace(pass_=pass_, layout=best.layout)
-        u = None if best.strategy in ("ring", "ulysses") else best.ulysses_degree
-        s = simulate_strategy(
-            cfg, best.strategy, ulysses_degree=u, cluster=DGX2, placement=best.placement
-        )
-        total += s.summary()["total_time_s"]
-    layer, head = local_seconds(GQA, base, "train")
-    assert best.step_time_s == pytest.approx(GQA.layers * (total + layer) + head, rel=1e-12)
+# -- ranking -------------------------------------------------------------------------------------
+def test_plan_ranks_what_fits_best_first_and_times_attention_once_per_configuration(two_nodes):
+    times = [c.step_time_s for c in two_nodes.candidates]
+    assert times == sorted(times) and len(times) > 100
+    keys = {
+        (c.parallel.tp, c.parallel.cp, c.ulysses_degree, c.strategy, c.placement, c.layout)
+        for c in two_nodes.candidates
+    }
+    assert two_nodes.timed_attention == len(keys) < len(two_nodes.candidates)
+    for c in two_nodes.candidates[:20]:
+        b = c.breakdown
+        assert c.step_time_s == pytest.approx(b["step_time_s"], rel=1e-12)
+        assert b["cp_exposed_comm_s"] <= b["attention_s"] * (1 + 1e-12)
+        assert 0 < c.model_tflops_per_gpu and math.isfinite(c.mfu)
+    assert {c.parallel.dp for c in two_nodes.candidates} == {1, 2}
 
 
 def test_prefill_ranks_by_one_forward(two_nodes):
@@ -62,44 +165,70 @@ def test_prefill_ranks_by_one_forward(two_nodes):
     assert prefill.candidates[0].step_time_s < 0.5 * two_nodes.candidates[0].step_time_s
 
 
-def test_candidates_that_do_not_fit_are_dropped_and_nothing_fitting_says_what_would():
+def test_nothing_fitting_says_what_the_leanest_needs():
     small = get_cluster("pcie-8x-l20")  # 48 GB devices
-    result = plan("7b", 384 * 1024, small, hosts=8)  # multi-head: all-gather's k, v are big
-    assert {c.strategy for c in result.dropped} == {"allgather"}
-    for c in result.dropped:
-        assert c.bytes_per_host > c.memory_bytes
-    assert any(c.strategy == "allgather" for c in result.candidates)  # with U > 1 it fits
-    with pytest.raises(ValueError, match=r"fits no strategy on 8 x l20.*fit at seq_len <= 327680"):
-        plan(GQA, 640 * 1024, small, hosts=8)
+    with pytest.raises(ValueError, match=r"fits no strategy on 8 x l20.*the leanest"):
+        plan(GQA, 4 * 2**20, small, hosts=8)
 
 
-def test_memory_grows_with_what_the_strategy_keeps(two_nodes):
-    by = {(c.strategy, c.ulysses_degree, c.layout): c.bytes_per_host for c in two_nodes.candidates}
-    assert by[("allgather", 1, "zigzag")] > by[("ring", 1, "zigzag")]
-    from ringsim.timer.studies.planner import Candidate, _base_config
-
-    base = _base_config(GQA, 128 * 1024, 16, DGX2, True, "bf16", 1, "ideal")
-    ring = Candidate("ring", 1, 16, "ulysses-inner", "zigzag", 8192)
-    assert candidate_bytes(GQA, base, ring, "train") == by[("ring", 1, "zigzag")]
+def test_plans_too_large_to_time_are_refused_before_any_work():
+    with pytest.raises(ValueError, match="65,536"):
+        plan("7b", 2**30, DGX2.with_nodes(2**27), hosts=2**30)
+    with pytest.raises(ValueError, match="context-parallel group of at least 4,096"):
+        plan("7b", 128 * 1024, get_cluster("dgx-h100").with_nodes(4096))
 
 
 # -- the command line ----------------------------------------------------------------------------
 def test_plan_json_has_the_contract_keys(capsys):
-    code = main(["plan", "--model", "7b", "--seq-len", "64K", "--cluster", "dgx-h100",
-                 "--hosts", "16", "--json"])  # fmt: skip
+    code = main(
+        [
+            "plan",
+            "--model",
+            "7b",
+            "--seq-len",
+            "64K",
+            "--cluster",
+            "dgx-h100",
+            "--hosts",
+            "16",
+            "--global-batch",
+            "2",
+            "--json",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     first = data["candidates"][0]
-    for key in ("strategy", "ulysses_degree", "layout", "step_time_s", "bytes_per_host", "why"):
+    for key in (
+        "strategy",
+        "ulysses_degree",
+        "layout",
+        "step_time_s",
+        "bytes_per_host",
+        "why",
+        "tp",
+        "cp",
+        "pp",
+        "dp",
+        "recompute",
+        "breakdown",
+        "memory",
+        "model_tflops_per_gpu",
+        "mfu",
+    ):
         assert key in first
     steps = [c["step_time_s"] for c in data["candidates"]]
     assert steps == sorted(steps)
+    assert data["flops_convention"] == "megatron" and data["global_batch"] == 2
+    text = json.dumps(data)
+    assert "NaN" not in text and "Infinity" not in text and "null" not in text
 
 
 def test_plan_table_explains_the_top_candidates(capsys):
     assert main(["plan", "--model", "7b", "--seq-len", "64K", "--hosts", "8", "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "1. " in out and "exposed communication" in out and "memory headroom" in out
+    assert "megatron convention" in out and "4. " not in out
 
 
 @pytest.mark.parametrize(
@@ -109,13 +238,25 @@ def test_plan_table_explains_the_top_candidates(capsys):
         (["--hosts", "8", "--gpus-per-node", "8"], "needs both --gpus-per-node and"),
         (["--hosts", "8", "--cluster", "nope"], "unknown cluster preset 'nope'"),
         (["--hosts", "8", "--seq-len", "64M"], "fits no strategy"),
+        (["--hosts", "8", "--global-batch", "0"], "global_batch"),
+        (["--hosts", "8", "--tokens-per-step", "3K"], "--tokens-per-step"),
+        (["--hosts", "8", "--tp", "3"], "tp=3"),
+        (["--hosts", "8", "--pp", "0"], "pp"),
+        (["--hosts", "8", "--pp", "1000"], "pp=1000"),
+        (["--hosts", "8", "--virtual-stages", "x"], "virtual_stages"),
+        (["--hosts", "8", "--recompute", "some"], "--recompute"),
+        (["--hosts", "8", "--sharding", "zero9"], "--sharding"),
+        (["--hosts", "8", "--hardware", "a100-nvlink", "--gemm-dtype", "fp8"], "fp8"),
+        (["--hosts", "8", "--flops-convention", "x"], "--flops-convention"),
+        (["--hosts", "8", "--implementation", "fa9"], "implementation"),
+        (["--hosts", "8", "--global-batch", "2", "--tokens-per-step", "128K"], "not allowed"),
     ],
 )
 def test_bad_plan_input_is_one_line_and_exit_2(capsys, argv, message):
     args = ["plan", "--model", "7b"] + (["--seq-len", "64K"] if "--seq-len" not in argv else [])
     assert main(args + argv) == 2
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
+    assert message in err and err.count("\n") == 1, err
 
 
 def test_simulate_takes_the_cluster_and_strategy_flags(capsys):

@@ -1,5 +1,6 @@
-"""``ringsim plan``: which strategy, degrees, placement and layout for a model, a sequence
-length and a cluster, ranked by predicted step time among those that fit in memory."""
+"""``ringsim plan``: how to spread a training step of a model over a cluster (tensor x context x
+pipeline x data parallelism, strategy, layout, recompute), ranked by predicted step time among
+the configurations that fit in memory."""
 
 from __future__ import annotations
 
@@ -12,16 +13,36 @@ from ringsim.cli.args import (
     resolve_cluster,
     resolve_hardware,
 )
+from ringsim.cli.checks import EXTREME_FLAGS
 from ringsim.cli.output import format_bytes, format_seconds, note, print_json, print_table
-from ringsim.values import arg_type, parse_positive_int, parse_seq_len
+from ringsim.cli.values import parse_implementation
+from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
 
-HELP = "rank sequence-parallel strategies for a model, a length and a cluster"
+HELP = "rank ways to spread a training step (TP x CP x PP x DP) for a model, a length, a cluster"
 EXAMPLES = """examples:
   ringsim plan --model 7b --seq-len 1M --cluster dgx-h100 --hosts 64
-  ringsim plan --model 13b --seq-len 256K --hosts 16 --hardware a100-nvlink \\
-      --gpus-per-node 8 --inter-bandwidth 25G --inter-latency 5e-6 --json
+  ringsim plan --model llama3-8b --seq-len 128K --cluster dgx-h100 --nodes 16 \\
+      --global-batch 64 --implementation fa3 --json
+  ringsim plan --model llama3-405b --seq-len 128K --cluster dgx-h100 --nodes 2048 \\
+      --global-batch 128 --pp 16 --virtual-stages 2 --implementation fa2
+  ringsim plan --model 7b --seq-len 128K --cluster dgx-h100 --hosts 128 --global-batch 32 \\
+      --gemm-dtype fp8 --implementation cudnn --recompute none --recompute full
   ringsim plan --model 7b --seq-len 128K --cluster pcie-8x-l20 --hosts 8 --prefill --plot plan.png
 """
+
+CHOICES = {
+    "recompute": ("none", "selective", "full"),
+    "sharding": ("zero1", "zero3"),
+    "gemm_dtype": ("bf16", "fp8"),
+    "flops_convention": ("megatron", "causal"),
+}
+
+
+def _parse_tokens(name: str, text: str) -> int:
+    try:
+        return parse_length(text)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,9 +51,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", required=True, help="tokens, K/M suffixes (powers of two)")
     p.add_argument("--hosts", type=positive("hosts"), help="devices (default: all --nodes)")
     p.add_argument(
-        "--dtype", choices=DTYPES, help="element type (bf16; a calibrated profile's own)"
+        "--dtype", choices=DTYPES, help="attention's element type (bf16; a profile's own)"
     )
-    p.add_argument("--batch", type=positive("batch"), default=1, help="sequences (1)")
+    batch = p.add_mutually_exclusive_group()
+    batch.add_argument(
+        "--global-batch",
+        type=positive("global_batch"),
+        metavar="B",
+        help="sequences per step (1: one sequence over all devices); data parallelism must "
+        "divide it",
+    )
+    batch.add_argument(
+        "--tokens-per-step",
+        type=arg_type(_parse_tokens, "tokens_per_step"),
+        metavar="T",
+        help="tokens per step, K/M suffixes (a multiple of --seq-len)",
+    )
+    p.add_argument("--batch", type=positive("batch"), help=argparse.SUPPRESS)  # the old name
     p.add_argument(
         "--causal",
         action=argparse.BooleanOptionalAction,
@@ -41,9 +76,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--prefill", action="store_true", help="rank by one forward (inference prefill)")
     p.add_argument(
-        "--implementation", default="ideal", help="timer model: ideal (default) or a named one"
+        "--implementation",
+        type=arg_type(parse_implementation, "implementation"),
+        default="ideal",
+        metavar="NAME",
+        help="ideal (default: peak rates) or a kernel family (fa2, fa3, cudnn, triton): "
+        "published GEMM, attention and NCCL rates",
     )
-    p.add_argument("--top", type=positive("top"), default=5, help="candidates shown (5)")
+    p.add_argument("--tp", type=positive("tp"), help="only this tensor-parallel degree")
+    p.add_argument("--pp", type=positive("pp"), default=1, help="pipeline stages (1)")
+    p.add_argument(
+        "--virtual-stages",
+        type=positive("virtual_stages"),
+        default=1,
+        metavar="V",
+        help="model chunks per pipeline rank, interleaved 1F1B (1)",
+    )
+    p.add_argument(
+        "--recompute",
+        action="append",
+        choices=CHOICES["recompute"],
+        help="only these activation recompute choices (repeatable; default all three)",
+    )
+    p.add_argument(
+        "--sharding", choices=CHOICES["sharding"], default="zero1", help="optimizer sharding"
+    )
+    p.add_argument(
+        "--gemm-dtype", choices=CHOICES["gemm_dtype"], default="bf16", help="GEMM precision"
+    )
+    p.add_argument(
+        "--flops-convention",
+        choices=CHOICES["flops_convention"],
+        default="megatron",
+        help="model FLOPs: megatron (attention without the causal mask) or causal",
+    )
+    p.add_argument("--top", type=positive("top"), default=10, help="candidates shown (10)")
+    p.add_argument(
+        "--keep",
+        type=positive("keep"),
+        metavar="K",
+        help="time only what it takes to know the best K exactly; the rest are shown to be "
+        "slower by a lower bound (default: time every configuration that fits)",
+    )
     add_hardware_flags(p)
     add_cluster_flags(p, strategy=False)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -51,13 +125,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
+def global_batch(args: argparse.Namespace, seq_len: int) -> int:
+    """Sequences per step from --global-batch, --tokens-per-step or the old --batch (1)."""
+    if args.batch is not None and (args.global_batch or args.tokens_per_step):
+        raise ValueError("batch: give --global-batch or --tokens-per-step, not --batch too")
+    if args.tokens_per_step is not None:
+        if args.tokens_per_step % seq_len:
+            raise ValueError(
+                f"tokens_per_step must be a multiple of seq_len={seq_len}, got "
+                f"--tokens-per-step {args.tokens_per_step}"
+            )
+        return args.tokens_per_step // seq_len
+    return args.global_batch or args.batch or 1
+
+
 def run(args: argparse.Namespace) -> int:
     from ringsim.timer.machine.topology import Cluster
     from ringsim.timer.step.models import get_model
-    from ringsim.timer.studies.planner import plan
+    from ringsim.timer.studies.planner import TimesOutOfRange, plan
 
     model = get_model(args.model)
     seq_len = parse_seq_len(args.seq_len)
+    batch = global_batch(args, seq_len)
     hardware = resolve_hardware(args)
     cluster = resolve_cluster(args, hardware)
     if cluster is None:  # one node holding every host, on the hardware's link
@@ -66,17 +155,34 @@ def run(args: argparse.Namespace) -> int:
         cluster = Cluster.switch(hardware, args.hosts)
     if args.hosts is None and cluster.nodes is None:
         raise ValueError("hosts: give --hosts P or --nodes N")
-    result = plan(
-        model,
-        seq_len,
-        cluster,
-        args.hosts,
-        mode="prefill" if args.prefill else "train",
-        causal=args.causal,
-        dtype=args.dtype,
-        batch=args.batch,
-        implementation=args.implementation,
-    )
+    try:
+        result = plan(
+            model,
+            seq_len,
+            cluster,
+            args.hosts,
+            mode="prefill" if args.prefill else "train",
+            causal=args.causal,
+            dtype=args.dtype,
+            global_batch=batch,
+            implementation=args.implementation,
+            tp=args.tp,
+            pp=args.pp,
+            virtual_stages=args.virtual_stages,
+            recompute=tuple(args.recompute) if args.recompute else None,
+            sharding=args.sharding,
+            gemm_dtype=args.gemm_dtype,
+            flops_convention=args.flops_convention,
+            keep=args.keep,
+        )
+    except TimesOutOfRange as err:
+        given = [
+            f"--{name.replace('_', '-')} {getattr(args, name)!r}"
+            for name in EXTREME_FLAGS
+            if getattr(args, name, None) not in (None, 0.0, [])
+        ]
+        hint = f"check {', '.join(given)}" if given else "check the hardware's rates"
+        raise ValueError(f"{err}; {hint}") from None
     if args.plot:
         from ringsim.views.planning import plot_plan
 
@@ -85,26 +191,58 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.as_dict())
         return 0
+    print_plan(result, args.top)
+    return 0
+
+
+def print_plan(result, top: int) -> None:
     unit = "step" if result.mode == "train" else "forward"
+    train = result.mode == "train"
     title = (
-        f"{model.name}, {seq_len:,} tokens, {result.hosts} devices: "
-        f"{result.cluster.describe()} ({len(result.candidates)} fit, "
-        f"{len(result.dropped)} do not; {result.seconds:.1f} s)"
+        f"{result.model}, {result.seq_len:,} tokens x {result.global_batch} per {unit}, "
+        f"{result.hosts} devices: {result.cluster.describe()}; {result.implementation} "
+        f"({len(result.candidates)} fit, {len(result.dropped)} do not; "
+        f"{result.seconds:.1f} s)"
     )
-    rows = [
-        (
+    best = result.candidates[:top]
+    header = ["#", "configuration", f"time/{unit}", "exposed comm", "memory"]
+    if train:
+        header += ["TFLOPS/GPU", "MFU"]
+    rows = []
+    for i, c in enumerate(best):
+        row = [
             str(i + 1),
             c.label,
             format_seconds(c.step_time_s),
             format_seconds(c.exposed_comm_s),
             format_bytes(c.bytes_per_host),
-        )
-        for i, c in enumerate(result.candidates[: args.top])
-    ]
-    print_table(title, ("#", "candidate", f"time/{unit}", "exposed comm", "memory"), rows)
+        ]
+        if train:
+            row += [f"{c.model_tflops_per_gpu:.0f}", f"{c.mfu:.0%}"]
+        rows.append(tuple(row))
+    print_table(title, tuple(header), rows)
     print()
-    for i, c in enumerate(result.candidates[: args.top]):
+    for i, c in enumerate(best):
         print(f"{i + 1}. {c.label}: {c.why()}")
+    if train:
+        counted = {"megatron": "attention without the causal mask", "causal": "causal attention"}
+        note_ = (
+            f"model TFLOPS per GPU in the {result.flops_convention} convention "
+            f"({counted[result.flops_convention]}); MFU over the bf16 dense peak"
+        )
+        if any(c.mfu > 1 for c in best):
+            note_ += " (over 100%: the convention counts the masked half of the scores)"
+        print(note_)
     worst = result.candidates[-1]
     print(f"slowest that fits: {worst.label}, {format_seconds(worst.step_time_s)}")
-    return 0
+    if result.bounded:
+        print(
+            f"{len(result.bounded)} more fit but were not timed: their lower bounds exceed the "
+            f"best {len(result.candidates)} timed (--keep)"
+        )
+    if result.dropped:
+        lean = min(result.dropped, key=lambda c: c.bytes_per_host)
+        print(
+            f"{len(result.dropped)} do not fit (not ranked); the leanest of them, {lean.label}, "
+            f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.memory_bytes)}"
+        )

@@ -18,6 +18,8 @@ STYLE = {  # experiment: (marker, colour), Okabe-Ito
     "striped-t5": ("D", "#CC79A7"),
     "ring-t2": ("v", "#D55E00"),
     "ring-t3": ("P", "#56B4E9"),
+    "nemo-long": ("o", "#009E73"),
+    "llama3-t4": ("s", "#D55E00"),
 }
 SHARES = ("zhuzilin", "zhuzilin-mha", "zhuzilin-issue55")
 PANELS = (
@@ -27,6 +29,7 @@ PANELS = (
         ("zhuzilin-its", "zhuzilin-mha-its", "zhuzilin-issue55-its"),
     ),
     ("tokens (Ring Attention Tables 2 and 3)", ("ring-t2", "ring-t3")),
+    ("TFLOPS per GPU, whole training steps", ("nemo-long", "llama3-t4")),
 )
 
 
@@ -37,8 +40,9 @@ def plot_validation(results: list[dict], path: str | os.PathLike | None = None, 
     from ringsim.views.plots import pyplot, save_figure
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5.5 * len(PANELS), 4.8))
-    for ax, (label, experiments) in zip(axes, PANELS, strict=True):
+    rows = -(-len(PANELS) // 2)
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 4.8 * rows), squeeze=False)
+    for ax, (label, experiments) in zip(axes.flat, PANELS, strict=True):
         values = []
         for name in experiments:
             rows = [r for r in results if r["experiment"] == name]

@@ -31,6 +31,23 @@ class Strategy:
     description: str = ""
     flat: bool = False
     passes: tuple[str, ...] = PEER_PASSES
+    uses_layout: bool = True
+    """Whether the token layout changes this strategy's run (Ulysses attends whole sequences)."""
+
+    def runs(self, ulysses: int, ring: int) -> bool:
+        """Whether this strategy is one way to run a ``U x R`` group (``ulysses`` x ``ring``
+        hosts): by default any group with a sequence-parallel part (``R > 1``)."""
+        return ring > 1
+
+    def rounds(self, ring: int, per_node: int) -> int:
+        """Sequential rounds a pass of ``ring`` ranks takes, ``per_node`` of them on one node
+        (what a planner's timing of it costs grows with): one, but for the double ring."""
+        return 1
+
+    def distinct(self, ring: int, per_node: int) -> bool:
+        """Whether running ``ring`` ranks with ``per_node`` of them on one node differs from
+        a strategy already counted (the double ring of one node is the flat ring)."""
+        return True
 
     def degree(self, config: RingConfig, ulysses_degree: int | None) -> int:
         """The Ulysses degree ``U`` this run uses (default 1), checked against the hosts and
@@ -83,9 +100,10 @@ class Strategy:
         raise NotImplementedError
 
     def label(self, ulysses_degree: int, ring_degree: int, placement: str) -> str:
-        """How a planner names one of this strategy's configurations."""
+        """How a planner names one of this strategy's configurations (the placement only
+        where both degrees exceed one, where it matters)."""
         label = f"{self.name} U{ulysses_degree}xR{ring_degree}"
-        return label + (f" ({placement})" if ulysses_degree > 1 else "")
+        return label + (f" {placement}" if ulysses_degree > 1 and ring_degree > 1 else "")
 
 
 STRATEGIES: dict[str, Strategy] = {}

@@ -233,6 +233,14 @@ class DoubleRing(Strategy):
     name = "double-ring"
     description = "inner rings inside a node, an outer ring across nodes (LoongTrain)"
 
+    def rounds(self, ring: int, per_node: int) -> int:
+        return -(-ring // max(per_node, 1))
+
+    def distinct(self, ring: int, per_node: int) -> bool:
+        """Inner rings of ``per_node`` members: the flat ring when one node holds the whole
+        ring (``window = R``), no inner ring with one member per node."""
+        return 2 <= per_node < ring
+
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         def double_rings(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
             done = [

@@ -49,6 +49,9 @@ class Ring(Strategy):
             )
         return 1
 
+    def runs(self, ulysses: int, ring: int) -> bool:
+        return ulysses == 1
+
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         return ring_on_cluster(config, grid, cluster, engine, self.name)
 
@@ -62,6 +65,9 @@ class Ring(Strategy):
 class Hybrid(Strategy):
     name = "hybrid"
     description = "Ulysses x ring (USP): U-host all-to-alls around R-host rings"
+
+    def runs(self, ulysses: int, ring: int) -> bool:
+        return ulysses > 1 and ring > 1  # U = 1 is the ring, R = 1 Ulysses
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         if grid.ulysses == 1:

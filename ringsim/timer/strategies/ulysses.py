@@ -54,6 +54,10 @@ class Ulysses(Strategy):
     name = "ulysses"
     description = "all-to-alls re-shard by heads; each host attends the whole sequence"
     flat = True
+    uses_layout = False
+
+    def runs(self, ulysses: int, ring: int) -> bool:
+        return ring == 1 and ulysses > 1
 
     def degree(self, config: RingConfig, ulysses_degree: int | None) -> int:
         if ulysses_degree not in (None, config.hosts):

@@ -1,69 +1,125 @@
-"""The planner: which sequence-parallel strategy, degrees, placement and layout for one model,
-one sequence length and one cluster, ranked by the timer's predicted step time.
+"""The planner: how to spread a training step of one model over one cluster, ranked by the
+predicted time of the whole step.
 
-``plan`` enumerates every candidate the ``P`` hosts allow: the ring, Ulysses (``P <= H_kv``),
-the hybrid ``U x R`` (USP), the double ring (LoongTrain) and all-gather (Llama 3), each with
-every Ulysses degree ``U`` that divides ``P`` and the key/value heads, both placements (the
-Ulysses groups inside nodes or across them), and every layout (causal: ``zigzag``,
-``striped``, ``contiguous``; Ulysses' compute has no layout). The ring block is ``N / R``
-tokens, so the degrees choose the block size. It drops the candidates whose bytes per host do
-not fit the device, and times the rest on the cluster (``ringsim.timer.strategies``).
+``plan`` enumerates every configuration the devices allow: tensor parallelism ``tp`` (inside a
+node, dividing the heads), context parallelism ``cp = U x R`` with each strategy that can run it
+(the ring, Ulysses, the hybrid ``U x R`` (USP), the double ring (LoongTrain), all-gather
+(Llama 3)), both placements and every layout, pipeline parallelism ``pp`` where asked (with
+``v`` interleaved chunks), data parallelism with the rest of the devices (its degree must divide
+the global batch), and each activation recompute choice (``none``, ``selective``, ``full``).
+It sizes every configuration on one GPU (``ringsim.timer.step.footprint``), drops the ones that
+do not fit in what the framework leaves of the device (reported, never ranked), times the rest
+(``ringsim.timer.step.training``: GEMMs, attention, elementwise kernels, each collective, the
+pipeline bubble, the optimizer) and ranks them by step time.
 
-One candidate's time, per transformer layer (every host runs all layers on its ``c = N / P``
-tokens): the attention layer's forward and, for training, backward pass (each timed as one
-run of the strategy, communication included), plus the layer's local matmuls over the
-device's FLOP rate: q/k/v/o projections and the SwiGLU MLP (three ``d x f`` matrices),
-forward and backward (2 x). ``step_time_s = layers x (attention + local) + LM head``. Not
-modelled: activation recomputation, the data-parallel/FSDP traffic of weights and gradients
-(the same for every candidate of one run), pipeline bubbles, attention kernels' efficiency
-(``implementation="ideal"``: peak FLOP/s, as in lessons 1-9).
+Attention is timed once per distinct configuration (strategy, degrees, placement, layout,
+heads per GPU): the recompute choice and the data-parallel degree do not change it, so most
+candidates reuse a timed one. ``mode="prefill"`` ranks one forward pass instead (inference).
 
-Memory (``bytes_per_host``): ``ringsim.timer.step.memory.bytes_per_host`` for the model states
-(FSDP over all ``P`` hosts), the gathered layer, the layer-input checkpoints and the logits of
-``c`` tokens, and the strategy's own attention working set (``Strategy.working_set_bytes``: the
-ring's block and the one in flight, Ulysses' gathered heads, all-gather's full k, v) in place
-of the ring's. For inference prefill: the bf16 weights over ``P`` hosts, the key/value cache
-of ``c`` tokens in every layer, and the forward working set.
+Model TFLOPS per GPU and MFU are reported in the Megatron convention (attention counted
+without the causal mask) unless ``flops_convention="causal"`` (``ringsim.timer.step.flops``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ringsim.grid import check_ulysses_degree
-from ringsim.layouts import get_layout
-from ringsim.timer.cost import DTYPE_BYTES, ffn_flops, projection_flops
+from ringsim.grid import PLACEMENTS, check_ulysses_degree
+from ringsim.layouts import get_layout, layout_names
+from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.machine.families import arch_of, get_family
 from ringsim.timer.machine.topology import Cluster
-from ringsim.timer.step.memory import bytes_per_host
+from ringsim.timer.step.flops import check_convention, model_tflops_per_gpu
+from ringsim.timer.step.footprint import prefill_bytes, step_bytes, usable_bytes
+from ringsim.timer.step.gemm import check_gemm_dtype, peak_flops
 from ringsim.timer.step.models import ModelSpec, get_model
-from ringsim.timer.strategies import get_strategy, simulate_strategy
+from ringsim.timer.step.parallel import RECOMPUTE, SHARDING, Parallel
+from ringsim.timer.step.training import (
+    AttentionTime,
+    heads_per_gpu,
+    micro_batches,
+    prefill_time,
+    step_time,
+)
+from ringsim.timer.strategies import STRATEGIES, get_strategy, simulate_strategy
 
 MODES = ("train", "prefill")
-CAUSAL_LAYOUTS = ("zigzag", "striped", "contiguous")
+MAX_PLAN_HOSTS = 65536
+"""The most devices a plan takes: the event timer's ring limit (2^33 block events)."""
+MAX_CP = 1024
+"""The largest context-parallel group the planner times (a double ring of R ranks builds
+R x R tables; all-gather and Ulysses do O(R^2) work)."""
+MAX_DOUBLE_RING_ROUNDS = 8
+"""The most rounds (ring degree over window) of a double ring the planner times: its timer's
+cost grows with the rounds times the ring degree (a 16-round double ring of 32 ranks takes
+about 2 s, one of 64 rounds 25 s), and LoongTrain's own runs use a few rounds."""
+MAX_SECONDS = 1.7976931348623157e308 / 1e6
+"""The longest time a plan may report (as ``ringsim.cli.checks``: traces count microseconds)."""
+
+
+class TimesOutOfRange(ValueError):
+    """A candidate's time left float64's range: the hardware's rates or latencies are extreme."""
 
 
 @dataclass
 class Candidate:
-    """One way to run the sequence: its strategy and degrees, predicted time and memory."""
+    """One configuration: how it is spread (``parallel``), its predicted step and memory."""
 
-    strategy: str
-    ulysses_degree: int
-    ring_degree: int
-    placement: str
-    layout: str
+    parallel: Parallel
     block_tokens: int
+    micro_batches: int = 1
     step_time_s: float = 0.0
-    attention_s: float = 0.0
-    local_s: float = 0.0
-    compute_s: float = 0.0
-    exposed_comm_s: float = 0.0
-    idle_fraction: float = 0.0
+    breakdown: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
     bytes_per_host: float = 0.0
-    memory_bytes: float = 0.0
+    memory_bytes: float = 0.0  # what the framework leaves of the device
+    device_bytes: float = 0.0
     fits: bool = True
+    idle_fraction: float = 0.0
+    model_tflops_per_gpu: float = 0.0
+    mfu: float = 0.0
+    lower_bound_s: float = 0.0  # the step with attention at the peak rate (never more)
+    timed: bool = False
+
+    # -- the fields every earlier plan had -------------------------------------------------
+    @property
+    def strategy(self) -> str:
+        return self.parallel.strategy
+
+    @property
+    def ulysses_degree(self) -> int:
+        return self.parallel.ulysses
+
+    @property
+    def ring_degree(self) -> int:
+        return self.parallel.ring
+
+    @property
+    def placement(self) -> str:
+        return self.parallel.placement
+
+    @property
+    def layout(self) -> str:
+        return self.parallel.layout
+
+    @property
+    def attention_s(self) -> float:
+        return self.breakdown.get("attention_s", 0.0)
+
+    @property
+    def exposed_comm_s(self) -> float:
+        """Every exposed communication: context-parallel (inside attention), tensor-parallel,
+        data-parallel."""
+        b = self.breakdown
+        return (
+            b.get("cp_exposed_comm_s", 0.0)
+            + b.get("tp_comm_s", 0.0)
+            + b.get("dp_comm_exposed_s", 0.0)
+        )
 
     @property
     def headroom_bytes(self) -> float:
@@ -71,29 +127,61 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        if self.strategy in ("ring", "ulysses"):
-            degrees = f"{self.strategy}"
-        else:
-            degrees = f"{self.strategy} U{self.ulysses_degree}xR{self.ring_degree}"
-            if self.ulysses_degree > 1:
-                degrees += f" ({self.placement})"
-        return f"{degrees}, {self.layout}"
+        return self.parallel.label()
 
     def why(self) -> str:
         """Where the time goes, in one line."""
-        step = self.step_time_s
+        b, step = self.breakdown, self.step_time_s
+        parts = [
+            ("attention", b.get("attention_s", 0.0)),
+            ("GEMMs", b.get("gemm_s", 0.0) + b.get("lm_head_s", 0.0)),
+            ("elementwise", b.get("elementwise_s", 0.0)),
+            ("recompute", b.get("recompute_s", 0.0)),
+            ("TP comm", b.get("tp_comm_s", 0.0)),
+            ("DP comm", b.get("dp_comm_exposed_s", 0.0)),
+            ("bubble", b.get("pp_bubble_s", 0.0)),
+        ]
+        shares = ", ".join(f"{name} {s / step:.0%}" for name, s in parts if s > 0.005 * step)
+        cp = b.get("cp_exposed_comm_s", 0.0)
         return (
-            f"attention compute {self.compute_s / step:.0%}, exposed communication "
-            f"{self.exposed_comm_s / step:.0%}, other matmuls {self.local_s / step:.0%}; "
-            f"hosts idle {self.idle_fraction:.0%} of the attention; "
-            f"{self.headroom_bytes / 1e9:.1f} GB memory headroom"
+            f"{shares}; exposed communication {self.exposed_comm_s / step:.0%} (CP "
+            f"{cp / step:.0%}); {self.headroom_bytes / 1e9:.1f} GB memory headroom"
         )
 
     def as_dict(self) -> dict:
-        out = dataclasses.asdict(self)
-        out["headroom_bytes"] = self.headroom_bytes
-        out["label"] = self.label
-        out["why"] = self.why() if self.fits and self.step_time_s > 0 else "does not fit"
+        p = self.parallel
+        out = {
+            "label": self.label,
+            "strategy": p.strategy,
+            "ulysses_degree": p.ulysses,
+            "ring_degree": p.ring,
+            "placement": p.placement,
+            "layout": p.layout,
+            "block_tokens": self.block_tokens,
+            "step_time_s": self.step_time_s,
+            "bytes_per_host": self.bytes_per_host,
+            "memory_bytes": self.memory_bytes,
+            "device_bytes": self.device_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "fits": self.fits,
+            **{k: getattr(p, k) for k in ("tp", "cp", "pp", "dp", "virtual_stages")},
+            **{k: getattr(p, k) for k in ("recompute", "sharding", "gemm_dtype")},
+            "micro_batches": self.micro_batches,
+            "memory": dict(self.memory),
+        }
+        out["lower_bound_s"] = self.lower_bound_s
+        if self.fits and self.timed:
+            out.update(
+                attention_s=self.attention_s,
+                exposed_comm_s=self.exposed_comm_s,
+                idle_fraction=self.idle_fraction,
+                breakdown=dict(self.breakdown),
+                model_tflops_per_gpu=self.model_tflops_per_gpu,
+                mfu=self.mfu,
+                why=self.why(),
+            )
+        else:
+            out["why"] = "not timed: slower than the kept ones" if self.fits else "does not fit"
         return out
 
 
@@ -108,57 +196,291 @@ class Plan:
     candidates: list[Candidate]  # fitting ones, best first
     dropped: list[Candidate]  # the ones that do not fit in memory
     seconds: float  # wall time the planner took
+    global_batch: int = 1
+    implementation: str = "ideal"
+    flops_convention: str = "megatron"
+    timed_attention: int = 0  # distinct attention configurations timed
+    bounded: list[Candidate] = field(default_factory=list)  # fit, provably slower, not timed
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
 
     def as_dict(self) -> dict:
         return {
             "model": self.model,
             "seq_len": self.seq_len,
             "hosts": self.hosts,
+            "global_batch": self.global_batch,
+            "tokens_per_step": self.tokens_per_step,
             "cluster": self.cluster.name,
             "cluster_description": self.cluster.describe(),
             "mode": self.mode,
             "causal": self.causal,
+            "implementation": self.implementation,
+            "flops_convention": self.flops_convention,
             "candidates": [c.as_dict() for c in self.candidates],
             "dropped": [c.as_dict() for c in self.dropped],
-            "evaluated": len(self.candidates) + len(self.dropped),
+            "bounded": [c.as_dict() for c in self.bounded],
+            "evaluated": len(self.candidates) + len(self.dropped) + len(self.bounded),
+            "timed_attention": self.timed_attention,
             "planner_seconds": self.seconds,
         }
 
 
-def enumerate_candidates(model: ModelSpec, hosts: int, seq_len: int, causal: bool) -> list:
-    """Every ``(strategy, U, placement, layout)`` the hosts and heads allow (unordered)."""
-    H, H_kv = model.heads, model.n_kv_heads
-    layouts = CAUSAL_LAYOUTS if causal else ("contiguous",)
-    layouts = tuple(lay for lay in layouts if _splits(seq_len, hosts, lay))
+# -- enumeration -------------------------------------------------------------------------------
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def tp_degrees(model: ModelSpec, hosts: int, gpus_per_node: int) -> list[int]:
+    """Tensor-parallel degrees: inside one node, dividing the query heads, and dividing the
+    key/value heads or a multiple of them (replicated)."""
     out = []
-    degrees = [u for u in range(1, hosts + 1) if _valid(hosts, H, H_kv, u)]
-    for u in degrees:
-        r = hosts // u
-        placements = ("ulysses-inner", "ring-inner") if 1 < u < hosts else ("ulysses-inner",)
-        if r == 1:
-            out.append(("ulysses", u, "ulysses-inner", "contiguous"))
+    for t in divisors(min(hosts, gpus_per_node)):
+        try:
+            heads_per_gpu(model, t)
+        except ValueError:
             continue
-        for placement in placements:
-            for layout in layouts:
-                if u == 1:
-                    out.append(("ring", 1, placement, layout))
-                else:
-                    out.append(("hybrid", u, placement, layout))
-                out.append(("double-ring", u, placement, layout))
-                out.append(("allgather", u, placement, layout))
+        if hosts % t == 0:
+            out.append(t)
     return out
 
 
-def _valid(hosts: int, heads: int, kv_heads: int, u: int) -> bool:
-    try:
-        check_ulysses_degree(hosts, kv_heads, u)
-    except ValueError:
-        return False
-    return True
+def cp_variants(
+    cp: int, kv_heads: int, seq_len: int, causal: bool, per_node: int | None = None
+) -> list[dict]:
+    """Every ``(strategy, ulysses, placement, layout)`` a context-parallel group of ``cp`` ranks
+    with ``kv_heads`` key/value heads per GPU can run. The double ring runs inner rings of one
+    node's ring members (``window``, ``per_node`` of the group's ranks per node): it is left
+    out where that is the flat ring or has no inner ring (``Strategy.distinct``), and past
+    ``MAX_DOUBLE_RING_ROUNDS`` rounds (``Strategy.rounds``), whose timing costs seconds. Each
+    strategy says which ``U x R`` groups it runs (``Strategy.runs``)."""
+    # a causal mask makes the layout matter; without one every layout does the same work
+    names = layout_names() if causal and cp > 1 else layout_names()[:1]
+    layouts = [name for name in names if seq_len % get_layout(name).divisor(cp) == 0]
+    out = []
+    for u in divisors(cp):
+        try:
+            check_ulysses_degree(cp, kv_heads, u)
+        except ValueError:
+            continue
+        r = cp // u
+        for placement in PLACEMENTS if 1 < u < cp else PLACEMENTS[:1]:
+            ring_per_node = _ring_members_per_node(u, r, placement, per_node)
+            for name, strategy in STRATEGIES.items():
+                if not strategy.runs(u, r) or not strategy.distinct(r, ring_per_node):
+                    continue
+                if strategy.rounds(r, ring_per_node) > MAX_DOUBLE_RING_ROUNDS:
+                    continue
+                for layout in layouts if strategy.uses_layout else layouts[:1]:
+                    out.append(dict(strategy=name, ulysses=u, placement=placement, layout=layout))
+    return out
 
 
-def _splits(seq_len: int, hosts: int, layout: str) -> bool:
-    return seq_len % get_layout(layout).divisor(hosts) == 0
+def _ring_members_per_node(u: int, r: int, placement: str, per_node: int | None) -> int:
+    """Members of one ring group inside one node of ``per_node`` ranks (``None``: all)."""
+    if per_node is None:
+        return r
+    if placement == "ring-inner":
+        return min(r, per_node)
+    return max(1, min(r, per_node // u))
+
+
+def enumerate_parallel(
+    model: ModelSpec,
+    hosts: int,
+    seq_len: int,
+    *,
+    causal: bool = True,
+    global_batch: int = 1,
+    gpus_per_node: int = 8,
+    tp: int | None = None,
+    pp: int = 1,
+    virtual_stages: int = 1,
+    recompute: tuple[str, ...] = RECOMPUTE,
+    sharding: str = "zero1",
+    gemm_dtype: str = "bf16",
+    max_cp: int = MAX_CP,
+) -> list[Parallel]:
+    """Every ``Parallel`` the ``hosts`` devices allow (module docstring), unordered."""
+    out = []
+    tps = [tp] if tp is not None else tp_degrees(model, hosts, gpus_per_node)
+    for t in tps:
+        if hosts % (t * pp):
+            continue
+        _, kv = heads_per_gpu(model, t)
+        for cp in divisors(hosts // (t * pp)):
+            dp = hosts // (t * pp * cp)
+            if cp > max_cp or global_batch % dp or seq_len % cp:
+                continue
+            per_node = max(1, gpus_per_node // t)
+            for variant in cp_variants(cp, kv, seq_len, causal, per_node):
+                for r in recompute:
+                    out.append(
+                        Parallel(
+                            tp=t,
+                            cp=cp,
+                            pp=pp,
+                            dp=dp,
+                            recompute=r,
+                            sharding=sharding,
+                            gemm_dtype=gemm_dtype,
+                            virtual_stages=virtual_stages,
+                            **variant,
+                        )
+                    )
+    return out
+
+
+# -- attention, timed once per distinct configuration ------------------------------------------
+def cp_cluster(cluster: Cluster, tp: int, cp: int) -> Cluster:
+    """The cluster one tensor-parallel shard's context-parallel group sees: ``g / tp`` of its
+    ranks per node (ranks ``[TP, CP, ...]``), each GPU with its own links and NIC share."""
+    g = cluster.gpus_per_node
+    per_node = max(1, g // tp)
+    nics = max(1, cluster.nics_per_node * per_node // g)
+    group = cluster.switch_group // tp if cluster.switch_group and tp < cluster.switch_group else 0
+    changes = dict(gpus_per_node=per_node, nics_per_node=nics, nodes=math.ceil(cp / per_node))
+    if group and per_node % group == 0:
+        changes["switch_group"] = group
+    else:
+        changes.update(switch_group=0, switch_uplink=0.0)
+    return dataclasses.replace(cluster, **changes)
+
+
+SHARED_CACHE: dict = {}
+"""Attention timings and working sets of every plan in this process, by the full
+configuration (a second plan on the same cluster reuses them). At most ``SHARED_CACHE_SIZE``
+entries: the oldest go first."""
+SHARED_CACHE_SIZE = 20_000
+
+
+class AttentionTimer:
+    """Times a context-parallel group's attention (forward and backward) and sizes its working
+    set, once per distinct configuration (the cache key), sharing the results with every
+    plan of the process (``SHARED_CACHE``)."""
+
+    def __init__(self, model, seq_len, cluster, *, causal, dtype, implementation, micro_batch=1):
+        self.model, self.seq_len, self.cluster = model, seq_len, cluster
+        self.causal, self.dtype, self.implementation = causal, dtype, implementation
+        self.micro_batch = micro_batch
+        self.cache: dict = {}
+        family = get_family(implementation)
+        self.context = (repr(cluster), model, seq_len, causal, dtype, repr(family), micro_batch)
+
+    def _cached(self, key: tuple, compute):
+        if key not in self.cache:
+            shared = (*self.context, *key)
+            if shared not in SHARED_CACHE:
+                if len(SHARED_CACHE) >= SHARED_CACHE_SIZE:
+                    del SHARED_CACHE[next(iter(SHARED_CACHE))]
+                SHARED_CACHE[shared] = compute()
+            self.cache[key] = SHARED_CACHE[shared]
+        return self.cache[key]
+
+    def config(self, par: Parallel, pass_: str) -> RingConfig:
+        heads, kv = heads_per_gpu(self.model, par.tp)
+        return RingConfig(
+            hosts=par.cp,
+            seq_len=self.seq_len,
+            hardware=self.cluster.hardware,
+            heads=heads,
+            kv_heads=kv,
+            head_dim=self.model.head_dim,
+            dtype=self.dtype,
+            batch=self.micro_batch,
+            causal=self.causal,
+            layout=par.layout,
+            pass_=pass_,
+            implementation=self.implementation,
+        )
+
+    def key(self, par: Parallel) -> tuple:
+        return (par.tp, par.cp, par.ulysses, par.strategy, par.placement, par.layout)
+
+    def bytes(self, par: Parallel, pass_: str = "backward") -> float:
+        strategy = get_strategy(par.strategy)
+        return self._cached(
+            ("bytes", pass_, *self.key(par)),
+            lambda: strategy.working_set_bytes(self.config(par, pass_), par.ulysses),
+        )
+
+    def time(self, par: Parallel, passes=("forward", "backward")) -> tuple[AttentionTime, float]:
+        """``(AttentionTime, idle fraction)`` of one layer's attention for one micro-batch."""
+        return self._cached(("time", passes, *self.key(par)), lambda: self._time(par, passes))
+
+    def _time(self, par, passes):
+        cluster = cp_cluster(self.cluster, par.tp, par.cp)
+        totals, exposed, compute, idle = {}, 0.0, 0.0, 0.0
+        for pass_ in passes:
+            u = par.ulysses
+            s = simulate_strategy(
+                self.config(par, pass_),
+                par.strategy,
+                ulysses_degree=u,
+                cluster=cluster,
+                placement=par.placement,
+            ).summary()
+            totals[pass_] = s["total_time_s"]
+            exposed += s["exposed_comm_s"]
+            compute += s["compute_time_s"]
+            idle += s["idle_fraction"] * s["total_time_s"]
+        total = sum(totals.values())
+        timed = AttentionTime(
+            totals.get("forward", 0.0), totals.get("backward", 0.0), exposed, compute
+        )
+        return timed, (idle / total if total else 0.0)
+
+    @property
+    def timed(self) -> int:
+        return sum(1 for k in self.cache if k[0] == "time")
+
+
+# -- the plan ----------------------------------------------------------------------------------
+def check_plan_size(
+    hosts: int,
+    seq_len: int,
+    model: ModelSpec,
+    cluster: Cluster,
+    *,
+    global_batch: int,
+    pp: int,
+    tp: int | None,
+) -> None:
+    """Refuse, before any work, a plan no candidate of which the timer can run: more devices
+    than the event timer takes, or context-parallel groups larger than ``MAX_CP`` everywhere."""
+    if hosts > MAX_PLAN_HOSTS:
+        raise ValueError(
+            f"hosts={hosts} is too many to plan: the event timer times rings of at most "
+            f"{MAX_PLAN_HOSTS:,} devices (2^33 block events)"
+        )
+    tps = [tp] if tp is not None else tp_degrees(model, hosts, cluster.gpus_per_node) or [1]
+    smallest = min(
+        (
+            hosts // (t * pp * dp)
+            for t in tps
+            if hosts % (t * pp) == 0
+            for dp in divisors(hosts // (t * pp))
+            if global_batch % dp == 0
+        ),
+        default=None,
+    )
+    if smallest is None:
+        raise ValueError(
+            f"hosts={hosts} splits into no tp x pp x dp x cp with pp={pp} and global_batch="
+            f"{global_batch} (dp must divide the global batch)"
+        )
+    if smallest > MAX_CP:
+        raise ValueError(
+            f"hosts={hosts}: every configuration needs a context-parallel group of at least "
+            f"{smallest:,} ranks (global_batch={global_batch} sequences leave data parallelism "
+            f"at most {global_batch}); the planner times groups of at most {MAX_CP:,}: give a "
+            f"larger global batch (--global-batch) or fewer hosts"
+        )
+    if seq_len < smallest:
+        raise ValueError(f"seq_len={seq_len} is shorter than the {smallest} context-parallel ranks")
 
 
 def plan(
@@ -170,135 +492,243 @@ def plan(
     mode: str = "train",
     causal: bool = True,
     dtype: str = "bf16",
-    batch: int = 1,
+    global_batch: int = 1,
     implementation: str = "ideal",
+    tp: int | None = None,
+    pp: int = 1,
+    virtual_stages: int = 1,
+    recompute: tuple[str, ...] | str | None = None,
+    sharding: str = "zero1",
+    gemm_dtype: str = "bf16",
+    flops_convention: str = "megatron",
+    keep: int | None = None,
+    batch: int | None = None,
 ) -> Plan:
-    """Rank every candidate for ``model`` at ``seq_len`` tokens on ``hosts`` devices of
-    ``cluster`` (default: all of its nodes). ``ValueError`` if none fits in memory, saying
-    what would."""
+    """Rank every configuration for ``model`` at ``seq_len`` tokens, ``global_batch`` sequences
+    per step, on ``hosts`` devices of ``cluster`` (default: all of its nodes); ``ValueError`` if
+    none fits in memory, saying what the leanest needs. ``keep``: time only as many as it takes
+    to know the best ``keep`` exactly (the rest are ``Plan.bounded``: fit, provably slower;
+    ``evaluate``); default: time every one that fits. ``batch`` is the old name of
+    ``global_batch``."""
     t0 = time.perf_counter()
     m = get_model(model)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if batch is not None:
+        global_batch = batch
+    for name, value in (
+        ("seq_len", seq_len),
+        ("global_batch", global_batch),
+        ("pp", pp),
+        ("virtual_stages", virtual_stages),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    recompute = _recompute_choices(recompute, mode)
+    if sharding not in SHARDING:
+        raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {sharding!r}")
+    check_gemm_dtype(gemm_dtype, cluster.hardware)
+    check_convention(flops_convention)
+    family = get_family(implementation)
     if hosts is None:
         if cluster.nodes is None:
             raise ValueError("hosts is needed for a cluster without a node count")
         hosts = cluster.nodes * cluster.gpus_per_node
-    cluster = cluster if cluster.nodes is not None else cluster.with_nodes(cluster.nodes_for(hosts))
     cluster.check_hosts(hosts)
-    base = _base_config(m, seq_len, hosts, cluster, causal, dtype, batch, implementation)
-    fitting, dropped = [], []
-    for strategy, u, placement, layout in enumerate_candidates(m, hosts, seq_len, causal):
-        cand = Candidate(strategy, u, hosts // u, placement, layout, seq_len // (hosts // u))
-        cand.memory_bytes = cluster.hardware.memory_bytes
-        cand.bytes_per_host = candidate_bytes(m, base, cand, mode)
-        cand.fits = cand.bytes_per_host <= cand.memory_bytes
-        (fitting if cand.fits else dropped).append(cand)
-    if not fitting:
-        raise ValueError(_nothing_fits(m, base, cluster, hosts, mode, dropped))
-    for cand in fitting:
-        _time(m, base, cluster, cand, mode)
-    fitting.sort(key=lambda c: (c.step_time_s, c.bytes_per_host))
-    seconds = time.perf_counter() - t0
-    return Plan(m.name, seq_len, hosts, cluster, mode, causal, fitting, dropped, seconds)
-
-
-def _base_config(m, seq_len, hosts, cluster, causal, dtype, batch, implementation) -> RingConfig:
-    fields = dict(
-        hosts=hosts,
-        seq_len=seq_len,
-        hardware=cluster.hardware,
-        heads=m.heads,
-        kv_heads=m.n_kv_heads,
-        head_dim=m.head_dim,
-        dtype=dtype,
-        batch=batch,
-        causal=causal,
-        d_model=m.d_model,
-        ffn=m.ffn_hidden,
-        layout="contiguous",
-        implementation=implementation,
-    )
-    return RingConfig(**fields)
-
-
-def candidate_bytes(m: ModelSpec, base: RingConfig, cand: Candidate, mode: str) -> float:
-    """Bytes on one host for ``cand`` (the module docstring's accounting)."""
-    pass_ = "backward" if mode == "train" else "forward"
-    cfg = base.replace(pass_=pass_, layout=cand.layout)
-    attention = get_strategy(cand.strategy).working_set_bytes(cfg, cand.ulysses_degree)
-    e, c, P = DTYPE_BYTES[base.dtype], base.block_tokens, base.hosts
-    if mode == "prefill":
-        weights = e * m.params / P
-        cache = 2.0 * m.layers * c * m.n_kv_heads * m.head_dim * e * base.batch
-        return float(weights + cache + max(attention, base.batch * c * m.d_model * e))
-    parts = bytes_per_host("ring", m, base.seq_len, P, dtype=base.dtype, batch=base.batch)
-    parts["layer_working_set"] = max(attention, base.batch * c * m.d_model * e)
-    return float(sum(parts.values()))
-
-
-def local_seconds(m: ModelSpec, base: RingConfig, mode: str) -> tuple[float, float]:
-    """``(per layer, LM head)`` seconds of the matmuls around attention on one host's ``c``
-    tokens, forward (+ backward for training), at the device's FLOP rate."""
-    tokens = base.block_tokens * base.batch
-    dims = (m.d_model, m.heads, m.n_kv_heads, m.head_dim)
-    swiglu = 1.5 * m.ffn_hidden  # three d x f matrices (ffn_flops counts two)
-    passes = ("forward", "backward") if mode == "train" else ("forward",)
-    flops = sum(
-        sum(projection_flops(tokens, *dims, pass_=p))
-        + ffn_flops(tokens, m.d_model, swiglu, pass_=p)
-        for p in passes
-    )
-    head = 2.0 * tokens * m.d_model * m.vocab * (3.0 if mode == "train" else 1.0)
-    return flops / base.flops_rate, head / base.flops_rate
-
-
-def _time(m: ModelSpec, base: RingConfig, cluster: Cluster, cand: Candidate, mode: str) -> None:
-    passes = ("forward", "backward") if mode == "train" else ("forward",)
-    attention = compute = exposed = idle = 0.0
-    for pass_ in passes:
-        cfg = base.replace(pass_=pass_, layout=cand.layout)
-        u = None if cand.strategy in ("ring", "ulysses") else cand.ulysses_degree
-        result = simulate_strategy(
-            cfg, cand.strategy, ulysses_degree=u, cluster=cluster, placement=cand.placement
+    if pp > m.layers:
+        raise ValueError(f"pp must be at most the model's {m.layers} layers, got pp={pp}")
+    if tp is not None and tp not in tp_degrees(m, hosts, cluster.gpus_per_node):
+        raise ValueError(
+            f"tp={tp} is not a tensor-parallel degree of {m.name} on {cluster.gpus_per_node}-GPU "
+            f"nodes (it must divide the heads and fit in a node): use one of "
+            f"{tp_degrees(m, hosts, cluster.gpus_per_node)}"
         )
-        s = result.summary()
-        attention += s["total_time_s"]
-        compute += s["compute_time_s"]
-        exposed += s["exposed_comm_s"]
-        idle += s["idle_fraction"] * s["total_time_s"]
-    layer_local, head = local_seconds(m, base, mode)
-    cand.attention_s = m.layers * attention
-    cand.compute_s = m.layers * compute
-    cand.exposed_comm_s = m.layers * exposed
-    cand.idle_fraction = idle / attention if attention else 0.0
-    cand.local_s = m.layers * layer_local + head
-    cand.step_time_s = cand.attention_s + cand.local_s
+    check_plan_size(hosts, seq_len, m, cluster, global_batch=global_batch, pp=pp, tp=tp)
+    cluster = cluster if cluster.nodes is not None else cluster.with_nodes(cluster.nodes_for(hosts))
+    parallels = enumerate_parallel(
+        m,
+        hosts,
+        seq_len,
+        causal=causal,
+        global_batch=global_batch,
+        gpus_per_node=cluster.gpus_per_node,
+        tp=tp,
+        pp=pp,
+        virtual_stages=virtual_stages,
+        recompute=recompute,
+        sharding=sharding,
+        gemm_dtype=gemm_dtype,
+    )
+    if not parallels:
+        raise ValueError(
+            f"no configuration of {hosts} devices runs seq_len={seq_len} with "
+            f"global_batch={global_batch}, tp={tp}, pp={pp}"
+        )
+    timer = AttentionTimer(
+        m, seq_len, cluster, causal=causal, dtype=dtype, implementation=implementation
+    )
+    fitting, dropped, bounded = evaluate(
+        m,
+        parallels,
+        seq_len,
+        global_batch,
+        cluster,
+        timer,
+        mode=mode,
+        flops_convention=flops_convention,
+        keep=keep,
+    )
+    if not fitting:
+        usable = usable_bytes(cluster.hardware)
+        raise ValueError(_nothing_fits(m, seq_len, cluster, hosts, usable, dropped))
+    seconds = time.perf_counter() - t0
+    return Plan(
+        m.name,
+        seq_len,
+        hosts,
+        cluster,
+        mode,
+        causal,
+        fitting,
+        dropped,
+        seconds,
+        global_batch,
+        family.name,
+        flops_convention,
+        timer.timed,
+        bounded,
+    )
 
 
-def _nothing_fits(m, base, cluster, hosts, mode, dropped) -> str:
-    """What would fit: the leanest candidate's need, the longest sequence it fits at, and how
-    many devices it would need at this sequence length."""
+def evaluate(
+    model: ModelSpec,
+    parallels: list[Parallel],
+    seq_len: int,
+    global_batch: int,
+    cluster: Cluster,
+    timer: AttentionTimer,
+    *,
+    mode: str = "train",
+    flops_convention: str = "megatron",
+    keep: int | None = None,
+) -> tuple[list[Candidate], list[Candidate], list[Candidate]]:
+    """Size every configuration of ``parallels`` and time the ones that fit: ``(timed, best
+    first; not fitting; bounded)``. With ``keep``, the fitting ones are timed in the order of
+    their lower bound (``lower_bound``) until the next bound exceeds the ``keep``-th best time
+    found: the first ``keep`` are then exactly the best, and the rest (``bounded``) are
+    provably slower than them, never timed. ``TimesOutOfRange`` if a time leaves float64's
+    range."""
+    usable = usable_bytes(cluster.hardware)
+    ideal = get_family(timer.implementation).ideal
+    fitting, dropped = [], []
+    for par in parallels:
+        cand = _sized(model, par, seq_len, global_batch, mode, timer, usable, cluster)
+        (fitting if cand.fits else dropped).append(cand)
+    can_bound = keep is not None and (ideal or arch_of(cluster.hardware) is not None)
+    if can_bound:
+        for cand in fitting:
+            cand.lower_bound_s = lower_bound(
+                model, cand, seq_len, global_batch, mode, timer, cluster, ideal
+            )
+        fitting.sort(key=lambda c: c.lower_bound_s)
+    timed, bounded, best = [], [], []
+    for cand in fitting:
+        if can_bound and len(best) >= keep and cand.lower_bound_s > best[keep - 1]:
+            bounded.append(cand)
+            continue
+        _time(model, cand, seq_len, global_batch, mode, timer, cluster, ideal, flops_convention)
+        timed.append(cand)
+        if can_bound:
+            best = sorted([*best, cand.step_time_s])[:keep]
+    timed.sort(key=lambda c: (c.step_time_s, c.bytes_per_host))
+    return timed, dropped, bounded
+
+
+def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal) -> float:
+    """The candidate's step with its attention at the hardware's peak FLOP/s on exactly the
+    pairs the mask leaves and perfectly balanced over the context-parallel group, no
+    communication: every kernel family runs slower than that, and the step only grows with
+    the attention's time (``ringsim.timer.step.training``), so no timed step is shorter."""
+    par = cand.parallel
+    heads, _ = heads_per_gpu(model, par.tp)
+    work = (seq_len + 1) / (2 * seq_len) if timer.causal else 1.0
+    rate = cluster.hardware.flops_for(timer.dtype)
+    seconds = {
+        pass_: attention_flops(
+            seq_len, seq_len, heads, model.head_dim, work=work, pass_=pass_, batch=timer.micro_batch
+        )
+        / par.cp
+        / rate
+        for pass_ in ("forward", "backward")
+    }
+    attention = AttentionTime(seconds["forward"], seconds["backward"])
+    if mode == "prefill":
+        return prefill_time(model, par, seq_len, cluster, attention, ideal=ideal)
+    return step_time(model, par, seq_len, global_batch, cluster, attention, ideal=ideal).step_time_s
+
+
+def _recompute_choices(recompute, mode: str) -> tuple[str, ...]:
+    if mode == "prefill":
+        return ("none",)
+    if recompute is None:
+        return RECOMPUTE
+    chosen = (recompute,) if isinstance(recompute, str) else tuple(recompute)
+    for r in chosen:
+        if r not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {r!r}")
+    return chosen
+
+
+def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candidate:
+    cand = Candidate(par, seq_len // par.ring, micro_batches(global_batch, par))
+    if mode == "prefill":
+        cand.memory = prefill_bytes(m, par, seq_len, timer.bytes(par, "forward"))
+    else:
+        cand.memory = step_bytes(m, par, seq_len, cand.micro_batches, timer.bytes(par))
+    cand.bytes_per_host = sum(cand.memory.values())
+    cand.memory_bytes = usable
+    cand.device_bytes = cluster.hardware.memory_bytes
+    cand.fits = cand.bytes_per_host <= usable
+    return cand
+
+
+def _time(m, cand, seq_len, global_batch, mode, timer, cluster, ideal, convention):
+    par = cand.parallel
+    if mode == "prefill":
+        attention, idle = timer.time(par, ("forward",))
+        total = prefill_time(m, par, seq_len, cluster, attention, ideal=ideal)
+        cand.breakdown = {
+            "attention_s": m.layers * attention.forward_s,
+            "cp_exposed_comm_s": m.layers * attention.exposed_comm_s,
+        }
+        cand.step_time_s = total
+    else:
+        attention, idle = timer.time(par)
+        b = step_time(m, par, seq_len, global_batch, cluster, attention, ideal=ideal)
+        cand.breakdown = b.as_dict()
+        cand.step_time_s = b.step_time_s
+    cand.idle_fraction = idle
+    cand.timed = True
+    if not 0.0 <= cand.step_time_s <= MAX_SECONDS:  # NaN fails too
+        raise TimesOutOfRange(
+            f"{cand.label}: the step time leaves float64's range ({cand.step_time_s:.3g} s; at "
+            f"most {MAX_SECONDS:.3g} s): the hardware's rates or latencies are too extreme"
+        )
+    if mode == "train":
+        gpus = par.gpus
+        cand.model_tflops_per_gpu = model_tflops_per_gpu(
+            m, seq_len, global_batch, gpus, cand.step_time_s, convention
+        )
+        cand.mfu = cand.model_tflops_per_gpu * 1e12 / peak_flops(cluster.hardware, "bf16")
+
+
+def _nothing_fits(m, seq_len, cluster, hosts, usable, dropped) -> str:
     leanest = min(dropped, key=lambda c: c.bytes_per_host)
-    budget = cluster.hardware.memory_bytes
-
-    def fits(seq_len: int, devices: int) -> bool:
-        try:
-            cfg = base.replace(seq_len=seq_len, hosts=devices, speed=None)
-            return candidate_bytes(m, cfg, leanest, mode) <= budget
-        except ValueError:  # the layout cannot split this length
-            return False
-
-    seq = base.seq_len // 2
-    while seq >= 2 * hosts and not fits(seq, hosts):
-        seq //= 2
-    shorter = f"seq_len <= {seq}" if fits(seq, hosts) else f"no length on {hosts} devices"
-    more = 2 * hosts
-    while more < 2**20 and not fits(base.seq_len, more):
-        more *= 2
+    parts = sorted(leanest.memory.items(), key=lambda kv: -kv[1])[:3]
+    biggest = ", ".join(f"{k} {v / 1e9:.1f} GB" for k, v in parts)
     return (
-        f"model {m.name} at seq_len={base.seq_len} fits no strategy on {hosts} x "
-        f"{cluster.hardware.name} ({budget / 1e9:.0f} GB each): the leanest ({leanest.label}) "
-        f"needs {leanest.bytes_per_host / 1e9:.1f} GB per device; it would fit at {shorter}, "
-        f"or on {more} devices"
+        f"model {m.name} at seq_len={seq_len} fits no strategy on {hosts} x "
+        f"{cluster.hardware.name} ({usable / 1e9:.1f} GB usable of "
+        f"{cluster.hardware.memory_bytes / 1e9:.0f} GB each): the leanest ({leanest.label}) "
+        f"needs {leanest.bytes_per_host / 1e9:.1f} GB per device ({biggest})"
     )

@@ -20,6 +20,17 @@ Experiments:
   training speedups of striped over contiguous ring attention.
 * ``ring-t2``: the Ring Attention paper's minimal block and sequence per device (Table 2).
 * ``ring-t3``: the same paper's maximum context per method on its GPU rows (Table 3).
+
+Whole training steps (``ringsim.timer.step``, the planner):
+
+* ``nemo-long``: NVIDIA NeMo's long-sequence table, Llama 2 7B in FP8 on DGX-H100, model
+  TFLOPS per GPU at 4K..1M tokens with the published TP x PP x DP x CP of each row.
+* ``llama3-t4``: the Llama 3 paper's Table 4, the 405B model's TFLOPS per GPU at 8K and 128K
+  tokens on 8K and 16K H100s.
+* ``llama3-choice``: the 405B 128K configuration's step time against the planner's best
+  feasible configuration on the same cluster (1.00 = the planner's best).
+* ``yunchang``: YunChang's (USP) best Ulysses degree per configuration (no target band: the
+  published margins between degrees are often under 1%).
 """
 
 from __future__ import annotations
@@ -143,13 +154,8 @@ def _zhuzilin_its_rows(table: str) -> list[Published]:
         for (variant, layout), value in zip(ZHUZILIN_LAYOUTS.items(), rings, strict=True):
             variants[variant] = (layout, value)
         for variant, (layout, value) in variants.items():
-            config = {
-                **base,
-                "hardware": ZHUZILIN_HARDWARE[gpu],
-                "pass": pass_,
-                "layout": layout,
-                "variant": variant,
-            }
+            config = {**base, "hardware": ZHUZILIN_HARDWARE[gpu], "pass": pass_,
+                      "layout": layout, "variant": variant}  # fmt: skip
             what = "one GPU, the 8K local sequence" if layout is None else "the 8-GPU ring"
             rows.append(
                 Published(
@@ -387,12 +393,203 @@ def _ring_t3_rows() -> list[Published]:
     return rows
 
 
+# -- NVIDIA NeMo: Llama 2 7B, FP8, long sequences on DGX-H100 ------------------------------------
+NEMO_LONG_SOURCE = (
+    "NVIDIA NeMo docs, 'Long Sequence Performance', LLAMA2-7B (FP8), NeMo 24.03.01 container, "
+    "DGX-H100 (github.com/NVIDIA/NeMo docs/source/performance/performance_long_sequence.md @ "
+    "0aa2671; docs.nvidia.com/nemo-framework/user-guide/24.12/nemotoolkit/performance/"
+    "performance_long_sequence.html)"
+)
+NEMO_LONG_RUN = {
+    "model": "7b",  # Llama 2 7B has LLaMA 7B's shape (32 x 4096, 32 heads, SwiGLU 11008)
+    "cluster": "dgx-h100",
+    "gemm_dtype": "fp8",
+    "implementation": "cudnn",  # Transformer Engine's fused attention on Hopper: cuDNN
+    "strategy": "ring",  # TE's context parallelism: p2p ring of k, v
+    "layout": "zigzag",  # TE splits the sequence into 2 x CP chunks, rank i has i and 2CP-1-i
+    "sharding": "zero1",  # NeMo's distributed_fused_adam
+    "tokens_per_step": 4 * 2**20,  # not in the table: the same page's B200 table's 4M tokens
+    "flops_convention": "megatron",  # NeMo flops_formulas.llama2: 12 s / h, no causal mask
+}
+_NEMO_LONG = {  # seq (K): (GPUs, TP, PP, DP, CP, TFLOPS/GPU with CP, without CP)
+    4: (4, 1, 1, 4, 1, 768, 768),
+    8: (8, 1, 2, 4, 1, 730, 730),
+    16: (16, 2, 1, 8, 1, 660, 660),
+    32: (32, 2, 1, 8, 2, 610, 595),
+    64: (64, 4, 1, 8, 2, 574, 534),
+    128: (128, 4, 1, 8, 4, 555, 424),
+    256: (256, 4, 1, 8, 8, 549, 392),
+    512: (512, 8, 1, 4, 16, 549, 104),
+    1024: (1024, 8, 1, 4, 32, 536, 26.5),
+}
+
+
+def _nemo_rows() -> list[Published]:
+    rows = []
+    for seq_k, (gpus, tp, pp, dp, cp, value, without) in _NEMO_LONG.items():
+        seq = seq_k * 1024
+        config = {
+            **NEMO_LONG_RUN,
+            "seq_len": seq,
+            "gpus": gpus,
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "cp": cp,
+            "global_batch": NEMO_LONG_RUN["tokens_per_step"] // seq,
+        }
+        rows.append(
+            Published(
+                key=f"nemo-long/7b-fp8/{seq_k}K/tp{tp}pp{pp}dp{dp}cp{cp}",
+                experiment="nemo-long",
+                source=NEMO_LONG_SOURCE,
+                config=config,
+                metric="model TFLOPS per GPU (Megatron convention), with context parallelism",
+                value=float(value),
+                band=(0.85 * value, 1.15 * value),
+                note=f"without CP the table reports {without} TFLOPS/GPU",
+            )
+        )
+    return rows
+
+
+# -- Llama 3 405B: Table 4 of the Llama 3 paper ------------------------------------------------
+LLAMA3_SOURCE = (
+    "Llama Team, 'The Llama 3 Herd of Models' (arXiv:2407.21783), Table 4 (scaling "
+    "configurations and MFU of Llama 3 405B pre-training) and Sec. 3.3.2"
+)
+LLAMA3_RUN = {
+    "model": "llama3-405b",
+    "cluster": "dgx-h100",  # H100 80GB HBM3 700 W, 8 per server on NVLink, 400 Gb/s per GPU
+    "gemm_dtype": "bf16",
+    "implementation": "fa2",  # not stated; FlashAttention-2 was the common kernel in 2024
+    "strategy": "allgather",  # Sec. 3.3.2: all-gather k, v; 2 x CP chunks (zigzag)
+    "layout": "zigzag",
+    "sharding": "zero1",  # FSDP shards optimizer and gradients, keeps weights gathered
+    "virtual_stages": 2,  # interleaved schedule; Fig. 6 shows 2 stages per pipeline rank
+    "flops_convention": "megatron",  # not stated: the common convention (no causal mask)
+}
+_LLAMA3_T4 = [  # GPUs, TP, CP, PP, DP, seq, batch per DP rank, TFLOPs/GPU, BF16 MFU
+    (8192, 8, 1, 16, 64, 8192, 32, 430, 0.43),
+    (16384, 8, 1, 16, 128, 8192, 16, 400, 0.41),
+    (16384, 8, 16, 16, 8, 131072, 16, 380, 0.38),
+]
+
+
+def _llama3_rows() -> list[Published]:
+    rows = []
+    for gpus, tp, cp, pp, dp, seq, per_dp, value, mfu in _LLAMA3_T4:
+        config = {
+            **LLAMA3_RUN,
+            "seq_len": seq,
+            "gpus": gpus,
+            "tp": tp,
+            "cp": cp,
+            "pp": pp,
+            "dp": dp,
+            "global_batch": dp * per_dp,
+            "mfu": mfu,
+        }
+        rows.append(
+            Published(
+                key=f"llama3-t4/405b/{gpus}gpus/{seq // 1024}K/tp{tp}cp{cp}pp{pp}dp{dp}",
+                experiment="llama3-t4",
+                source=LLAMA3_SOURCE,
+                config=config,
+                metric="TFLOPs per GPU (bf16)",
+                value=float(value),
+                band=(0.85 * value, 1.15 * value),
+                note=f"BF16 MFU {mfu:.0%}",
+            )
+        )
+    gpus, tp, cp, pp, dp, seq, per_dp, value, mfu = _LLAMA3_T4[2]
+    config = {
+        **LLAMA3_RUN,
+        "seq_len": seq,
+        "gpus": gpus,
+        "tp": tp,
+        "cp": cp,
+        "pp": pp,
+        "dp": dp,
+        "global_batch": dp * per_dp,
+    }
+    rows.append(
+        Published(
+            key="llama3-choice/405b/128K",
+            experiment="llama3-choice",
+            source=LLAMA3_SOURCE,
+            config=config,
+            metric="step time of the published configuration over the planner's best feasible "
+            "one on the same cluster (1 = the planner's best)",
+            value=1.0,
+            band=(1.0, 1.05),
+        )
+    )
+    return rows
+
+
+# -- YunChang (USP): the best Ulysses degree ---------------------------------------------------
+YUNCHANG_SOURCE = (
+    "github.com/feifeibear/long-context-attention README 'Benchmark' (snapshot 56118e0), "
+    "benchmark/benchmark_longctx.py: causal, bf16, forward only (--fwd_only), Ulysses groups "
+    "on consecutive ranks; the best ring implementation per Ulysses degree"
+)
+# (machine, cluster preset, batch, seq_len, heads, kv_heads, head_dim, {U: published it/s})
+YUNCHANG = [
+    ("8xA100 NVLink", "dgx-a100", 2, 8192, 32, 32, 32, {8: 237.9, 4: 581.3, 2: 417.3, 1: 245.8}),
+    ("8xA100 NVLink", "dgx-a100", 2, 32768, 32, 32, 32, {8: 91.4, 4: 89.3, 2: 78.7, 1: 59.8}),
+    ("8xA100 NVLink", "dgx-a100", 2, 131072, 32, 32, 32, {8: 15.9, 4: 16.0, 2: 15.3, 1: 13.2}),
+    ("8xA100 NVLink", "dgx-a100", 2, 131072, 8, 8, 32, {8: 58.6, 4: 59.5, 2: 58.3, 1: 51.8}),
+    ("8xA100 NVLink", "dgx-a100", 2, 131072, 8, 8, 128, {8: 21.0, 4: 21.9, 2: 21.4, 1: 18.2}),
+    ("8xL20 PCIe", "pcie-8x-l20", 2, 131072, 32, 32, 32, {8: 3.95, 4: 6.67, 2: 8.47, 1: 7.41}),
+    ("8xL20 PCIe", "pcie-8x-l20", 1, 8192, 32, 8, 128, {8: 57.1, 4: 152.19, 2: 454.93, 1: 361.97}),
+    ("8xL20 PCIe", "pcie-8x-l20", 1, 32768, 32, 8, 128, {8: 14.26, 4: 32.82, 2: 62.75, 1: 58.38}),
+    ("8xL20 PCIe", "pcie-8x-l20", 1, 131072, 32, 8, 128, {8: 2.59, 4: 4.24, 2: 5.48, 1: 5.19}),
+    ("4xA100 PCIe", "pcie-4x-a100", 2, 4096, 32, 32, 32, {4: 262.5, 2: 243.5, 1: 189.2}),
+    ("4xA100 PCIe", "pcie-4x-a100", 2, 16384, 32, 32, 32, {4: 41.44, 2: 53.55, 1: 56.75}),
+    ("4xA100 PCIe", "pcie-4x-a100", 2, 65536, 32, 32, 32, {4: 8.56, 2: 8.29, 1: 9.74}),
+]
+
+
+def _yunchang_rows() -> list[Published]:
+    rows = []
+    for machine, preset, b, n, h, kv, d, its in YUNCHANG:
+        best = max(its, key=its.get)
+        ranked = sorted(its.values(), reverse=True)
+        margin = ranked[0] / ranked[1] - 1
+        config = {
+            "machine": machine,
+            "cluster": preset,
+            "batch": b,
+            "seq_len": n,
+            "heads": h,
+            "kv_heads": kv,
+            "head_dim": d,
+            "its": dict(its),
+            "implementation": "fa2",
+        }
+        rows.append(
+            Published(
+                key=f"yunchang/{machine.replace(' ', '-')}/b{b}/{n // 1024}K/h{h}kv{kv}d{d}",
+                experiment="yunchang",
+                source=YUNCHANG_SOURCE,
+                config=config,
+                metric="best Ulysses degree U (attention forward, causal)",
+                value=float(best),
+                band=(float(best), float(best)),
+                note=f"published margin of the best over the second: {margin:.1%}",
+            )
+        )
+    return rows
+
+
 DATASET: tuple[Published, ...] = tuple(
     [row for t in ZHUZILIN_TABLES for row in _zhuzilin_rows(t) + _zhuzilin_its_rows(t)]
-    + _striped_rows()
-    + _ring_t2_rows()
-    + _ring_t3_rows()
-)
+    + _striped_rows() + _ring_t2_rows() + _ring_t3_rows()
+    + _nemo_rows() + _llama3_rows() + _yunchang_rows()
+)  # fmt: skip
+STEP_EXPERIMENTS = ("nemo-long", "llama3-t4", "llama3-choice", "yunchang")
+"""The experiments whose rows time a whole training step (or, for yunchang, rank degrees)."""
 EXPERIMENTS = (
     *(name for t in ZHUZILIN_TABLES for name in (t, f"{t}-its")),
     "striped-t3",
@@ -400,4 +597,5 @@ EXPERIMENTS = (
     "striped-t5",
     "ring-t2",
     "ring-t3",
+    *STEP_EXPERIMENTS,
 )

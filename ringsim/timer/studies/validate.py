@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ringsim.layouts import layout_names
 from ringsim.timer.cost import overlap_threshold
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.run import simulate
@@ -236,6 +237,143 @@ def predict_ring_t3(row: Published, implementation: str | None = None) -> tuple[
     return float(ours), f"memory ({c['framework']})"
 
 
+# -- whole training steps (ringsim.timer.step and the planner) ---------------------------------
+def _step_run(c: dict, implementation: str | None):
+    """The model, its cluster of ``c["gpus"]`` GPUs, and an attention timer for a step row."""
+    from ringsim.timer.machine.topology import get_cluster
+    from ringsim.timer.step.models import get_model
+    from ringsim.timer.studies.planner import AttentionTimer
+
+    model = get_model(c["model"])
+    preset = get_cluster(c["cluster"])
+    cluster = preset.with_nodes(math.ceil(c["gpus"] / preset.gpus_per_node))
+    impl = _implementation(c["implementation"], implementation)
+    timer = AttentionTimer(
+        model, c["seq_len"], cluster, causal=True, dtype="bf16", implementation=impl
+    )
+    return model, cluster, timer, impl
+
+
+def published_configuration(c: dict, implementation: str | None = None) -> dict:
+    """The published configuration of a step row, timed: its degrees, strategy, layout and
+    precision as published, each recompute choice tried and the fastest that fits kept
+    (``candidate``: a planner ``Candidate``, or None if no choice fits), with ``dropped``."""
+    from ringsim.timer.step.parallel import RECOMPUTE, Parallel
+    from ringsim.timer.studies.planner import evaluate
+
+    model, cluster, timer, impl = _step_run(c, implementation)
+    cp = c["cp"]
+    variant = dict(strategy=c["strategy"], layout=c["layout"]) if cp > 1 else {}
+    parallels = [
+        Parallel(
+            tp=c["tp"],
+            cp=cp,
+            pp=c["pp"],
+            dp=c["dp"],
+            recompute=r,
+            sharding=c["sharding"],
+            gemm_dtype=c["gemm_dtype"],
+            virtual_stages=c.get("virtual_stages", 1),
+            **variant,
+        )
+        for r in RECOMPUTE
+    ]
+    fitting, dropped, _ = evaluate(
+        model,
+        parallels,
+        c["seq_len"],
+        c["global_batch"],
+        cluster,
+        timer,
+        flops_convention=c["flops_convention"],
+    )
+    return {
+        "candidate": fitting[0] if fitting else None,
+        "dropped": dropped,
+        "implementation": impl,
+        "cluster": cluster,
+        "model": model,
+    }
+
+
+def predict_step_tflops(row: Published, implementation: str | None = None) -> tuple[float, str]:
+    """Model TFLOPS per GPU of the published configuration (``published_configuration``) in
+    the row's convention; NaN (out of band) if no recompute choice fits in memory."""
+    run = published_configuration(row.config, implementation)
+    best = run["candidate"]
+    return (math.nan if best is None else best.model_tflops_per_gpu), run["implementation"]
+
+
+def predict_llama3_choice(row: Published, implementation: str | None = None) -> tuple[float, str]:
+    """The published 128K configuration's step time over the best the planner finds on the same
+    16K GPUs with the same pipeline depth, global batch and precision."""
+    from ringsim.timer.studies.planner import plan
+
+    c = row.config
+    run = published_configuration(c, implementation)
+    chosen = run["candidate"]
+    if chosen is None:
+        return math.nan, run["implementation"]
+    best = plan(
+        run["model"],
+        c["seq_len"],
+        run["cluster"],
+        c["gpus"],
+        global_batch=c["global_batch"],
+        implementation=run["implementation"],
+        pp=c["pp"],
+        virtual_stages=c["virtual_stages"],
+        sharding=c["sharding"],
+        gemm_dtype=c["gemm_dtype"],
+        keep=1,
+    ).candidates[0]
+    return chosen.step_time_s / best.step_time_s, run["implementation"]
+
+
+def yunchang_its(c: dict, u: int, implementation: str) -> float:
+    """Forward iterations per second at Ulysses degree ``u``, the best layout, on one node: USP's
+    hybrid (``U = 1`` is the ring, ``U = P`` Ulysses)."""
+    from ringsim.timer.machine.topology import get_cluster
+    from ringsim.timer.strategies import simulate_strategy
+
+    cluster = get_cluster(c["cluster"]).with_nodes(1)
+    hosts = cluster.gpus_per_node
+    best = math.inf
+    for layout in layout_names():
+        config = _ring(
+            hosts=hosts,
+            seq_len=c["seq_len"],
+            hardware=cluster.hardware,
+            heads=c["heads"],
+            kv_heads=c["kv_heads"],
+            head_dim=c["head_dim"],
+            batch=c["batch"],
+            causal=True,
+            layout=layout,
+            implementation=implementation,
+        )
+        s = simulate_strategy(config, "hybrid", ulysses_degree=u, cluster=cluster)
+        best = min(best, s.summary()["total_time_s"])
+    return 1.0 / best
+
+
+def yunchang_implementation(c: dict, implementation: str | None) -> str:
+    """The row's kernel family where the cluster's GPU has its curves, else ``ideal``."""
+    from ringsim.timer.machine.families import arch_of
+    from ringsim.timer.machine.topology import get_cluster
+
+    impl = _implementation(c["implementation"], implementation)
+    return impl if arch_of(get_cluster(c["cluster"]).hardware) is not None else "ideal"
+
+
+def predict_yunchang(row: Published, implementation: str | None = None) -> tuple[float, str]:
+    """The Ulysses degree with the highest predicted forward throughput."""
+    c = row.config
+    impl = yunchang_implementation(c, implementation)
+    its = {int(u): yunchang_its(c, int(u), impl) for u in c["its"]}
+    return float(max(its, key=its.get)), impl
+
+
 PREDICTORS = {
     **{name: predict_zhuzilin for name in SHARE_EXPERIMENTS},
     **{f"{name}-its": predict_zhuzilin_its for name in SHARE_EXPERIMENTS},
@@ -244,6 +382,10 @@ PREDICTORS = {
     "striped-t5": predict_striped,
     "ring-t2": predict_ring_t2,
     "ring-t3": predict_ring_t3,
+    "nemo-long": predict_step_tflops,
+    "llama3-t4": predict_step_tflops,
+    "llama3-choice": predict_llama3_choice,
+    "yunchang": predict_yunchang,
 }
 
 

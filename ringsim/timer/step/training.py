@@ -1,0 +1,421 @@
+"""A whole training step of a LLaMA-shaped decoder on ``tp x cp x pp x dp`` GPUs: what each part
+costs on one GPU, and the step it adds up to (``step_time``).
+
+Per micro-batch of ``b`` sequences, a GPU holds ``T = b N / cp`` tokens of each sequence and a
+``1 / tp`` shard of every weight (``ringsim.timer.step.parallel``). One layer costs:
+
+* **GEMMs** (``ringsim.timer.step.gemm``): the q/k/v projection ``d -> (H + 2 H_kv) d_h / tp``,
+  the output projection ``H d_h / tp -> d``, the gate and up projections ``d -> 2 f / tp`` (one
+  fused GEMM) and the down projection ``f / tp -> d``; forward ``Y = X W``, backward the input
+  and the weight gradient, each at the achieved rate of its own shape and dtype.
+* **attention**: the context-parallel strategy's forward and backward pass on the group's
+  ``H / tp`` heads, timed by ``ringsim.timer.strategies.simulate_strategy`` on the
+  cluster (its communication, hidden or exposed, included).
+* **elementwise kernels** as bytes over HBM (``elementwise_bytes``): two RMSNorms, two
+  residual adds, RoPE on q and k, SwiGLU, and with fp8 GEMMs the cast of every GEMM input to
+  fp8 with its transpose; the backward moves twice the forward's bytes plus, with fp8, the
+  cast and transpose of every output gradient. Each kernel also pays a launch cost.
+* **tensor parallelism with sequence parallelism** (Korthikanti et al., arXiv 2205.05198,
+  Sec. 4.2.2): an all-gather of the ``T x d`` activations before the q/k/v and the gate/up
+  GEMMs and a reduce-scatter after the output and the down projections, forward; the same four
+  in the backward; on the node's links, exposed (no communication/GEMM overlap is modelled).
+* **recompute**: ``selective`` runs the attention's forward again before its backward,
+  ``full`` the whole layer's forward (GEMMs, elementwise, collectives, attention).
+
+Per step: the LM head and the loss on the last pipeline stage; **pipeline parallelism** as the
+interleaved 1F1B schedule, ``m`` micro-batches each taking ``t_mb`` on every stage and a bubble
+of ``(p - 1) / v`` micro-batch times (``(p - 1) / (v m + p - 1)`` of the step; Narayanan et
+al., SC'21; the Llama 3 paper writes the same ratio as ``(PP - 1) / (V M)`` of the compute),
+stages balanced (Llama 3 moves layers off the first and last stage to balance them);
+**data-parallel sharding** (``zero1``: a reduce-scatter of the gradients and an all-gather of
+the weights per step, over the ``dp x cp`` ranks that share weights, hidden behind the last
+micro-batch's backward and the first one's forward as far as they last; ``zero3``: each
+layer's weights gathered for its forward and its backward and its gradients reduce-scattered,
+every micro-batch, each hidden behind the layer's compute); the **optimizer step** (Adam on the
+GPU's shard: fp32 weights and two moments read and written, the gradient read, the bf16
+weights written: 28 bytes per parameter over HBM).
+
+Rates: ``implementation="ideal"`` is the paper's machine: GEMMs at the datasheet peak,
+collectives at the link's line rate, elementwise kernels at the HBM's datasheet rate without a
+launch cost, attention at peak (``KernelFamily`` ``ideal``). A named implementation (``fa2``,
+``fa3``, ``cudnn``, ...) uses the published rates: GEMMs from the GEMM benchmarks of
+``ringsim.timer.step.gemm``, attention from its kernel family, collectives at NCCL's share of
+the line rate (``ringsim.timer.machine.collectives``), elementwise kernels at
+``HBM_FRACTION`` of the HBM's rate. The published benchmarks ran at the clock each card
+sustained under that load; no source gives a lower sustained clock for a training step on
+these presets, so no separate clock factor is applied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from ringsim.timer.machine.collectives import INFINIBAND, NVLINK
+from ringsim.timer.machine.kernel_model import HBM_FRACTION
+from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.step.gemm import linear_seconds
+from ringsim.timer.step.models import ModelSpec
+from ringsim.timer.step.parallel import Parallel
+
+ACTIVATION_BYTES = 2
+"""Activations and the tensors the collectives move are bf16."""
+
+LAUNCH_S = 3e-6
+"""Fixed cost of one small elementwise kernel launched from PyTorch (estimate, as the
+``torch`` merges of ``ringsim.timer.machine.families``; not fitted)."""
+
+ELEMENTWISE_KERNELS = (7, 14)
+"""Elementwise kernels per layer, forward and backward: two norms, two residual adds, RoPE,
+SwiGLU and one more (casts or a bias-free add); the backward runs about two per forward one."""
+
+ADAM_BYTES_PER_PARAM = 28
+"""Adam's update of one parameter: read fp32 weight, m, v (12) and the bf16 gradient (2),
+write fp32 weight, m, v (12) and the bf16 weight (2)."""
+
+LOSS_BYTES_PER_LOGIT = 16
+"""The cross-entropy on fp32 logits: written by the LM head's epilogue (4), read and written by
+the softmax (8), its gradient written (4)."""
+
+ZERO3_GRAD_BYTES = 4
+"""FSDP reduces gradients in fp32 (PyTorch FSDP2 ``MixedPrecisionPolicy(reduce_dtype=float32)``
+as torchtitan configures it)."""
+
+
+@dataclass(frozen=True)
+class AttentionTime:
+    """One layer's attention on one GPU for one micro-batch: ``forward_s``, ``backward_s``
+    (makespans of the strategy's passes) and how much of them is exposed communication and
+    compute (``exposed_comm_s``, ``compute_s``: forward + backward)."""
+
+    forward_s: float
+    backward_s: float
+    exposed_comm_s: float = 0.0
+    compute_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Seconds of one training step on the critical path of one GPU; ``step_time_s`` is the sum
+    of the exposed parts (every field but the ``*_hidden_s`` ones and
+    ``cp_exposed_comm_s``, which is part of ``attention_s``)."""
+
+    attention_s: float
+    gemm_s: float
+    elementwise_s: float
+    tp_comm_s: float
+    recompute_s: float
+    lm_head_s: float
+    pp_bubble_s: float
+    dp_comm_exposed_s: float
+    optimizer_s: float
+    cp_exposed_comm_s: float
+    dp_comm_hidden_s: float
+    pp_p2p_hidden_s: float
+    micro_batches: int
+    micro_batch_s: float
+
+    EXPOSED = (
+        "attention_s",
+        "gemm_s",
+        "elementwise_s",
+        "tp_comm_s",
+        "recompute_s",
+        "lm_head_s",
+        "pp_bubble_s",
+        "dp_comm_exposed_s",
+        "optimizer_s",
+    )
+
+    @property
+    def step_time_s(self) -> float:
+        return math.fsum(getattr(self, name) for name in self.EXPOSED)
+
+    def as_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["step_time_s"] = self.step_time_s
+        return out
+
+
+# -- shapes ------------------------------------------------------------------------------------
+def heads_per_gpu(model: ModelSpec, tp: int) -> tuple[int, int]:
+    """``(query heads, key/value heads)`` of a tensor-parallel shard; key/value heads are
+    replicated when ``tp`` exceeds them (Megatron's GQA with ``tp > num_query_groups``)."""
+    if model.heads % tp:
+        raise ValueError(f"tp must divide heads={model.heads}, got tp={tp}")
+    kv = model.n_kv_heads
+    if tp > kv and tp % kv:
+        raise ValueError(f"tp must divide or be a multiple of kv_heads={kv}, got tp={tp}")
+    return model.heads // tp, max(1, kv // tp)
+
+
+def stage_params(model: ModelSpec, pp: int) -> float:
+    """Parameters of the largest pipeline stage: ``L / pp`` layers and one embedding (the
+    input's on the first stage, the LM head's on the last; both when ``pp = 1``)."""
+    embed = model.vocab * model.d_model
+    if pp == 1:
+        return float(model.params)
+    return (model.params - 2 * embed) / pp + embed
+
+
+def tokens_per_gpu(seq_len: int, par: Parallel) -> int:
+    """Tokens of one micro-batch on one GPU: ``micro_batch x seq_len / cp``."""
+    return par.micro_batch * seq_len // par.cp
+
+
+# -- the parts of one layer --------------------------------------------------------------------
+def layer_gemm_seconds(model: ModelSpec, par: Parallel, tokens: int, hardware, *, ideal: bool):
+    """``(forward, backward)`` seconds of one layer's four GEMMs on ``tokens`` rows."""
+    h, f, d_h = model.d_model, model.ffn_hidden, model.head_dim
+    heads, kv = heads_per_gpu(model, par.tp)
+    shapes = (
+        (h, (heads + 2 * kv) * d_h),  # q, k, v
+        (heads * d_h, h),  # output projection
+        (h, 2 * f // par.tp),  # gate and up, fused
+        (f // par.tp, h),  # down
+    )
+    fwd = bwd = 0.0
+    for d_in, d_out in shapes:
+        a, b = linear_seconds(hardware, tokens, d_in, d_out, par.gemm_dtype, ideal=ideal)
+        fwd, bwd = fwd + a, bwd + b
+    return fwd, bwd
+
+
+def elementwise_bytes(model: ModelSpec, par: Parallel, tokens: int) -> float:
+    """HBM bytes of one layer's forward elementwise kernels on ``tokens`` rows (each reads its
+    inputs and writes its outputs once): with sequence parallelism the ``d``-wide ones (norms,
+    residual adds) run on ``T / tp`` rows, the head- and ``f``-wide ones on their shards."""
+    e, h, f, d_h = ACTIVATION_BYTES, model.d_model, model.ffn_hidden, model.head_dim
+    heads, kv = heads_per_gpu(model, par.tp)
+    rows = tokens / par.tp
+    norms = 2 * rows * 2 * h * e  # read x, write its normalised copy
+    adds = 2 * rows * 3 * h * e  # read two, write one
+    rope = tokens * 2 * (heads + kv) * d_h * e  # q and k, read and written
+    swiglu = tokens * 3 * (f / par.tp) * e  # read gate and up, write their product
+    total = norms + adds + rope + swiglu
+    if par.gemm_dtype == "fp8":  # each GEMM input cast to fp8 and transposed (two fp8 copies)
+        inputs = 2 * h + heads * d_h + f / par.tp  # q/k/v and gate/up read d, o and down theirs
+        total += tokens * inputs * (e + 2)
+    return float(total)
+
+
+def elementwise_backward_bytes(model: ModelSpec, par: Parallel, tokens: int) -> float:
+    """HBM bytes of one layer's backward elementwise kernels: twice the forward's (each reads
+    its saved inputs and the output gradient and writes the input gradient), and with fp8 GEMMs
+    the cast and transpose of every output gradient (Transformer Engine's ``cast_transpose``:
+    fp8 GEMMs take both orientations)."""
+    total = 2.0 * elementwise_bytes(model, par.with_(gemm_dtype="bf16"), tokens)
+    if par.gemm_dtype == "fp8":
+        heads, kv = heads_per_gpu(model, par.tp)
+        h, f, d_h = model.d_model, model.ffn_hidden, model.head_dim
+        grads = (heads + 2 * kv) * d_h + h + 2 * f / par.tp + h  # dY of the four GEMMs
+        total += tokens * grads * (ACTIVATION_BYTES + 2)
+    return float(total)
+
+
+def elementwise_seconds(model, par, tokens, hardware, *, ideal: bool) -> tuple[float, float]:
+    """``(forward, backward)`` seconds of one layer's elementwise kernels (``0`` on hardware
+    whose HBM bandwidth is not known)."""
+    if hardware.memory_bandwidth <= 0:
+        return 0.0, 0.0
+    rate = hardware.memory_bandwidth * (1.0 if ideal else HBM_FRACTION)
+    forward = elementwise_bytes(model, par, tokens)
+    backward = elementwise_backward_bytes(model, par, tokens)
+    launch = (0.0, 0.0) if ideal else tuple(n * LAUNCH_S for n in ELEMENTWISE_KERNELS)
+    return forward / rate + launch[0], backward / rate + launch[1]
+
+
+def ring_collective_seconds(nbytes: float, ranks: int, bandwidth: float, latency: float) -> float:
+    """An all-gather or reduce-scatter of a ``nbytes`` tensor over ``ranks`` ranks by a ring:
+    ``ranks - 1`` steps, each moving ``nbytes / ranks`` and paying the latency."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    return (ranks - 1) * (latency + nbytes / ranks / bandwidth)
+
+
+def group_link(cluster: Cluster, span: int, *, ideal: bool) -> tuple[float, float]:
+    """``(bytes/s, latency)`` a ring collective gets on a group whose ranks span ``span``
+    consecutive GPUs: the node's links if they fit in a node, else each GPU's NIC share, at
+    NCCL's efficiency on that link (``ideal``: the line rate)."""
+    if span <= cluster.gpus_per_node:
+        eff = 1.0 if ideal else NVLINK.efficiency
+        return cluster.intra_bandwidth * eff, cluster.intra_latency
+    eff = 1.0 if ideal else INFINIBAND.efficiency
+    nic_share = min(1.0, cluster.nics_per_node / cluster.gpus_per_node)
+    return cluster.inter_bandwidth * nic_share * eff, cluster.inter_latency
+
+
+def tp_comm_seconds(model, par, tokens, cluster, *, ideal: bool) -> float:
+    """One pass's (forward or backward) tensor-parallel collectives: two all-gathers and two
+    reduce-scatters of the ``T x d`` bf16 activations over the ``tp`` ranks of a node."""
+    if par.tp == 1:
+        return 0.0
+    bandwidth, latency = group_link(cluster, par.tp, ideal=ideal)
+    size = tokens * model.d_model * ACTIVATION_BYTES
+    return 4 * ring_collective_seconds(size, par.tp, bandwidth, latency)
+
+
+def lm_head_seconds(model, par, tokens, hardware, *, ideal: bool) -> float:
+    """The vocabulary-parallel LM head (``d -> V / tp``, bf16) forward and backward, and the
+    cross-entropy over its fp32 logits."""
+    fwd, bwd = linear_seconds(
+        hardware, tokens, model.d_model, model.vocab // par.tp, "bf16", ideal=ideal
+    )
+    loss = 0.0
+    if hardware.memory_bandwidth > 0:
+        rate = hardware.memory_bandwidth * (1.0 if ideal else HBM_FRACTION)
+        loss = tokens * (model.vocab / par.tp) * LOSS_BYTES_PER_LOGIT / rate
+    return fwd + bwd + loss
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One layer on one GPU, one micro-batch: forward and backward seconds of each part, and
+    what recomputation adds."""
+
+    gemm: tuple[float, float]
+    elementwise: tuple[float, float]
+    tp_comm: tuple[float, float]
+    attention: AttentionTime
+    recompute_s: float
+
+    @property
+    def forward_s(self) -> float:
+        return self.gemm[0] + self.elementwise[0] + self.tp_comm[0] + self.attention.forward_s
+
+    @property
+    def backward_s(self) -> float:
+        parts = self.gemm[1] + self.elementwise[1] + self.tp_comm[1]
+        return parts + self.attention.backward_s + self.recompute_s
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def layer_time(model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool):
+    """The parts of one layer (module docstring) for ``par`` on ``cluster``'s GPUs."""
+    hw = cluster.hardware
+    tokens = tokens_per_gpu(seq_len, par)
+    gemm = layer_gemm_seconds(model, par, tokens, hw, ideal=ideal)
+    elementwise = elementwise_seconds(model, par, tokens, hw, ideal=ideal)
+    comm = tp_comm_seconds(model, par, tokens, cluster, ideal=ideal)
+    recompute = {
+        "none": 0.0,
+        "selective": attention.forward_s,
+        "full": gemm[0] + elementwise[0] + comm + attention.forward_s,
+    }[par.recompute]
+    return LayerTime(gemm, elementwise, (comm, comm), attention, recompute)
+
+
+# -- the step ----------------------------------------------------------------------------------
+def micro_batches(global_batch: int, par: Parallel) -> int:
+    """Micro-batches each pipeline runs per step: ``global_batch / (dp x micro_batch)``;
+    ``ValueError`` unless it divides."""
+    per_rank = par.dp * par.micro_batch
+    if global_batch % per_rank:
+        raise ValueError(
+            f"global_batch={global_batch} must be a multiple of dp x micro_batch = {per_rank}"
+        )
+    return global_batch // per_rank
+
+
+def dp_comm_seconds(model, par, cluster, *, ideal: bool) -> tuple[float, float]:
+    """``(reduce-scatter, all-gather)`` seconds of the data-parallel sharding's collectives
+    per step (``zero1``) or per layer and pass (``zero3``: one layer's weights)."""
+    n = par.shard_group
+    if n == 1:
+        return 0.0, 0.0
+    span = par.tp * par.cp * (par.pp * par.dp if par.dp > 1 else 1)
+    bandwidth, latency = group_link(cluster, span, ideal=ideal)
+    if par.sharding == "zero1":
+        size = stage_params(model, par.pp) / par.tp * ACTIVATION_BYTES
+        grads = ring_collective_seconds(size, n, bandwidth, latency)
+        return grads, ring_collective_seconds(size, n, bandwidth, latency)
+    layer = model.layer_params / par.tp
+    grads = ring_collective_seconds(layer * ZERO3_GRAD_BYTES, n, bandwidth, latency)
+    return grads, ring_collective_seconds(layer * ACTIVATION_BYTES, n, bandwidth, latency)
+
+
+def optimizer_seconds(model, par, hardware, *, ideal: bool) -> float:
+    """Adam on this GPU's shard of its stage's parameters, over HBM."""
+    if hardware.memory_bandwidth <= 0:
+        return 0.0
+    shard = stage_params(model, par.pp) / par.tp / par.shard_group
+    rate = hardware.memory_bandwidth * (1.0 if ideal else HBM_FRACTION)
+    return shard * ADAM_BYTES_PER_PARAM / rate
+
+
+def step_time(
+    model: ModelSpec,
+    par: Parallel,
+    seq_len: int,
+    global_batch: int,
+    cluster: Cluster,
+    attention: AttentionTime,
+    *,
+    ideal: bool,
+) -> StepBreakdown:
+    """One training step of ``global_batch`` sequences of ``seq_len`` tokens (module
+    docstring); ``attention`` is one layer's attention for one micro-batch on one GPU."""
+    m = micro_batches(global_batch, par)
+    hw = cluster.hardware
+    layer = layer_time(model, par, seq_len, cluster, attention, ideal=ideal)
+    tokens = tokens_per_gpu(seq_len, par)
+    head = lm_head_seconds(model, par, tokens, hw, ideal=ideal)
+    per_stage = model.layers / par.pp  # layers of one stage (stages balanced)
+    micro = (model.layers * layer.total_s + head) / par.pp
+    scale = m * per_stage
+    bubble = (par.pp - 1) / par.virtual_stages * micro
+    rs, ag = dp_comm_seconds(model, par, cluster, ideal=ideal)
+    if par.sharding == "zero1":  # once per step, behind the last backward / first forward
+        hide_bwd = per_stage * layer.backward_s
+        hide_fwd = per_stage * layer.forward_s
+        exposed = _exposed(rs, hide_bwd, per_stage) + _exposed(ag, hide_fwd, per_stage)
+        hidden = rs + ag - exposed
+    else:  # every layer, every micro-batch: gather for forward and backward, scatter grads;
+        # the next layer's gather runs beside this layer's compute, the first one's beside none
+        per_layer = max(0.0, ag - layer.forward_s) + max(0.0, ag + rs - layer.backward_s)
+        exposed = scale * per_layer + m * ag
+        hidden = scale * (2 * ag + rs) - exposed
+    p2p = 0.0
+    if par.pp > 1:  # activations to the next stage and gradients back, asynchronous (hidden)
+        bandwidth, latency = group_link(cluster, par.tp * par.cp * 2, ideal=ideal)
+        size = tokens * model.d_model * ACTIVATION_BYTES / par.tp
+        p2p = 2 * m * par.virtual_stages * (latency + size / bandwidth)
+    gemm = layer.gemm[0] + layer.gemm[1]
+    elementwise = layer.elementwise[0] + layer.elementwise[1]
+    return StepBreakdown(
+        attention_s=scale * (attention.forward_s + attention.backward_s),
+        gemm_s=scale * gemm,
+        elementwise_s=scale * elementwise,
+        tp_comm_s=scale * (layer.tp_comm[0] + layer.tp_comm[1]),
+        recompute_s=scale * layer.recompute_s,
+        lm_head_s=m * head / par.pp,
+        pp_bubble_s=bubble,
+        dp_comm_exposed_s=exposed,
+        optimizer_s=optimizer_seconds(model, par, hw, ideal=ideal),
+        cp_exposed_comm_s=scale * attention.exposed_comm_s,
+        dp_comm_hidden_s=max(0.0, hidden),
+        pp_p2p_hidden_s=p2p,
+        micro_batches=m,
+        micro_batch_s=micro,
+    )
+
+
+def _exposed(comm: float, compute: float, chunks: float) -> float:
+    """The part of a bucketed collective of ``comm`` seconds that ``compute`` seconds beside it
+    cannot hide: the overflow, and at least its last ``1 / chunks`` (the last bucket)."""
+    if comm <= 0:
+        return 0.0
+    return max(comm / max(chunks, 1.0), comm - compute)
+
+
+def prefill_time(model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool) -> float:
+    """One forward pass (inference prefill) of one sequence: every layer's forward parts and
+    the LM head's forward on the last token block, stages one after the other."""
+    hw = cluster.hardware
+    layer = layer_time(model, par, seq_len, cluster, attention, ideal=ideal)
+    tokens = tokens_per_gpu(seq_len, par)
+    head, _ = linear_seconds(hw, tokens, model.d_model, model.vocab // par.tp, "bf16", ideal=ideal)
+    return model.layers * layer.forward_s + head
