@@ -238,8 +238,9 @@
         ` at ${(speed / 1e9).toPrecision(3)} GB/s, off the bandwidth slider.`;
       $("#rx-thresholds").textContent =
         `At ${gbps(b)}, ${thresholds.names.full} = ${count(byB.full[0])} tokens and ` +
-        `${thresholds.names.causal} = ${count(byB.causal[0])} (overlap_threshold, latency ` +
-        `left out).${off}`;
+        `${thresholds.names.causal} = ${count(byB.causal[0])} tokens (overlap_threshold, ` +
+        `latency left out); the marks on the bandwidth slider are where c = ${tokens(block)} ` +
+        `would be exactly that.${off}`;
     }
 
     // -- the ring ----------------------------------------------------------------------------
