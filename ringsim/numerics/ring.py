@@ -91,11 +91,13 @@ class RingRecord:
     ``steps[s][h]``: host ``h``'s holdings at step ``s``. ``outputs[s][h]``: its running
     normalised output ``acc / row_sum`` after merging step ``s`` (forward), or its running
     ``dq`` after step ``s`` (backward), for lessons that watch the ring converge to the exact
-    answer.
+    answer. ``states[s][h]`` (forward only): its running ``Partial`` after step ``s``, whose
+    ``row_max`` and ``row_sum`` ``(..., Hq, c)`` show the online softmax at work.
     """
 
     steps: list[list[dict]] = field(default_factory=list)
     outputs: list[list[np.ndarray]] = field(default_factory=list)
+    states: list[list[Partial]] = field(default_factory=list)
 
 
 def _shard(x: np.ndarray, positions: np.ndarray, host: int) -> np.ndarray:
@@ -246,6 +248,7 @@ def ring_forward(
                 )
         if record is not None:
             record.outputs.append([h.state.out for h in hosts])
+            record.states.append([h.state for h in hosts])
         _complete_receives(hosts)
     out = _assemble([h.state.out for h in hosts], pos, q)
     row = lambda x: _assemble([x(h.state)[..., None] for h in hosts], pos, q[..., :1])[..., 0]
