@@ -246,15 +246,15 @@ def _config(seq_len: int, heads: int = 2, head_dim: int = 32):
 
 
 def test_short_rings_are_timed_after_every_probe_and_long_ones_once():
-    from kernels.calibration.paired import paired_ring_config, paired_steps
+    from kernels.calibration.paired import RING_SAMPLE, paired_ring_config, paired_steps
 
     short, long = _config(512), _config(16384, heads=8, head_dim=64)
     steps = paired_steps(short, 2)
-    probes = [s for s in steps if s != "ring"]
-    assert steps == [name for p in probes for name in (p, "ring")] and len(probes) >= 4
+    probes = [s for s in steps if s != RING_SAMPLE]
+    assert steps == [name for p in probes for name in (p, RING_SAMPLE)] and len(probes) >= 4
     assert paired_ring_config(short, 2).repeats == 3 and paired_ring_config(short, 2).warmup == 1
     steps = paired_steps(long, 2)
-    assert steps.count("ring") == 1 and steps[-1] == "ring"
+    assert steps.count(RING_SAMPLE) == 1 and steps[-1] == RING_SAMPLE
     assert paired_ring_config(long, 2).repeats == 2
 
 

@@ -46,7 +46,9 @@ from ringsim import (
 )
 from ringsim.grid import PLACEMENTS, Grid
 from ringsim.layouts import host_positions
-from ringsim.numerics.hybrid import METHODS
+from ringsim.numerics.context_parallel import METHODS as METHOD_TABLE
+
+METHODS = tuple(METHOD_TABLE)
 
 
 @st.composite

@@ -150,7 +150,7 @@ def test_nothing_fits_when_the_states_do_not():
 @given(
     model=st.sampled_from(sorted(MODELS)),
     hosts=st.integers(1, 300),
-    method=st.sampled_from(METHODS),
+    method=st.sampled_from(list(METHODS)),
 )
 def test_more_hosts_never_shorten_the_context(model, hosts, method):
     hw = get_hardware("a100-ib")

@@ -14,6 +14,9 @@ from kernels.calibration.profile import Calibration, combine_ranks
 # below 0 sends the fit through the origin (results/notes-calibration.md)
 LINK_FAR_BYTES = 2**21
 
+RING_SAMPLE = "ring sample"
+"""The paired step that times the real ring (the other steps are probes)."""
+
 
 def link_sizes(config, hosts: int) -> list[int]:
     """The link's line through a small message, this run's kv message (where it is used) and
@@ -125,8 +128,8 @@ def paired_steps(config, hosts: int, cpu: bool = True) -> list[str]:
     steps += ["overlap", "ring pass"] if cpu else []
     steps.append("link")
     if ring_between_probes(config, hosts):
-        return [name for probe in steps for name in (probe, "ring")]
-    return [*steps, "ring"]
+        return [name for probe in steps for name in (probe, RING_SAMPLE)]
+    return [*steps, RING_SAMPLE]
 
 
 def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> dict:
@@ -171,7 +174,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
         ],
         "ring pass": lambda: [measure_ring_pass(layout=config.layout, dtype=dtype)],
         "link": lambda: measure_link_p2p(link_sizes(config, hosts), repeats=PROBE_REPEATS),
-        "ring": lambda: ring_sample(rank, hosts, ring_config),
+        RING_SAMPLE: lambda: ring_sample(rank, hosts, ring_config),
     }
     keys = {
         "block compute": "compute",
@@ -180,7 +183,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
         "overlap": "overlap",
         "ring pass": "setup",
         "link": "link",
-        "ring": "rings",
+        RING_SAMPLE: "rings",
     }
     out = {key: [] for key in keys.values()}
     report(channel, f"rank {rank} of {hosts} started")
@@ -195,7 +198,7 @@ def paired_worker(rank: int, hosts: int, config, dtype: str, channel=None) -> di
             # every attempt says the rank is alive (the ring: every pass, in run_ring)
             probe = pulsing(probes[name])
             result = reprobe(probe)  # the ring too: measured by the probes' own rule
-            if name == "ring":
+            if name == RING_SAMPLE:
                 done["rings"].append(result)
             else:
                 done[keys[name]] = result

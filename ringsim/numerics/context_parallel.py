@@ -22,6 +22,9 @@ comes from the flat ring's ``Schedule``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from ringsim.numerics.attention import (
@@ -249,12 +252,19 @@ def allgather_backward(
     return _place(dqs, pos), _place(dks, pos), _place(dvs, pos)
 
 
-FORWARD = {"ring": ring_forward, "double-ring": double_ring_forward, "allgather": allgather_forward}
-"""Each method's forward, ``(q, k, v, sched, scale, *, stats, [window])`` -> ``(out, lse)``."""
-BACKWARD = {
-    "ring": ring_backward,
-    "double-ring": double_ring_backward,
-    "allgather": allgather_backward,
+@dataclass(frozen=True)
+class Method:
+    """A sequence-parallel method of a ring group: ``forward(q, k, v, sched, scale, *, stats,
+    [window]) -> (out, lse)``, ``backward(q, k, v, dout, out, lse, sched, scale, *, row_max,
+    row_sum, [window]) -> (dq, dk, dv)``; ``windowed``: it takes the inner ring's size."""
+
+    forward: Callable
+    backward: Callable
+    windowed: bool = False
+
+
+METHODS: dict[str, Method] = {
+    "ring": Method(ring_forward, ring_backward),
+    "double-ring": Method(double_ring_forward, double_ring_backward, windowed=True),
+    "allgather": Method(allgather_forward, allgather_backward),
 }
-"""Each method's backward, ``(q, k, v, dout, out, lse, sched, scale, *, row_max, row_sum,
-[window])`` -> ``(dq, dk, dv)``."""

@@ -42,12 +42,9 @@ from ringsim.checks import (
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
 from ringsim.layouts import Layout, get_layout
 from ringsim.numerics.attention import work_dtype
-from ringsim.numerics.context_parallel import BACKWARD, FORWARD, _place, _shard
+from ringsim.numerics.context_parallel import METHODS, _place, _shard
 from ringsim.numerics.ring import _raise_if_overflow
 from ringsim.schedule import Schedule, build_schedule
-
-METHODS = ("ring", "double-ring", "allgather")
-
 
 # --------------------------------------------------------------------------------------------
 # The grid and its two all-to-alls
@@ -131,7 +128,7 @@ class _Problem:
         )
 
     def method_kw(self) -> dict:
-        return {"window": self.window} if self.method == "double-ring" else {}
+        return {"window": self.window} if METHODS[self.method].windowed else {}
 
 
 def _problem(
@@ -157,11 +154,12 @@ def _problem(
     seq_len = layout.check_seq_len(q.shape[-2], R, segment_ids)
     if seq_len % hosts:
         raise ValueError(f"seq_len must be divisible by hosts = {hosts}, got seq_len={seq_len}")
-    if method == "double-ring":
+    if METHODS[method].windowed:
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or R % window:
             raise ValueError(f"window must divide the ring degree {R}, got window={window!r}")
     elif window is not None:
-        raise ValueError(f"window is for method double-ring only, got window={window!r}")
+        windowed = ", ".join(name for name, m in METHODS.items() if m.windowed)
+        raise ValueError(f"window is for method {windowed} only, got window={window!r}")
     return _Problem(
         q,
         k,
@@ -216,7 +214,7 @@ def _forward(prob: _Problem):
         members = grid.ring_group(u)
         qg, kg, vg = (_to_ring_group(x, members, sched.positions) for x in (qh, kh, vh))
         stats: dict = {}
-        out, lse = FORWARD[prob.method](
+        out, lse = METHODS[prob.method].forward(
             qg, kg, vg, sched, prob.scale, stats=stats, **prob.method_kw()
         )
         saved.append((qg, kg, vg, out, lse, stats))
@@ -254,7 +252,7 @@ def _gradients(prob: _Problem, dout: object):
     grads: list[list[np.ndarray]] = [[], [], []]
     for u, (qg, kg, vg, out, lse, stats) in enumerate(saved):
         dog = _to_ring_group(doh, grid.ring_group(u), sched.positions)
-        group = BACKWARD[prob.method](
+        group = METHODS[prob.method].backward(
             qg, kg, vg, dog, out, lse, sched, prob.scale, **stats, **prob.method_kw()
         )
         for g, x in zip(grads, group, strict=True):

@@ -160,7 +160,7 @@ def simulate(
     if keep_timeline:
         meta = {"pass": config.pass_, "engine": engine, "hardware": config.hardware.name}
         if early_kv:
-            backward = [p.kind == "ring" and p.schedule.pass_ == "backward" for p in phases]
+            backward = [p.schedule is not None and p.schedule.pass_ == "backward" for p in phases]
             meta["grad_rows"] = np.repeat(backward, [p.rows for p in phases])
         result.timeline = rec.timeline([label for p in phases for label in p.labels], meta)
     else:

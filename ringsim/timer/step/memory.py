@@ -64,14 +64,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ringsim.checks import check_positive_int
 from ringsim.timer.cost import DTYPE_BYTES
 from ringsim.timer.machine.hardware import Hardware, check_dtype, get_hardware
 from ringsim.timer.step.frameworks import Framework, default_framework, get_framework
 from ringsim.timer.step.models import ModelSpec, get_model
-
-METHODS = ("vanilla", "memory_efficient", "blockwise", "ring", "ulysses")
 
 STATE_BYTES_PER_PARAM = 16
 """FSDP model states per parameter: bf16 weights + grads, fp32 master and two Adam moments."""
@@ -99,41 +98,61 @@ def _check_method(method: object) -> str:
 
 def ulysses_degree(model: str | ModelSpec, hosts: int) -> int:
     """Hosts one sequence is split over by Ulysses: at most one per key/value head."""
-    return min(check_positive_int("hosts", hosts), get_model(model).n_kv_heads)
+    return sequence_hosts("ulysses", model, hosts)
 
 
 def sequence_hosts(method: str, model: str | ModelSpec, hosts: int) -> int:
     """How many hosts share one sequence: 1 for the single-device methods."""
     method = _check_method(method)
-    if method == "ring":
-        return check_positive_int("hosts", hosts)
-    if method == "ulysses":
-        return ulysses_degree(model, hosts)
-    return 1
+    return METHODS[method].split(get_model(model), check_positive_int("hosts", hosts))
 
 
 # -- the layer working set (Table 1) ---------------------------------------------------------
-def _layer_working_elements(
-    method: str, m: ModelSpec, seq_len: int, split: int, batch: int
-) -> tuple[float, float]:
-    """``(attention, ffn)`` peak elements of one layer; ``split`` hosts share the sequence."""
-    b, s, h, f = batch, seq_len, m.d_model, m.ffn_hidden
-    h_kv = m.n_kv_heads * m.head_dim
-    if method == "vanilla":
-        return b * m.heads * s * s, b * s * 2 * f
-    if method == "memory_efficient":
-        return b * s * h + 2 * b * min(KERNEL_CHUNK, s) * h, b * s * 2 * f
-    if method == "blockwise":
-        return b * s * h, b * s * h
-    c = s / split
-    if method == "ring":
-        return b * c * (2 * h + 4 * h_kv), b * c * h
-    # ulysses: own q/k/v shard plus the head-sharded full-length copy, during the all-to-all
+# Each method: (attention, ffn) peak elements of one layer of ``m`` at batch ``b`` and sequence
+# ``s``, ``split`` hosts sharing the sequence (``c = s / split`` tokens each).
+def _vanilla(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
+    return b * m.heads * s * s, b * s * 2 * m.ffn_hidden
+
+
+def _memory_efficient(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
+    h = m.d_model
+    return b * s * h + 2 * b * min(KERNEL_CHUNK, s) * h, b * s * 2 * m.ffn_hidden
+
+
+def _blockwise(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
+    return b * s * m.d_model, b * s * m.d_model
+
+
+def _ring(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
+    c, h, h_kv = s / split, m.d_model, m.n_kv_heads * m.head_dim
+    return b * c * (2 * h + 4 * h_kv), b * c * h
+
+
+def _ulysses(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
+    """Own q/k/v shard plus the head-sharded full-length copy, during the all-to-all."""
+    c, h, h_kv = s / split, m.d_model, m.n_kv_heads * m.head_dim
     heads_here = math.ceil(m.heads / split) * m.head_dim
     kv_here = math.ceil(m.n_kv_heads / split) * m.head_dim
-    own = b * c * (h + 2 * h_kv)
-    gathered = b * s * (heads_here + 2 * kv_here)
-    return own + gathered, b * c * h
+    return b * c * (h + 2 * h_kv) + b * s * (heads_here + 2 * kv_here), b * c * h
+
+
+@dataclass(frozen=True)
+class Method:
+    """One way to hold a long sequence: its layer working set (``elements``) and how many of
+    ``hosts`` hosts share one sequence (``split``)."""
+
+    elements: Callable[[ModelSpec, int, int, int], tuple[float, float]]
+    split: Callable[[ModelSpec, int], int] = lambda m, hosts: 1
+
+
+METHODS: dict[str, Method] = {
+    "vanilla": Method(_vanilla),
+    "memory_efficient": Method(_memory_efficient),
+    "blockwise": Method(_blockwise),
+    "ring": Method(_ring, lambda m, hosts: hosts),
+    "ulysses": Method(_ulysses, lambda m, hosts: min(hosts, m.n_kv_heads)),
+}
+"""The paper's Table 3 methods and Ulysses; the single-device ones hold one whole sequence."""
 
 
 def bytes_per_host(
@@ -158,7 +177,7 @@ def bytes_per_host(
     batch = check_positive_int("batch", batch)
     split = sequence_hosts(method, m, hosts)
     tokens = batch * seq_len / split
-    attention, ffn = _layer_working_elements(method, m, seq_len, split, batch)
+    attention, ffn = METHODS[method].elements(m, seq_len, split, batch)
     return {
         "model_states": STATE_BYTES_PER_PARAM * m.params / hosts,
         "fsdp_layer": 2.0 * e * m.layer_params,

@@ -1,0 +1,126 @@
+"""The house rules of the layers, checked on the source (DESIGN.md): nothing imports upward in
+a cycle, the real backend never imports the command line, no private name crosses a package,
+and a kind (layout, strategy) is asked, not compared by name, outside its own modules."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("ringsim", "kernels")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """``(module, names)`` of every import in ``path``, lazy ones (inside functions) too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, ()) for a in node.names)
+    return [(m, names) for m, names in found if m.split(".")[0] in PACKAGES]
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to (a package's ``__init__`` belongs to itself)."""
+    path = MODULES[module]
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def test_no_import_cycles_lazy_imports_included():
+    graph = {}
+    for name, path in MODULES.items():
+        deps = set()
+        for module, names in _imports(path):
+            deps |= {m for m in (module, *(f"{module}.{n}" for n in names)) if m in MODULES}
+        graph[name] = deps - {name}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_the_real_backend_never_imports_the_command_line():
+    offenders = [
+        (name, module)
+        for name, path in MODULES.items()
+        if name.startswith("kernels")
+        for module, _ in _imports(path)
+        if module == "ringsim.cli" or module.startswith("ringsim.cli.")
+    ]
+    assert offenders == []
+
+
+def test_no_private_name_crosses_a_package():
+    offenders = []
+    for name, path in MODULES.items():
+        here = _package(name)
+        for module, names in _imports(path):
+            if module not in MODULES:
+                continue
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if private and _package(module) != here:
+                offenders.append((name, module, private))
+            if module.rpartition(".")[2].startswith("_") and _package(module) != here:
+                offenders.append((name, module, "private module"))
+    assert offenders == []
+
+
+LAYOUT_NAMES = ("contiguous", "striped", "zigzag", "per-document")
+STRATEGY_NAMES = ("ring", "ulysses", "allgather", "hybrid", "double-ring")
+COMPARISON = re.compile(
+    r"""(==|!=|\bin)\s*\(?\s*["']({})["']""".format("|".join(LAYOUT_NAMES + STRATEGY_NAMES))
+)
+#: Where a kind is defined.
+HOMES = ("ringsim/layouts.py", "ringsim/timer/strategies/")
+
+
+def test_kinds_are_asked_not_compared_by_name():
+    """No ``== "zigzag"`` or ``in ("ring", ...)`` outside the layout and strategy modules."""
+    offenders = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(HOMES):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if COMPARISON.search(code) and not code.lstrip().startswith("for "):
+                offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []
