@@ -200,19 +200,28 @@ print("\n".join(line[4:] for line in source[start : end + 1]))
 # 4. `merge_out_lse` folds the block's $(o, \mathrm{lse})$ into the running pair in fp32,
 #    the merge of lesson 2.
 # 5. `_wait` blocks until both the send and the receive are done, then `kv = incoming`: two
-#    buffers, the block in use and the block arriving, which are lesson 4's six blocks.
+#    buffers, the block in use and the block arriving (four of lesson 4's six blocks; the
+#    queries and the output are the other two).
 #
 # The event timer models exactly this: a step ends when both its compute and its transfer
 # have; the compute hides the transfer when $c \geq c^*$.
 #
 # **The same loop in the libraries people train with.**
 #
-# | this loop | zhuzilin/ring-flash-attention | PyTorch context parallel | Megatron-LM / TransformerEngine |
-# | --- | --- | --- | --- |
-# | `_Transfer`: `batch_isend_irecv` to $r+1$, from $r-1$ | `RingComm.send_recv(k)`, `send_recv(v)`, `commit()`, later `wait()` | the ring inside `context_parallel`: K/V rotated by all-gather or all-to-all (`set_rotate_method`) | TransformerEngine's context parallelism, `cp_comm_type="p2p"` (also `"all_gather"`, `"a2a"`, `"a2a+p2p"`) |
-# | `block_attention(...)` returning $(o, \mathrm{lse})$ | `_flash_attn_forward` (FA2), `block_out, block_lse` | the SDPA flash or memory-efficient kernel | cuDNN or flash-attention fused kernels |
-# | `merge_out_lse` | `update_out_and_lse` | merged in the same $(o, \mathrm{lse})$ form | merged in TE's own correction kernels |
-# | `schedule.kind`: skip, partial, full | `if not causal or step <= rank`, `causal=(step == 0)` (contiguous) | load-balanced sharding of the buffers | `get_batch_on_this_cp_rank`: chunks $r$ and $2P-1-r$ |
+# - **zhuzilin/ring-flash-attention**: `RingComm.send_recv(k)`, `send_recv(v)` and
+#   `commit()` post one `batch_isend_irecv` (our `_Transfer`); `_flash_attn_forward` returns
+#   `block_out, block_lse` (our `block_attention`); `update_out_and_lse` merges them (our
+#   `merge_out_lse`); `if not causal or step <= rank` and `causal=(step == 0)` are the
+#   contiguous layout's skip, full and partial blocks (our `schedule.kind`); `comm.wait()`,
+#   then `k, v = next_k, next_v` (our `_wait`, `kv = incoming`).
+# - **PyTorch context parallel** (`torch.distributed.tensor.experimental.context_parallel`):
+#   shards the buffers you name (inputs, labels, position ids or rotary tables) along the
+#   sequence in a load-balanced order and runs the ring inside SDPA, rotating keys and values
+#   by all-gather or all-to-all (`set_rotate_method`) and merging the partials by their lse.
+# - **Megatron-LM with TransformerEngine**: `--context-parallel-size` $P$;
+#   `get_batch_on_this_cp_rank` deals chunks $r$ and $2P-1-r$ (zigzag); TE's attention runs
+#   the ring with `cp_comm_type="p2p"` (or `"all_gather"`, `"a2a"`, `"a2a+p2p"`) and
+#   corrects the running output with each block's lse.
 #
 # **Position ids after the zigzag reorder.** Under zigzag, rank $r$ holds chunks $r$ and
 # $2P-1-r$: its tokens are not positions $rc \ldots rc + c - 1$. Everything position-aware

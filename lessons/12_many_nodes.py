@@ -127,14 +127,14 @@ styles = {  # the double ring sits on the NVLink line once the NIC hides: draw i
     "hybrid U8 x R2": dict(marker="^", zorder=4),
 }
 for name, values in curves.items():
-    ax.semilogx(
+    ax.loglog(
         nics / 1e9, np.array(values) * 1e3, label=name, **{"ms": 5, **styles[name]}
     )
 ax.axhline(one_node * 1e3, color="grey", lw=2.5, alpha=0.5, label="ring, all on NVLink")
 ax.axvline(50, color="black", lw=0.8, ls=":")
 ax.annotate(" NDR 400 Gb/s", (50, ax.get_ylim()[1]), va="top", fontsize=9)
 ax.set_xlabel("NIC bandwidth per GPU (GB/s)")
-ax.set_ylabel("forward attention (ms)")
+ax.set_ylabel("forward attention (ms, log)")
 ax.set_title("16 H100s on two nodes: 128K tokens, 32/8 heads, causal zigzag")
 ax.legend(fontsize=9, loc="upper right")
 plt.show()

@@ -211,8 +211,10 @@ caption(
 # ## 4. The step time (lesson 13)
 #
 # The planner puts it together: every strategy, degree, placement and layout that fits,
-# timed for a whole training step (forward and backward of attention on every layer, the
-# other matmuls, FSDP's collectives), best first.
+# timed for a whole training step (forward and backward of attention on every layer, plus
+# the other matmuls: projections, feed-forward, the output head), best first. Like every
+# timing of this lesson it uses the ideal model, peak FLOP/s; it leaves out FSDP's own
+# gathers and reductions.
 
 # %%
 best = plan(model, N, cluster)
