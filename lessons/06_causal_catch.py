@@ -315,9 +315,7 @@ for c in sweep_blocks:
         sweep[name].append(s["exposed_comm_s"] / s["total_time_s"])
 striped = sweep.pop("causal striped")  # it lies on zigzag's curve: printed, not drawn
 gap = max(abs(a - b) for a, b in zip(striped, sweep["causal zigzag"], strict=True))
-print(
-    f"causal striped vs zigzag over the sweep: exposed shares differ by at most {gap:.1%}"
-)
+print(f"causal striped vs zigzag: exposed shares differ by at most {gap:.1%}")
 fig = plots.plot_sweep(
     sweep_blocks,
     sweep,
