@@ -48,6 +48,7 @@ HTML = BUILD / "html"
 VENDOR = BOOK / "_static" / "vendor"
 GENERATED = BUILD / "generated"  # a second static folder (conf.py): files build.py writes
 EXTRA_PAGES = ("explorer",)  # book/<name>.md pages listed after the lessons
+LESSON_PAGES = ("notation",)  # lessons/<name>.md pages (JupyterLab opens them too), listed last
 
 CELL_TIMEOUT_S = 300
 # files under these folders change what a lesson prints, so they are part of its cache key
@@ -212,7 +213,9 @@ def stage(executed: list[Path]) -> Path:
     for page in EXTRA_PAGES:
         text = _link_notebooks((BOOK / f"{page}.md").read_text())
         (SOURCE / f"{page}.md").write_text(text)
-    toc = "\n".join([*(p.stem for p in executed), *EXTRA_PAGES])
+    for page in LESSON_PAGES:
+        (SOURCE / f"{page}.md").write_text(_link_notebooks((LESSONS / f"{page}.md").read_text()))
+    toc = "\n".join([*(p.stem for p in executed), *EXTRA_PAGES, *LESSON_PAGES])
     index += f"\n\n```{{toctree}}\n:hidden:\n:maxdepth: 1\n\n{toc}\n```\n"
     (SOURCE / "index.md").write_text(index)
     for path in executed:

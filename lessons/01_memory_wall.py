@@ -33,13 +33,16 @@ import numpy as np
 from ringsim.timer.step.models import MODELS, ModelSpec
 from ringsim.views.lessons_support import (
     Exercise,
+    caption,
     exercises,
+    notation,
     references,
     use_lesson_style,
 )
 
 use_lesson_style()
 GB = 1e9  # decimal gigabytes, as device datasheets count them
+MILLION, ONE_M = 10**6, 2**20  # a quote's "1M" (10^6) and the lessons' 1M tokens (2^20)
 
 
 def show_bytes(x: float) -> str:
@@ -50,6 +53,10 @@ def show_bytes(x: float) -> str:
     return f"{x:,.0f} B"
 
 
+TERMS = ("1M, 1K (tokens)", "GQA, MHA", "KV cache (KV)", "checkpointing", "bf16")
+TERMS += ("fp32, fp16",)
+notation(*("N", "L", "H", "H_{kv}", "d", "d_{model}", "e", "P"), terms=TERMS)
+
 # %% [markdown]
 # ## The score matrix
 #
@@ -59,6 +66,8 @@ def show_bytes(x: float) -> str:
 # **Predict first.** One source says that "for a 1M-token context with hidden dimension 4096,
 # the attention matrix alone would consume ~4 TB in FP32". Is 4 TB right? Does the hidden
 # dimension matter? How big is it for *all* the heads of one layer of a 7B LLaMA (32 heads)?
+# (The quote's million is $10^6$; the lessons otherwise count 1M tokens as $2^{20}$, as the
+# `ringsim` command line does: the notation box above says so.)
 #
 # <details><summary>Answer</summary>
 #
@@ -71,10 +80,10 @@ def show_bytes(x: float) -> str:
 # </details>
 
 # %%
-N = 1_000_000
+N = MILLION
 one_head = N * N * 4
 print(f"one head, fp32, N = 1,000,000: {show_bytes(one_head)}")
-print(f"one head, fp32, N = 2**20:     {show_bytes(2**40 * 4)}")
+print(f"one head, fp32, N = 2**20:     {show_bytes(ONE_M**2 * 4)}")
 heads_7b = MODELS["7b"].heads
 print(f"all {heads_7b} heads of one 7B layer:  {show_bytes(one_head * heads_7b)}")
 
@@ -96,7 +105,8 @@ print(f"all {heads_7b} heads of one 7B layer:  {show_bytes(one_head * heads_7b)}
 # two units but is the right size for **one layer**. The formula has no layer count: a model
 # keeps that much per layer, so 80 such layers hold 5.2 TB. And GQA exists to *shrink* the
 # number of key/value heads (Llama-2/3 70B share 8 KV heads among 64 query heads); with 8 KV
-# heads the same 80 layers need 328 GB at 1M tokens, still more than any single accelerator.
+# heads the same 80 layers need 328 GB at $10^6$ tokens (344 GB at $2^{20}$), still more than
+# any single accelerator.
 #
 # </details>
 
@@ -127,9 +137,10 @@ gqa_70b = ModelSpec(
 mha_128 = ModelSpec(
     "80 layers x 128 kv heads", layers=80, d_model=16384, heads=128, ffn_hidden=1
 )
+print(f"{'KV cache at':>26}  {'10^6 tokens':>11}  {'2^20 tokens':>11}")
 for model in (MODELS["7b"], gqa_70b, mha_128):
-    size = show_bytes(kv_cache_bytes(model, N))
-    print(f"{model.name:>26}: KV cache at 1M tokens = {size}")
+    sizes = [show_bytes(kv_cache_bytes(model, n)) for n in (MILLION, ONE_M)]
+    print(f"{model.name:>26}  {sizes[0]:>11}  {sizes[1]:>11}")
 
 # %% [markdown]
 # ## What grows with $N^2$ and what with $N$
@@ -142,7 +153,7 @@ for model in (MODELS["7b"], gqa_70b, mha_128):
 # which is the wall Ring Attention removes by splitting the sequence across hosts.
 
 # %%
-contexts = np.array([2**k for k in range(14, 21)])  # 16K ... 1M tokens
+contexts = np.array([2**k for k in range(14, 21)])  # 16K ... 1M (2^20) tokens
 model = MODELS["7b"]
 curves = {
     "score matrix, one head (fp32)": contexts.astype(float) ** 2 * 4,
@@ -164,18 +175,25 @@ ax.set_xticks(contexts, [f"{c // 1024}K" for c in contexts])
 ax.set_xlabel("context length (tokens)")
 ax.set_ylabel("bytes (GB)")
 ax.set_title("What has to fit on one device, per sequence")
-ax.legend(loc="upper left", fontsize=8)
+ax.legend(loc="upper left", fontsize=9)
 plt.show()
 
-# %% [markdown]
-# *Figure 1.1. What to notice:* the score matrix (steepest line) passes a whole device at
-# about 140K tokens for a single head, but a fused kernel never stores it. The two linear
-# lines are the ones that stay: the KV cache of a 7B model passes 80 GB at about 150K tokens
-# and is over half a terabyte at 1M; its checkpointed activations are over 250 GB at 1M.
-# Splitting the sequence over $P$ hosts divides every linear line by $P$.
+# %% tags=["remove-input"]
+kv_80 = 80 * GB / kv_cache_bytes(model, 1)  # tokens at which the 7B cache fills 80 GB
+kv_1m = show_bytes(curves["KV cache, whole 7B model (bf16)"][-1])
+act_at_1m = show_bytes(curves["checkpointed activations, 7B (bf16)"][-1])
+caption(
+    "Figure 1.1",
+    f"the score matrix (steepest line) passes a whole device at about "
+    f"{np.sqrt(80 * GB / 4) / 1e3:.0f}K tokens for a single head, but a fused kernel never "
+    f"stores it. The linear lines are the ones that stay: the 7B KV cache passes 80 GB at "
+    f"about {kv_80 / 1e3:.0f}K tokens and is {kv_1m} at 1M; its checkpoints are "
+    f"{act_at_1m}. "
+    "Splitting the sequence over $P$ hosts divides every linear line by $P$.",
+)
 
 # %%
-print(f"{'at 1M tokens':>36}  {'one device':>10}  {'per host, 8 hosts':>17}")
+print(f"{'at 1M (2^20) tokens':>36}  {'one device':>10}  {'per host, 8 hosts':>17}")
 for label, values in curves.items():
     at_1m = values[-1]
     print(f"{label:>36}  {show_bytes(at_1m):>10}  {show_bytes(at_1m / 8):>17}")
@@ -183,8 +201,8 @@ for label, values in curves.items():
 # %% [markdown]
 # ## Takeaways
 #
-# - The score matrix of **one head** at $10^6$ tokens is 4 TB in fp32; the hidden size does
-#   not enter. Fused kernels never store it.
+# - The score matrix of **one head** at $10^6$ tokens is 4 TB in fp32 (4.4 TB at $2^{20}$);
+#   the hidden size does not enter. Fused kernels never store it.
 # - The KV cache is $N L H_{kv} d \cdot 2e$ bytes; quoted figures that leave out $L$ are per
 #   layer. The "≈ 64 GB" figure is one layer of a 128-KV-head model (65.5 GB).
 # - What stays after FlashAttention grows linearly with $N$, and that is the wall the ring
@@ -195,8 +213,10 @@ for label, values in curves.items():
 # %% tags=["remove-input"]
 llama70 = gqa_70b
 kv_128k = kv_cache_bytes(llama70, 128 * 1024)
+weights_70b = 70e9 * 2  # 70 billion parameters in bf16
 n_80gb = int(np.sqrt(80e9 / 4))
-act_1m = 2**20 * model.layers * model.d_model * 2.0
+act_1m = ONE_M * model.layers * model.d_model * 2.0
+hosts_half = int(np.ceil(act_1m / 40e9))
 exercises(
     Exercise(
         "A 70B model with grouped-query attention (80 layers, 8 key/value heads of dimension "
@@ -204,7 +224,7 @@ exercises(
         "80 GB devices does the cache alone fill?",
         f"$N L H_{{kv}} d \\cdot 2 \\cdot 2 = 131072 \\cdot 80 \\cdot 8 \\cdot 128 \\cdot 4$ bytes "
         f"$=$ {show_bytes(kv_128k)}: {kv_128k / 80e9:.2f} of one 80 GB device, before the "
-        "weights (140 GB in bf16). Computed with `kv_cache_bytes` above.",
+        f"weights ({show_bytes(weights_70b)} in bf16). Computed with `kv_cache_bytes` above.",
     ),
     Exercise(
         "At what context length does the fp32 score matrix of a single head stop fitting in "
@@ -219,8 +239,9 @@ exercises(
         "before the checkpoints alone take at most half of each device?",
         f"$N L d_{{model}} \\cdot 2 = 2^{{20}} \\cdot {model.layers} \\cdot {model.d_model} "
         f"\\cdot 2$ = {show_bytes(act_1m)}. Half a device is 40 GB, so "
-        f"$P \\geq$ {act_1m / 40e9:.1f}: {int(np.ceil(act_1m / 40e9))} hosts (8 for a "
-        "power of two). Lesson 7 adds the other parts of a host's memory.",
+        f"$P \\geq$ {act_1m / 40e9:.1f}: {hosts_half} hosts "
+        f"({2 ** int(np.ceil(np.log2(hosts_half)))} for a power of two). Lesson 7 adds the "
+        "other parts of a host's memory.",
     ),
 )
 

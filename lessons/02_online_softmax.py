@@ -38,15 +38,20 @@ from ringsim.numerics.precision import error_growth
 from ringsim.numerics.rounding import relative_error, round_to
 from ringsim.views.lessons_support import (
     Exercise,
+    check_merge,
     exercises,
+    notation,
     references,
     scaled,
     table,
+    try_it,
     use_lesson_style,
 )
 
 use_lesson_style()
 rng = np.random.default_rng(0)
+TERMS = ("bf16", "fp32, fp16", "FA2, FA3 (FA)")
+notation(*("m, \\ell, a", "\\mathrm{lse}", "o, O", "q, k, v", "d", "P"), terms=TERMS)
 
 # %% [markdown]
 # ## Three numbers per row
@@ -72,10 +77,10 @@ rng = np.random.default_rng(0)
 #
 # <details><summary>Answer</summary>
 #
-# After 3 of 8 blocks it is the exact attention over those 1,536 keys only: a different
-# weighted average, so it is far from the final answer (errors of order 1). After the
-# last block it equals the reference to about $10^{-16}$ in float64: the same terms, summed
-# in a different order.
+# After 3 of 8 blocks it is the exact attention over the keys of those 3 blocks only: a
+# different weighted average, so it is far from the final answer (errors of order 1). After
+# the last block it equals the reference to about $10^{-15}$ in float64, rounding level: the
+# same terms, summed in a different order.
 #
 # </details>
 
@@ -151,8 +156,8 @@ plt.show()
 #
 # bf16 keeps 8 significant bits, so between 64 and 128 its numbers are $2^{6-7} = 0.5$ apart:
 # an lse rounded to bf16 can be off by up to $0.25$, and a weight $e^{\Delta}$ then by a
-# factor up to $e^{0.25} \approx 1.28$, a 28% error in the share of a whole block, far worse
-# than any rounding of $o$. The lse is *added* to scores before exponentiating, so its error
+# factor up to $e^{0.25}$, a 28% error in the share of a whole block (exercise 3 computes
+# it), far worse than any rounding of $o$. The lse is *added* to scores before exponentiating, so its error
 # is absolute, not relative: it must keep many more bits than the output.
 #
 # </details>
@@ -203,6 +208,38 @@ print(f"reverse order: {relative_error(reverse.out, exact).max():.1e}")
 print(f"as a tree:     {relative_error(pairs[0].out, exact).max():.1e}")
 
 # %% [markdown]
+# ## Write it yourself: the merge
+#
+# Fill in `my_merge` with the formulas of the first section: the merged `row_max` is the
+# larger of the two, each side's `acc` and `row_sum` are multiplied by $e^{m_i - m'}$, then
+# added. (A row that has seen no key yet has `row_max = -inf`; `ringsim.merge` shifts by 0
+# there so that `-inf - -inf` never happens. The test below always has keys on both sides.)
+# The next cell checks your function against `ringsim.merge` and against the exact attention
+# over both key sets; until you write it, it checks the folded reference solution instead.
+
+
+# %%
+def my_merge(a: Partial, b: Partial) -> Partial:
+    """Merge two partials of the same query rows over disjoint key sets."""
+    raise NotImplementedError("rescale both partials to the larger row_max, then add")
+
+
+# %% tags=["hide-input"]
+# The reference solution: open it after you have tried.
+def reference_merge(a: Partial, b: Partial) -> Partial:
+    row_max = np.maximum(a.row_max, b.row_max)
+    alpha, beta = np.exp(a.row_max - row_max), np.exp(b.row_max - row_max)
+    return Partial(
+        a.acc * alpha[..., None] + b.acc * beta[..., None],
+        row_max,
+        a.row_sum * alpha + b.row_sum * beta,
+    )
+
+
+# %%
+try_it(my_merge, reference_merge, check_merge)
+
+# %% [markdown]
 # ## Huge scores
 #
 # **Predict first.** Multiply the queries by 500, so some scores are in the thousands. A
@@ -213,7 +250,9 @@ print(f"as a tree:     {relative_error(pairs[0].out, exact).max():.1e}")
 #
 # $e^{89}$ already overflows float32, so the textbook version produces `inf / inf = nan`. The
 # online softmax only ever exponentiates $s_j - m \le 0$, so its terms are in $(0, 1]$ and it
-# returns the right answer, up to float32 rounding of scores that large (about $10^{-4}$).
+# returns the right answer, up to float32 rounding of scores that large: a score in the
+# thousands is stored to within about $10^{-4}$ (fp32 keeps 24 bits), and the cell below
+# prints how far the output lands from float64.
 #
 # </details>
 
@@ -229,7 +268,8 @@ for k_block, v_block in zip(np.split(k32, blocks), np.split(v32, blocks), strict
         online, ringsim.block_attention(q_hot, k_block, v_block, scale=scale)
     )
 exact_hot = ringsim.reference_attention(q_hot, k32, v32)
-print(f"largest score: {scores.max():.0f}")
+stored = scores.max() * 2.0**-24  # fp32 keeps 24 significant bits
+print(f"largest score: {scores.max():.0f}, stored in fp32 to within {stored:.1e}")
 print(f"textbook softmax: {np.isnan(textbook).mean():.0%} of the outputs are nan")
 print(f"online softmax:   error {relative_error(online.out, exact_hot).max():.1e}")
 
@@ -237,8 +277,9 @@ print(f"online softmax:   error {relative_error(online.out, exact_hot).max():.1e
 # ## The precision lab: bf16 on the ring
 #
 # Real kernels compute a block in fp32 but often *return* its output in bf16 (8 significant
-# bits, a relative rounding of up to $2^{-9} \approx 0.2\%$). A ring then merges $P$ such
-# partials per query row. Where the rounding happens matters:
+# bits: one rounding changes a number by at most $2^{-8} \approx 0.39\%$, by about
+# $0.14\%$ on average; the cell below measures both with `round_to`). A ring then merges $P$
+# such partials per query row. Where the rounding happens matters:
 #
 # - `partial_dtype="bf16"`: each block's output is rounded once, then merged in fp32;
 # - `accum_dtype="bf16"`: the *running* output is kept in bf16 and rounded after every merge.
@@ -254,12 +295,16 @@ print(f"online softmax:   error {relative_error(online.out, exact_hot).max():.1e
 # stays in fp32, as real kernels return it); the merge then averages $P$ independently
 # rounded numbers in fp32, so the error stays at about one bf16 rounding whatever $P$ is.
 # Rounding the accumulator rounds the *running* output at every one of the $P$ steps, and
-# those errors add up: about $5\times$ more error at 64 hosts than at one. Keep accumulators
-# in fp32.
+# those errors add up, growing with $P$ (the last line under the table says by how much).
+# Keep accumulators in fp32.
 #
 # </details>
 
 # %%
+samples = rng.standard_normal(10**6)
+rounding = np.abs(round_to(samples, "bf16") - samples) / np.abs(samples)
+print(f"one bf16 rounding of a million normal numbers: largest {rounding.max():.3%}")
+print(f"  (2^-8 = {2.0**-8:.3%}), mean {rounding.mean():.3%}")
 host_counts = [1, 2, 4, 8, 16, 32, scaled(64, multiple=64)]
 lab = {
     "exact merges (fp32)": error_growth(host_counts),
@@ -272,20 +317,22 @@ for (label, rows), marker in zip(lab.items(), "osD", strict=True):
     ax.loglog(
         hosts, [r["mean_rel_error"] for r in rows], marker + "-", label=label, ms=5
     )
-ax.axhline(2.0**-9, color="grey", ls=":", lw=1, label="one bf16 rounding ($2^{-9}$)")
+ax.axhline(
+    2.0**-8, color="grey", ls=":", lw=1, label="largest bf16 rounding ($2^{-8}$)"
+)
 ax.set_xscale("log", base=2)
 ax.set_xticks(host_counts, [str(h) for h in host_counts])
 ax.set_xlabel("hosts in the ring (32 tokens per host)")
 ax.set_ylabel("mean relative error per row")
 ax.set_title("Where the bf16 rounding happens decides whether error grows")
-ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 plt.show()
 
 # %% [markdown]
 # *Figure 2.2. What to notice:* with exact merges the ring is as accurate as dense fp32
-# attention at any size. Rounded partials sit level at below one bf16 rounding. Only the bf16
-# accumulator climbs with the host count, because every ring step rounds the running output
-# again.
+# attention at any size. Rounded partials sit level, below the largest error of one bf16
+# rounding. Only the bf16 accumulator climbs with the host count, because every ring step
+# rounds the running output again.
 
 # %%
 columns = {"hosts": "{:d}", **{label: "{:.1e}" for label in lab}}
@@ -294,6 +341,11 @@ rows = [
     for i, h in enumerate(host_counts)
 ]
 print(table(rows, columns))
+acc = lab["accumulator kept in bf16"]
+print(
+    f"accumulator in bf16: {acc[-1]['mean_rel_error'] / acc[0]['mean_rel_error']:.1f}x "
+    f"the error at {host_counts[-1]} hosts than at 1"
+)
 
 # %% [markdown]
 # ## Takeaways

@@ -39,6 +39,7 @@ from ringsim.numerics.rounding import relative_error
 from ringsim.views.lessons_support import (
     Exercise,
     exercises,
+    notation,
     references,
     scaled,
     use_lesson_style,
@@ -46,6 +47,8 @@ from ringsim.views.lessons_support import (
 
 use_lesson_style()
 rng = np.random.default_rng(1)
+TERMS = ("FFN", "bf16", "fp32, fp16", "FA2, FA3 (FA)", "1M, 1K (tokens)")
+notation(*("N", "c", "d", "d_{model}", "d_{ff}", "P", "T"), terms=TERMS)
 
 # %% [markdown]
 # ## Two loops over blocks
@@ -131,8 +134,9 @@ plt.show()
 #
 # The feed-forward network acts on each token separately: token $i$'s output depends on token
 # $i$ alone. So when a sequence is split over hosts, each host runs it on its own tokens with
-# **no communication**. Its hidden layer is $d_{ff} = 4 d_{model}$ or wider, the largest
-# activation of the layer; the blockwise version builds it `ffn_chunk` tokens at a time.
+# **no communication**. Its hidden layer, $d_{ff}$ wide (about $4 d_{model}$ or wider), is the
+# largest activation of the layer; the blockwise version builds it `ffn_chunk` tokens at a
+# time.
 #
 # **Predict first.** For a 7B-sized layer ($d_{ff} = 11008$) and 32K tokens on 8 hosts, how big
 # is the hidden activation dense, per host, and in chunks of 1,024 tokens (fp32)?
@@ -147,7 +151,7 @@ plt.show()
 # %%
 peak = blockwise.ffn_peak_bytes(32 * 1024, 11008, hosts=8, ffn_chunk=1024)
 for what, size in peak.items():
-    print(f"{what:>10}: {size / 1e6:8.1f} MB")
+    print(f"{what:>10}: {size / 1e6:8.1f} MB = {size / 1e9:.2f} GB")
 
 # %% [markdown]
 # Now a whole pre-norm transformer block, small enough to check: projections, attention on a

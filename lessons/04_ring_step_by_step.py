@@ -13,10 +13,10 @@
 # %% [markdown]
 # # 4. The ring, step by step
 #
-# Now the sequence is split over $P$ hosts. Host $h$ keeps its query block for the whole run;
-# the key/value blocks travel. At step $s$ host $h$ holds the block that host $(h - s) \bmod P$
-# owns, folds it into its running partial (lesson 2), and passes it on to host $h + 1$ while
-# receiving the next one from host $h - 1$. After $P$ steps every query block has met every
+# Now the sequence is split over $P$ hosts. Host $r$ keeps its query block for the whole run;
+# the key/value blocks travel. At step $s$ host $r$ holds the block that host $(r - s) \bmod P$
+# owns, folds it into its running partial (lesson 2), and passes it on to host $r + 1$ while
+# receiving the next one from host $r - 1$. After $P$ steps every query block has met every
 # key/value block, and every host's output is exact.
 #
 # **You will be able to**
@@ -37,8 +37,10 @@ from ringsim.timer import cost
 from ringsim.views.lessons_support import (
     Exercise,
     animation_html,
+    caption,
     draw_ring_step,
     exercises,
+    notation,
     references,
     ring_animation,
     ring_story,
@@ -48,6 +50,11 @@ from ringsim.views.lessons_support import (
 
 use_lesson_style()
 rng = np.random.default_rng(4)
+TERMS = ("causal mask", "bf16", "1M, 1K (tokens)", "striped, zigzag, contiguous")
+notation(
+    *("P", "N", "c", "r", "s", "b", "d", "d_{model}", "H", "H_{kv}", "m, \\ell, a"),
+    terms=TERMS,
+)
 
 # %% [markdown]
 # ## The schedule as a table
@@ -99,8 +106,8 @@ print(ringsim.build_schedule(4, "contiguous", causal=True).describe())
 #
 # <details><summary>Answer</summary>
 #
-# Host 0 after step 0, host 1 after step 1, and so on, host 5 after the last step: host $h$
-# needs the blocks $0 \ldots h$, and the last of them (block 0) reaches it at step $h$.
+# Host 0 after step 0, host 1 after step 1, and so on, host 5 after the last step: host $r$
+# needs the blocks $0 \ldots r$, and the last of them (block 0) reaches it at step $r$.
 # Blocks that arrive later are masked out (grey cells) and change nothing.
 #
 # </details>
@@ -112,13 +119,15 @@ story = ring_story(q, k, v, hosts=hosts, causal=True)
 anim = ring_animation(story)
 HTML(animation_html(anim))
 
-# %% [markdown]
-# *Animation 4.1. What to notice:* use the buttons under the frame to step. The red outlines
-# always form one wrapped diagonal: at every step each host works on a different pair. Grey
-# cells are pairs the causal mask removes entirely (the host skips them but still forwards
-# the block); after $P$ steps the blue and teal cells are exactly the causal lower triangle.
-# In the bottom panel each host's error falls to about $10^{-16}$ exactly when its last
-# needed block arrives.
+# %% tags=["remove-input"]
+caption(
+    "Animation 4.1",
+    "use the buttons under the frame to step. The red outlines always form one wrapped "
+    "diagonal: each host works on a different pair at every step. Grey cells are pairs the "
+    "causal mask removes (skipped, but the block is still forwarded); after $P$ steps the "
+    "blue and teal cells are the causal lower triangle. Each host's error falls to "
+    f"{story.errors[-1].max():.0e} or less exactly when its last needed block arrives.",
+)
 
 # %% [markdown]
 # With a live kernel (JupyterLab), the slider below redraws any step. In the static book the
@@ -168,8 +177,9 @@ for layout in ringsim.layout_names():
 # %% [markdown]
 # ## What a host holds: six blocks
 #
-# The paper counts the memory of a host as $6bch$ values: six blocks of $c$ tokens by $h$
-# hidden values, for a batch of $b$. One by one, for host 2 at step 1 of the ring above:
+# The paper counts the memory of a host as $6bch$ values (its $h$ is our $d_{model}$): six
+# blocks of $c$ tokens by $d_{model}$ hidden values, for a batch of $b$. One by one, for host 2
+# at step 1 of the ring above:
 #
 # 1. its **query block** $Q_2$, which never moves;
 # 2. its **output block**, the running accumulator $a$ (plus two numbers per row, $m$ and
@@ -231,15 +241,15 @@ exercises(
     Exercise(
         "In the forward pass of a ring of 8 hosts, how many blocks does each host send, and "
         "how many bytes is that for $c = 4096$ tokens, 32 heads of 128, bf16?",
-        f"$P - 1 = 7$ blocks of K and V, each $2 c h d \\cdot 2$ B = "
+        f"$P - 1 = 7$ blocks of K and V, each $2 c H_{{kv}} d \\cdot 2$ B = "
         f"{block_bytes / 1e6:.1f} MB (`cost.kv_block_bytes`): {7 * block_bytes / 1e6:.0f} MB "
         "per host per layer. The last step sends nothing.",
     ),
     Exercise(
         "Size the six blocks of one host for $c = 32\\text{K}$ tokens and a hidden size of "
-        "$h = 4096$ (32 heads of 128) in bf16, batch 1. What happens to it when you double "
-        "the number of hosts at a fixed context?",
-        f"$6 \\cdot c \\cdot h \\cdot 2$ B = {six_bytes / 1e9:.2f} GB per layer being "
+        "$d_{model} = 4096$ (32 heads of 128) in bf16, batch 1. What happens to it when you "
+        "double the number of hosts at a fixed context?",
+        f"$6 \\cdot c \\cdot d_{{model}} \\cdot 2$ B = {six_bytes / 1e9:.2f} GB per layer being "
         "computed. Doubling the hosts at a fixed context halves $c$, so it halves; doubling "
         "both the hosts and the context leaves it unchanged.",
     ),

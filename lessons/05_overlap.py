@@ -21,7 +21,7 @@
 # **You will be able to**
 #
 # - derive $c \geq F/B$ from the FLOPs and bytes of one step, and say which of the published
-#   FLOP counts is right;
+#   FLOP counts is right (lesson 6 shows why a causal mask needs about twice that);
 # - read a simulated timeline: compute, send, receive and idle time per host;
 # - find the block size at which communication stops showing, for real hardware.
 
@@ -34,35 +34,42 @@ from ringsim.timer.machine.hardware import PRESETS, get_hardware
 from ringsim.views import plots
 from ringsim.views.lessons_support import (
     Exercise,
+    caption,
     exercises,
+    notation,
     references,
     scaled,
+    table,
     use_lesson_style,
 )
 
 use_lesson_style()
+TERMS = ("FLOP, GFLOP, TFLOP", "NVLink, NVSwitch", "NIC, InfiniBand", "bf16")
+TERMS += ("GQA, MHA", "1M, 1K (tokens)")
+notation(*("P", "c", "d", "H", "H_{kv}", "e", "F", "B", "\\alpha", "c^*"), terms=TERMS)
 
 # %% [markdown]
 # ## The condition
 #
-# Per step a host scores its $c$ queries against $c$ keys: for each of $h$ heads two matrix
+# Per step a host scores its $c$ queries against $c$ keys: for each of $H$ heads two matrix
 # products, $QK^\top$ and $PV$, each $(c \times d)(d \times c)$, so $2c^2d$ FLOPs each and
-# $4c^2dh$ in all. It sends $K$ and $V$: $2cdh$ numbers of 2 bytes (bf16), $4cdh$ bytes.
-# With $F$ FLOP/s and $B$ bytes/s, the transfer hides when
+# $4c^2dH$ in all. It sends $K$ and $V$: $2cdH$ numbers of 2 bytes (bf16), $4cdH$ bytes
+# (no grouped-query attention here: $H_{kv} = H$). With $F$ FLOP/s and $B$ bytes/s, the
+# transfer hides when
 #
-# $$\frac{4 c^2 d h}{F} \;\geq\; \frac{4 c d h}{B} \quad\Longleftrightarrow\quad
+# $$\frac{4 c^2 d H}{F} \;\geq\; \frac{4 c d H}{B} \quad\Longleftrightarrow\quad
 #   c \;\geq\; \frac{F}{B}.$$
 #
 # Compute grows like $c^2$ and traffic like $c$, so a big enough block always wins.
 #
-# **Predict first.** One explainer counts the step as $2c^2dh$ FLOPs against $2cdh \times 2$
+# **Predict first.** One explainer counts the step as $2c^2dH$ FLOPs against $2cdH \times 2$
 # bytes and concludes the ratio is $c/2$ FLOPs per byte. Another (and the paper) uses $4dc^2$
 # FLOPs against $4cd$ bytes. Which is right, and what does the wrong one do to the threshold
 # of an A100 on NVLink (312 TFLOP/s, 300 GB/s)?
 #
 # <details><summary>Answer</summary>
 #
-# $4c^2dh$: attention is *two* matmuls of that shape; $2c^2dh$ counts only $QK^\top$. The
+# $4c^2dH$: attention is *two* matmuls of that shape; $2c^2dH$ counts only $QK^\top$. The
 # true ratio is $c$ FLOPs per byte, so $c^* = F/B = 1040$ tokens, as the paper's Table 2 says
 # (1.0K). Halving the FLOPs doubles the threshold to about 2,100 tokens.
 #
@@ -86,8 +93,8 @@ print(f"c = 1024: {step / 1e9:.1f} GFLOP per step, {moved / 1e6:.1f} MB per step
 # %% [markdown]
 # ## The roofline view
 #
-# The same condition, drawn the way kernel engineers draw it. A ring step does $4c^2dh$
-# FLOPs for every $4cdh$ bytes it moves over the link, an **arithmetic intensity** of $c$
+# The same condition, drawn the way kernel engineers draw it. A ring step does $4c^2dH$
+# FLOPs for every $4cdH$ bytes it moves over the link, an **arithmetic intensity** of $c$
 # FLOPs per byte (bf16). A host can go no faster than its compute, $F$, nor than its link
 # can feed it, $c \cdot B$; so the FLOP rate it can sustain is $\min(F,\ c B)$, a roof with a
 # slanted part (link-bound) and a flat part (compute-bound) that meet at the **ridge**
@@ -108,7 +115,7 @@ ax.set_xticks(intensity[::2], [f"{int(x) // 1024}K" if x >= 1024 else f"{int(x)}
 ax.set_xlabel("block size c = FLOPs per byte on the link (bf16)")
 ax.set_ylabel("sustainable TFLOP/s")
 ax.set_title("Ring step roofline: min(F, c B); dots mark the ridge c* = F/B")
-ax.legend(fontsize=8, loc="lower right")
+ax.legend(fontsize=9, loc="lower right")
 plt.show()
 
 # %% [markdown]
@@ -130,35 +137,49 @@ plt.show()
 #
 # <details><summary>Answer</summary>
 #
-# At 4K the link takes about $25000/4096 \approx 6$ times as long as the compute, so the hosts
-# compute about one sixth of the time (idle $\approx 80\%$). At 64K the compute takes
-# $2.6\times$ as long as the transfer, which hides completely: idle only during the first
-# block's wait, essentially 0%.
+# A step's compute and transfer scale as $c^2/F$ and $c/B$, so their ratio is $c / c^*$. At
+# 4K that is $4096/24960$: the link takes about 6 times as long as the compute, so the hosts
+# compute about one sixth of the time and idle the rest. At 64K the compute takes $c/c^*$
+# times as long as the transfer, more than twice, so the transfer hides completely: idle only
+# during the first block's wait. The cell below prints both runs' numbers.
 #
 # </details>
 
 # %%
 ib = get_hardware("a100-ib")
-small = simulate(RingConfig(hosts=8, seq_len=8 * 4096, hardware=ib)).timeline
-fig = plots.plot_timelines([("4K tokens per block, overlapped", small)], max_hosts=4)
+c_star = cost.overlap_threshold(
+    ib, heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False
+)
+small = simulate(RingConfig(hosts=8, seq_len=8 * 4096, hardware=ib))
+fig = plots.plot_timelines(
+    [("4K tokens per block, overlapped", small.timeline)], max_hosts=4, width=8
+)
 plt.show()
 
 # %%
-runs = {}
+runs, summaries = {}, {}
 for overlap in (True, False):
     config = RingConfig(hosts=8, seq_len=8 * 65536, hardware=ib, overlap=overlap)
-    runs[f"64K tokens per block, {'overlapped' if overlap else 'no overlap'}"] = (
-        simulate(config).timeline
-    )
-fig = plots.plot_timelines(list(runs.items()), max_hosts=4)
+    name = f"64K tokens per block, {'overlapped' if overlap else 'no overlap'}"
+    result = simulate(config)
+    runs[name], summaries[overlap] = result.timeline, result.summary()
+fig = plots.plot_timelines(list(runs.items()), max_hosts=4, width=8)
 plt.show()
+for c, s in ((4096, small.summary()), (65536, summaries[True])):
+    print(
+        f"c = {c // 1024}K: compute / transfer per step = c / c* = {c / c_star:.2f}; "
+        f"idle {s['idle_fraction']:.0%} of the run"
+    )
 
-# %% [markdown]
-# *Figures 5.1 and 5.2. What to notice:* with 4K blocks the compute bars are thin and separated
-# by idle gaps while the link (send/receive bars) is never idle: the ring runs at link speed.
-# With 64K blocks (second figure, both panels on one time axis) each transfer finishes early
-# inside its compute bar and the hosts never wait. Turning overlap off puts every transfer
-# after its compute, adding the whole communication time back: a quarter of the run idle.
+# %% tags=["remove-input"]
+caption(
+    "Figures 5.1 and 5.2",
+    "with 4K blocks the compute bars are thin and separated by idle gaps while the link "
+    "(send/receive bars) is never idle: the ring runs at link speed. With 64K blocks (both "
+    "panels on one time axis) each transfer finishes early inside its compute bar and the "
+    "hosts never wait. Turning overlap off puts every transfer after its compute, adding "
+    f"the whole communication back: {summaries[False]['idle_fraction']:.0%} of the run idle.",
+)
 
 # %% [markdown]
 # ## Sweeping the block size
@@ -191,12 +212,19 @@ fig = plots.plot_sweep(
 )
 plt.show()
 
-# %% [markdown]
-# *Figure 5.3. What to notice:* on InfiniBand the exposed share falls as the block grows and
-# reaches (almost) zero at the marked threshold, as $c \geq F/B$ predicts; NVLink's curve does
-# the same 24 times earlier, near 1K tokens. What remains just past the threshold is the first
-# block's transfer latency, which nothing can hide. (The marked threshold includes the link's
-# latency, so it sits a little above $F/B$: 24.4K on the axis, where K is 1,024 tokens.)
+# %% tags=["remove-input"]
+nvlink_star = cost.overlap_threshold(
+    a100, heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False
+)
+caption(
+    "Figure 5.3",
+    "on InfiniBand the exposed share falls as the block grows and reaches (almost) zero at "
+    "the marked threshold, as $c \\geq F/B$ predicts; NVLink's curve does the same "
+    f"{c_star / nvlink_star:.0f} times earlier, near {nvlink_star / 1024:.0f}K tokens. What "
+    "remains just past the threshold is the first block's latency, which nothing hides. (The "
+    "marked threshold includes the latency: "
+    f"{threshold:,.0f} tokens, {threshold / 1024:.1f}K on the axis, where K is 1,024.)",
+)
 
 # %% [markdown]
 # ## The thresholds of the presets
@@ -205,22 +233,48 @@ plt.show()
 # column here):
 
 # %%
-paper = {"a100-nvlink": "1.0K", "a100-ib": "24.5K", "tpu-v4": "1.0K"}
-print(f"{'preset':>12} {'TFLOP/s':>8} {'GB/s':>6} {'F/B':>8} {'+latency':>9} paper")
+# the paper's Table 2: (minimal block c, minimal sequence per device 6c), x 1e3 tokens
+paper = {
+    "a100-nvlink": (1.0, 6.2),
+    "a100-ib": (24.5, 149.5),
+    "tpu-v3": (1.1, 6.6),
+    "tpu-v4": (1.0, 6.2),
+    "tpu-v5e": (1.1, 6.3),
+}
+rows = []
 for name, hw in PRESETS.items():
     kw = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16")
     bare = cost.overlap_threshold(hw, include_latency=False, **kw)
-    with_latency = cost.overlap_threshold(hw, **kw)
-    print(
-        f"{name:>12} {hw.flops_for('bf16') / 1e12:8.0f} {hw.link_bandwidth / 1e9:6.1f}"
-        f" {bare:8,.0f} {with_latency:9,.0f} {paper.get(name, '-')}"
+    block_k, seq_k = paper.get(name, (None, None))
+    rows.append(
+        {
+            "preset": name,
+            "TFLOP/s": hw.flops_for("bf16") / 1e12,
+            "GB/s": hw.link_bandwidth / 1e9,
+            "F/B": bare,
+            "+latency": cost.overlap_threshold(hw, **kw),
+            "6 F/B": 6 * bare,
+            "paper c (K)": block_k,
+            "paper 6c (K)": seq_k,
+        }
     )
+formats = {"preset": "{}", "TFLOP/s": "{:.0f}", "GB/s": "{:.1f}", "F/B": "{:,.0f}"}
+formats |= {"+latency": "{:,.0f}", "6 F/B": "{:,.0f}", "paper c (K)": "{:.1f}"}
+print(table(rows, formats | {"paper 6c (K)": "{:.1f}"}))
+ib_row = next(r for r in rows if r["preset"] == "a100-ib")
+print(
+    f"a100-ib: the paper's 6c = 149.5K is 6 x {149.5 / 6:.2f}K; 6 F/B = "
+    f"{ib_row['6 F/B'] / 1e3:.1f}K, 6 x 24.5K = {6 * 24.5:.1f}K"
+)
 
 # %% [markdown]
-# The paper prints 24.5K for InfiniBand, where $F/B$ is 24,960; its own minimal-sequence column
-# (149.5K for 6 hosts) agrees with 24.9K, so 24.5K looks like a rounding slip.
-# Grouped-query attention lowers every threshold by $h / h_{kv}$: fewer key/value heads travel
-# for the same compute. Try `kv_heads=8` above (`RINGSIM_LESSON_SCALE` does not matter here:
+# The paper's Table 2 gives, per interconnect, the minimal block $c = F/B$ and the "minimal
+# sequence length needed on each device", $s = 6c$: per device, not for six hosts (its
+# Section 3 counts six blocks resident on a host: the query, the key and value being used,
+# the key and value arriving, the output). For InfiniBand it prints 24.5K, where $F/B$ is
+# 24,960; its own minimal-sequence column, 149.5K, is six times 24.9K (the line under the
+# table), so 24.5K looks like a rounding slip. Grouped-query attention lowers every threshold
+# by $H / H_{kv}$: fewer key/value heads travel for the same compute. Try `kv_heads=8` above (`RINGSIM_LESSON_SCALE` does not matter here:
 # the timer is closed-form per event and runs thousands of hosts in milliseconds).
 
 # %%
@@ -233,10 +287,11 @@ print(
 # %% [markdown]
 # ## Takeaways
 #
-# - One step: $4c^2dh$ FLOPs against $4cdh$ bytes (bf16), so the transfer hides when
+# - One step: $4c^2dH$ FLOPs against $4cdH$ bytes (bf16), so the transfer hides when
 #   $c \geq F/B$; counting one matmul instead of two doubles the threshold, wrongly.
 # - Below the threshold the ring runs at link speed; above it, at compute speed.
-# - NVLink needs about 1K tokens per host, InfiniBand about 25K.
+# - NVLink needs about 1K tokens per host, InfiniBand about 25K. A causal mask halves the
+#   work of most steps and so needs about twice as much: lesson 6.
 #
 # Next: [the causal catch](06_causal_catch.py).
 
@@ -260,16 +315,17 @@ exercises(
     Exercise(
         "The same A100 InfiniBand ring, but with grouped-query attention: 32 query heads "
         "share 8 key/value heads. What is the threshold now?",
-        f"Compute is unchanged ($4c^2dh$, with $h$ the query heads) while the message "
-        f"shrinks to $4cdh_{{kv}}$ bytes, so $c^* = F h_{{kv}} / (B h)$ = {c_gqa:,.0f} "
-        "tokens, a quarter of the 24,960 without GQA.",
+        f"Compute is unchanged ($4c^2dH$, with $H$ the query heads) while the message "
+        f"shrinks to $4cdH_{{kv}}$ bytes, so $c^* = F H_{{kv}} / (B H)$ = {c_gqa:,.0f} "
+        f"tokens, a quarter of the {cost.overlap_threshold(ib, kv_heads=32, **kw):,.0f} "
+        "without GQA.",
     ),
     Exercise(
-        "Find the bug: a blog post computes a step's FLOPs as $2c^2dh$ and its bytes as "
-        "$2cdh \\cdot 2$, and concludes that InfiniBand needs about 50K-token blocks. What "
+        "Find the bug: a blog post computes a step's FLOPs as $2c^2dH$ and its bytes as "
+        "$2cdH \\cdot 2$, and concludes that InfiniBand needs about 50K-token blocks. What "
         "did it forget, and what is the right number?",
         "Attention is two matmuls per step, $QK^\\top$ and the weights times $V$, each "
-        "$2c^2dh$ FLOPs: $4c^2dh$ in all. With one matmul the intensity halves to $c/2$ and "
+        "$2c^2dH$ FLOPs: $4c^2dH$ in all. With one matmul the intensity halves to $c/2$ and "
         f"the threshold doubles, to {2 * cost.overlap_threshold(ib, kv_heads=32, **kw):,.0f}"
         " tokens. The right threshold is "
         f"{cost.overlap_threshold(ib, kv_heads=32, **kw):,.0f} tokens.",

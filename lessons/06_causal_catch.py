@@ -23,26 +23,35 @@
 # - predict the idle fraction of a contiguous causal ring from the host count;
 # - explain how the striped (round-robin) and zigzag layouts balance the work;
 # - explain why a kernel that computes in tiles makes the striped layout *worse* at small
-#   blocks, and zigzag not.
+#   blocks, and zigzag not;
+# - size the block a *causal* ring needs to hide its transfers: about $2F/B$, twice lesson 5's
+#   threshold.
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 
 import ringsim
-from ringsim.timer import RingConfig, simulate
+from ringsim.timer import RingConfig, cost, simulate
 from ringsim.timer.machine.hardware import get_hardware
 from ringsim.views import plots
 from ringsim.views.lessons_support import (
     Exercise,
+    caption,
+    check_zigzag,
     exercises,
+    notation,
     references,
     table,
+    try_it,
     use_lesson_style,
 )
 
 use_lesson_style()
 a100 = get_hardware("a100-nvlink")
+TERMS = ("causal mask", "striped, zigzag, contiguous", "context parallelism (CP)")
+TERMS += ("1M, 1K (tokens)", "NIC, InfiniBand")
+notation(*("P", "N", "c", "r", "s", "T", "F", "B", "c^*"), terms=TERMS)
 
 # %% [markdown]
 # ## Who holds which tokens
@@ -65,13 +74,55 @@ for layout in ringsim.layout_names():
 fig = plots.plot_layout_masks(4, 32, causal=True)
 plt.show()
 
+# %% tags=["remove-input"]
+pairs = {
+    layout: [
+        int((plots.pair_owners(layout, 4, 32, causal=True) == r).sum())
+        for r in range(4)
+    ]
+    for layout in ringsim.LAYOUTS
+}
+span = {
+    layout: f"{min(n)}" if min(n) == max(n) else f"{min(n)} to {max(n)}"
+    for layout, n in pairs.items()
+}
+caption(
+    "Figure 6.0",
+    "contiguous gives host 0 a small triangle and host 3 a whole trapezoid "
+    f"({pairs['contiguous'][0]} against {pairs['contiguous'][-1]} pairs); striped "
+    "interleaves the rows so every host gets a thin slice of every part of the triangle "
+    f"({span['striped']} pairs); zigzag pairs each early chunk with its mirror late chunk, "
+    f"so every host gets the same count ({span['zigzag']}). Sorted by host, contiguous has "
+    "whole empty squares (skipped blocks); striped and zigzag have none.",
+)
+
 # %% [markdown]
-# *Figure 6.0. What to notice:* contiguous gives host 0 a small triangle and host 3 a
-# whole trapezoid (36 against 228 pairs); striped interleaves the rows so every host gets a
-# thin slice of every part of the triangle (120 to 144 pairs); zigzag pairs each early chunk
-# with its mirror late chunk, so every host gets exactly the same count (132). In the
-# sorted view, contiguous has whole empty squares (skipped blocks), striped and zigzag have
-# none: every host works at every step.
+# ## Write it yourself: the zigzag layout
+#
+# Zigzag cuts the $N$ tokens into $2P$ chunks of $c/2$ and gives host $r$ chunk $r$ and its
+# mirror, chunk $2P - 1 - r$. Write `my_zigzag(hosts, seq_len)`: an array of shape
+# `(hosts, seq_len // hosts)`, row $r$ the global positions of host $r$'s tokens. The
+# positions are what a real implementation must also give its rotary embedding (lesson 10
+# shows where). The cell after the folded solution checks your function against
+# `ringsim.host_positions("zigzag", ...)` for several ring sizes.
+
+
+# %%
+def my_zigzag(hosts: int, seq_len: int) -> np.ndarray:
+    """Global token positions of each host under the zigzag layout."""
+    raise NotImplementedError("cut into 2P chunks; host r takes chunks r and 2P-1-r")
+
+
+# %% tags=["hide-input"]
+# The reference solution: open it after you have tried.
+def reference_zigzag(hosts: int, seq_len: int) -> np.ndarray:
+    chunks = np.arange(seq_len).reshape(2 * hosts, -1)
+    mirror = chunks[::-1]  # mirror[r] is chunk 2P - 1 - r
+    return np.stack([np.concatenate([chunks[r], mirror[r]]) for r in range(hosts)])
+
+
+# %%
+try_it(my_zigzag, reference_zigzag, check_zigzag)
 
 # %% [markdown]
 # **Predict first.** With $P$ hosts, contiguous blocks and a causal mask, the ring takes $P$
@@ -94,13 +145,19 @@ for layout in ringsim.layout_names():
         hosts=8, seq_len=8 * 16384, hardware=a100, layout=layout, causal=True
     )
     runs[f"{layout}, causal"] = simulate(config).timeline
-fig = plots.plot_timelines(list(runs.items()), max_hosts=8)
+fig = plots.plot_timelines(list(runs.items()), max_hosts=8, width=8)
 plt.show()
 
-# %% [markdown]
-# *Figure 6.1. What to notice:* in the contiguous ring, host 0 computes one short bar and then
-# waits, while host 7 computes all the way; striped and zigzag give every host a bar of the
-# same length at every step, and finish in about half the time.
+# %% tags=["remove-input"]
+makespan = {name: timeline.makespan for name, timeline in runs.items()}
+caption(
+    "Figure 6.1",
+    "in the contiguous ring, host 0 computes one short bar and then waits, while host 7 "
+    "computes all the way; striped and zigzag give every host a bar of the same length at "
+    "every step, and finish in "
+    f"{makespan['zigzag, causal'] / makespan['contiguous, causal']:.0%} of the contiguous "
+    "ring's time.",
+)
 
 # %%
 host_counts = [2, 4, 8, 16, 32, 64]
@@ -143,8 +200,8 @@ print(
 # ## Tiles spoil the stripes
 #
 # Real kernels compute in tiles (say $128 \times 128$) and skip a tile only if it is *entirely*
-# masked. With striped tokens, host $h$'s query $i$ and key $j$ sit at positions $iP + h$ and
-# $jP + h'$: the causal boundary runs along the diagonal of *every* block, so each block's
+# masked. With striped tokens, host $r$'s query $i$ and key $j$ sit at positions $iP + r$ and
+# $jP + r'$: the causal boundary runs along the diagonal of *every* block, so each block's
 # diagonal tiles are half wasted. Zigzag keeps contiguous chunks, so most of its tiles are
 # fully visible or fully masked.
 #
@@ -181,14 +238,120 @@ fig = plots.plot_sweep(
 )
 plt.show()
 
+# %% tags=["remove-input"]
+striped_waste = dict(zip(blocks, wasted["striped, 128-token tiles"], strict=True))
+zigzag_waste = dict(zip(blocks, wasted["zigzag, 128-token tiles"], strict=True))
+caption(
+    "Figure 6.3",
+    f"at 128-token blocks a block is a single tile and both layouts compute "
+    f"{striped_waste[128]:.2f}x the useful work. From 256 tokens on they part: striped still "
+    f"wastes about $T/c$ ({striped_waste[256] - 1:.0%} at 256, {striped_waste[1024] - 1:.0%} "
+    "at 1K), because the causal boundary runs through every one of its blocks, while zigzag "
+    f"drops to {zigzag_waste[256] - 1:.0%} at 256. That is one reason context-parallel "
+    "training (e.g. for Llama 3) deals tokens in zigzag chunks rather than stripes.",
+)
+
 # %% [markdown]
-# *Figure 6.3. What to notice:* at 128-token blocks a block is a single tile and both layouts
-# compute almost twice the useful work. From 256 tokens on they part: the striped ring still
-# wastes about $T/c$ (50% at 256, 12% at 1K), because every one of its blocks has the causal
-# boundary running through it, while zigzag drops to a few percent at once. That is one reason
-# context-parallel training (e.g. for Llama 3) deals tokens in zigzag chunks rather than
-# stripes.
+# ## The causal threshold: about $2F/B$
 #
+# Lesson 5's threshold $c^* = F/B$ assumed every step computes a whole block. Under a causal
+# mask a balanced ring computes *half* a block at most steps: with zigzag, every step after
+# the first computes either the host's late chunk against the whole arriving block, or both
+# its chunks against the arriving block's early chunk (half the $c \times c$ pairs either
+# way), and with striped every step is a causal block, again about half the pairs. The message is still the whole block of $c$ tokens. So the compute
+# per step halves while the transfer does not, and the block must be about **twice** as
+# large to hide it: $c \geq 2F/B$ (`cost.overlap_threshold` says so in its docstring).
+#
+# **Predict first.** 8 A100s on InfiniBand ($F/B$ = 24,960 tokens), 32K tokens per host,
+# forward. Without the mask the ring hides its transfers ($c > F/B$). With a causal mask and
+# the balanced zigzag layout, how much of the run is exposed communication?
+#
+# <details><summary>Answer</summary>
+#
+# Every step after the first computes half a block: $2c^2dH$ FLOPs instead of $4c^2dH$,
+# against the same $4cdH$ bytes. Compute over transfer per step is then $c / (2F/B)$ =
+# 32,768 / 49,920, about two thirds: a third of every such step waits on the link. The cell
+# prints the exposed share of both runs, and sweeps the block size: the causal ring hides its
+# transfers only from about $2F/B$ on.
+#
+# </details>
+
+# %%
+ib = get_hardware("a100-ib")
+kw = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False)
+c_star = cost.overlap_threshold(ib, **kw)
+exposed = {}
+for name, layout, causal in (
+    ("full", "contiguous", False),
+    ("causal zigzag", "zigzag", True),
+):
+    s = simulate(
+        RingConfig(
+            hosts=8, seq_len=8 * 32 * 1024, hardware=ib, layout=layout, causal=causal
+        )
+    ).summary()
+    exposed[name] = s["exposed_comm_s"] / s["total_time_s"]
+print(f"A100 InfiniBand: F/B = {c_star:,.0f} tokens, 2F/B = {2 * c_star:,.0f}")
+print(
+    f"c = 32K: compute / transfer per half-block step = c / (2F/B) = "
+    f"{32 * 1024 / (2 * c_star):.2f}"
+)
+for name, share in exposed.items():
+    print(f"  {name:>13}: exposed communication {share:.0%} of the run")
+
+sweep_blocks = sorted([2**p for p in range(12, 18)] + [5 * 2**13, 3 * 2**14])
+sweep = {"full (no mask)": [], "causal zigzag": [], "causal striped": []}
+for c in sweep_blocks:
+    for name, layout, causal in (
+        ("full (no mask)", "contiguous", False),
+        ("causal zigzag", "zigzag", True),
+        ("causal striped", "striped", True),
+    ):
+        s = simulate(
+            RingConfig(
+                hosts=8, seq_len=8 * c, hardware=ib, layout=layout, causal=causal
+            )
+        ).summary()
+        sweep[name].append(s["exposed_comm_s"] / s["total_time_s"])
+striped = sweep.pop("causal striped")  # it lies on zigzag's curve: printed, not drawn
+gap = max(abs(a - b) for a, b in zip(striped, sweep["causal zigzag"], strict=True))
+print(f"causal striped vs zigzag: exposed shares differ by at most {gap:.1%}")
+fig = plots.plot_sweep(
+    sweep_blocks,
+    sweep,
+    xlabel="block size c (tokens per host)",
+    ylabel="share of time waiting on the link",
+    title="8 A100s on InfiniBand, 32 heads of 128, bf16",
+    threshold=2 * c_star,
+    threshold_label="2F/B",
+    legend_loc="lower left",
+)
+fig.axes[0].axvline(c_star, color="grey", lw=1.2, ls=":")
+fig.axes[0].annotate(
+    "F/B",
+    (c_star, 1.0),
+    xycoords=("data", "axes fraction"),
+    xytext=(-4, -6),
+    textcoords="offset points",
+    ha="right",
+    va="top",
+    fontsize=9,
+    color="dimgrey",
+)
+plt.show()
+
+# %% tags=["remove-input"]
+at_2fb = {name: values[sweep_blocks.index(5 * 2**13)] for name, values in sweep.items()}
+caption(
+    "Figure 6.4",
+    "the full ring stops waiting at $F/B$ (dotted), the causal layouts only near $2F/B$ "
+    f"(dashed): at 40K tokens, between the two, the full ring exposes "
+    f"{at_2fb['full (no mask)']:.0%} and causal zigzag {at_2fb['causal zigzag']:.0%}. "
+    f"Striped gives the same curve (within {gap:.1%}): it too computes half a block per "
+    "step. A causal ring needs twice lesson 5's block, or a faster link.",
+)
+
+# %% [markdown]
 # ## Balancing beyond zigzag: packed documents
 #
 # Training batches are often *packed*: several documents share one sequence, and a token
@@ -199,6 +362,16 @@ plt.show()
 #
 # **Predict first.** One long document of 3/4 of the sequence followed by short ones: which
 # host of a zigzag ring does most work now?
+#
+# <details><summary>Answer</summary>
+#
+# The hosts whose two chunks both fall in the long document's later rows: with 4 hosts (8
+# chunks), hosts 2 and 3 hold chunks 2, 5 and 3, 4, all inside the long document, and tie as
+# the busiest (2.03 blocks each in the cell below). Host 0's mirror chunk is the short
+# documents, whose rows see only a few keys each. Zigzag's mirror trick balances one long
+# document, not a packing.
+#
+# </details>
 
 # %%
 P_doc, n_doc = 4, 64
@@ -217,15 +390,16 @@ for layout in ringsim.layout_names():
     print(f"{layout:>10}: blocks of work per host [{work}]; busiest/mean {busiest:.2f}")
 
 # %% [markdown]
-# *Figure 6.4. What to notice:* with documents, the mask is a staircase of triangles along
-# the diagonal and most of the square is empty. Zigzag's mirror trick assumed one long
-# document; here it pairs the long document's heavy rows with the short documents' nearly
-# empty ones, and its busiest host does 1.7 times the mean work. Striped stays nearly
-# balanced (1.08) because it deals *every* document round robin. Systems balance packed
-# batches the same way: deal each document across the hosts (striped or zigzag within the
-# document), or assign documents by their cost, which grows with the square of their
-# length, rather than by token count. Llama 3 splits each sequence into $2P$ zigzag chunks
-# and all-gathers keys and values, which handles document masks without a ring.
+# *Figure 6.5. What to notice:* with documents, the mask is a staircase of triangles along
+# the diagonal and most of the square is empty. Zigzag pairs the long document's heavy rows
+# with the short documents' nearly empty ones, and its busiest host does 1.7 times the mean
+# work. Striped stays nearly balanced (1.08) because it deals *every* document round robin.
+#
+# Systems balance packed batches the same way: deal each document across the hosts (striped
+# or zigzag within the document), or assign documents by their cost, which grows with the
+# square of their length, rather than by token count. Llama 3 splits each sequence into $2P$
+# zigzag chunks and all-gathers keys and values, which handles document masks without a ring
+# (lesson 10 shows what real ring code needs for packed documents).
 #
 # ## Takeaways
 #
@@ -251,6 +425,20 @@ def tile_waste(c: int) -> float:
 
 
 waste_512 = tile_waste(512)
+h200_ib = get_hardware("h200-ib")
+c_h200 = cost.overlap_threshold(h200_ib, **kw)
+block_h200 = 2 ** int(np.ceil(np.log2(2 * c_h200)))  # a power of two above 2F/B
+
+
+def exposed_share(c: int, causal: bool) -> float:
+    layout = "zigzag" if causal else "contiguous"
+    config = RingConfig(
+        hosts=8, seq_len=8 * c, hardware=h200_ib, layout=layout, causal=causal
+    )
+    s = simulate(config).summary()
+    return s["exposed_comm_s"] / s["total_time_s"]
+
+
 exercises(
     Exercise(
         "Predict the idle fraction of a causal contiguous ring of 16 hosts, then check it "
@@ -269,11 +457,21 @@ exercises(
     ),
     Exercise(
         "Why is zigzag perfectly balanced for one causal document? Count the pairs of host "
-        "$h$ with $2P$ chunks of $c/2$ tokens.",
+        "$r$ with $2P$ chunks of $c/2$ tokens.",
         "Chunk $i$ (of $2P$) sees $i$ full earlier chunks and half of itself: "
-        "$(i + 1/2)(c/2)^2$ pairs. Host $h$ holds chunks $h$ and $2P - 1 - h$: "
-        "$(h + 1/2 + 2P - 1 - h + 1/2)(c/2)^2 = 2P (c/2)^2$, the same for every $h$. "
+        "$(i + 1/2)(c/2)^2$ pairs. Host $r$ holds chunks $r$ and $2P - 1 - r$: "
+        "$(r + 1/2 + 2P - 1 - r + 1/2)(c/2)^2 = 2P (c/2)^2$, the same for every $r$. "
         "Figure 6.0 counts 132 pairs on every host.",
+    ),
+    Exercise(
+        "Eight H200s, one per node, on 50 GB/s NICs (the `h200-ib` preset), 32 heads of 128, "
+        "bf16: what is the smallest power-of-two block for which a causal zigzag ring hides "
+        "its transfers? Check it with the timer at that block and at half of it.",
+        f"$F/B$ = {c_h200:,.0f} tokens, so the causal ring needs about $2F/B$ = "
+        f"{2 * c_h200:,.0f}: {block_h200 // 1024}K tokens per host. The timer: exposed "
+        f"communication {exposed_share(block_h200, True):.0%} at {block_h200 // 1024}K "
+        f"and {exposed_share(block_h200 // 2, True):.0%} at {block_h200 // 2048}K, where "
+        f"the same ring without the mask exposes {exposed_share(block_h200 // 2, False):.0%}.",
     ),
 )
 

@@ -32,11 +32,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ringsim.timer.step import memory
+from ringsim.timer.step.models import get_model
 from ringsim.timer.studies.published import PAPER_TABLE_SOURCE
 from ringsim.timer.studies.validate import paper_comparison
 from ringsim.views.lessons_support import (
     Exercise,
+    caption,
     exercises,
+    notation,
     references,
     table,
     use_lesson_style,
@@ -44,15 +47,31 @@ from ringsim.views.lessons_support import (
 
 use_lesson_style()
 GB = 1e9
+notation(
+    *("P", "N", "c", "L", "d_{model}", "H_{kv}", "e"),
+    terms=(
+        "FSDP",
+        "checkpointing",
+        "bf16",
+        "fp32, fp16",
+        "Ulysses",
+        "1M, 1K (tokens)",
+        "HBM",
+    ),
+)
 
 # %% [markdown]
 # ## What one host holds
 #
 # `ringsim.timer.step.memory.bytes_per_host` follows the paper's accounting (its Table 1, with
-# the slips noted in `ringsim/timer/step/memory.py`): model states sharded over all hosts (FSDP),
-# one layer's
-# weights gathered, a checkpoint per token and layer, the logits of the host's tokens, and the
-# largest activation of the layer being recomputed.
+# the slips noted in `ringsim/timer/step/memory.py`): model states sharded over all hosts
+# (FSDP), one layer's weights gathered, a checkpoint per token and layer, the logits of the
+# host's tokens, and the largest activation of the layer being recomputed.
+#
+# **Which precision.** The figures of this lesson count a mixed-precision run: activations and
+# checkpoints in bf16, the `dtype="bf16"` default. The paper trained its GPU runs in fp32, so
+# the table that sets our numbers beside the paper's (further down) counts fp32, twice the
+# bytes per checkpoint: the same ring fits a shorter context there.
 #
 # **Predict first.** A 7B model trains on 1M tokens with the ring on 8, then 32 A100s. Which
 # components of a host's memory shrink by $4\times$, and which do not?
@@ -84,25 +103,32 @@ for component in parts[0]:
     ax.bar([str(p) for p in host_counts], values, bottom=bottom, label=label)
     bottom += values
 ax.axhline(80, color="grey", ls="--", lw=1)
-ax.text(3.4, 82, "A100 80 GB", fontsize=8, ha="right", color="dimgrey")
+ax.text(3.4, 82, "A100 80 GB", fontsize=9, ha="right", color="dimgrey")
 ax.set_xlabel("hosts")
 ax.set_ylabel("GB per host")
-ax.set_title("7B model, 1M-token sequence, ring attention: bytes on one host")
-ax.legend(fontsize=8)
+ax.set_title("7B model, 1M-token sequence, ring attention, bf16: bytes on one host")
+ax.set_ylim(0, 115)
+ax.legend(fontsize=9, loc="upper right", ncol=2)
 plt.show()
 
-# %% [markdown]
-# *Figure 7.1. What to notice:* at 8 hosts a 1M-token step just fits an 80 GB A100 (72 GB),
-# mostly checkpoints and logits, the parts that count the host's own tokens. Every doubling of
-# hosts halves the bar; only the thin FSDP layer copy stays the same.
+# %% tags=["remove-input"]
+at_8 = parts[0]
+caption(
+    "Figure 7.1",
+    f"at 8 hosts a 1M-token step just fits an 80 GB A100 ({sum(at_8.values()) / GB:.0f} GB), "
+    f"mostly checkpoints ({at_8['checkpoints'] / GB:.0f} GB) and logits "
+    f"({at_8['logits'] / GB:.0f} GB), the parts that count the host's own tokens. Every "
+    "doubling of hosts halves the bar; only the thin FSDP layer copy stays the same.",
+)
 
 # %% [markdown]
 # ## The longest context, by method
 #
 # `memory.max_context` searches the longest context that fits. The paper's baselines run one
 # whole sequence per host (data parallel over sequences), so more hosts only shard their model
-# states; the ring splits the sequence itself; Ulysses splits it too, but only up to the number
-# of key/value heads.
+# states; the ring splits the sequence itself; Ulysses splits it too, but in this model only
+# up to the number of key/value heads (a modelling choice: lesson 9 says what real
+# implementations do beyond it).
 
 # %%
 host_counts = [2, 4, 8, 16, 32, 64, 128]
@@ -122,17 +148,23 @@ ax.set_xscale("log", base=2)
 ax.set_xticks(host_counts, [str(p) for p in host_counts])
 ax.set_xlabel("hosts (A100 80 GB)")
 ax.set_ylabel("longest context (tokens)")
-ax.set_title("7B model: the longest training context per method")
-ax.legend(fontsize=8, loc="upper left")
+ax.set_title("7B model, bf16: the longest training context per method")
+ax.legend(fontsize=9, loc="upper left")
 plt.show()
 
-# %% [markdown]
-# *Figure 7.2. What to notice:* (one A100 cannot even hold the 7B model's training states,
-# 108 GB, so every curve starts at 2 hosts.) The single-sequence methods flatten once the
-# states are sharded: more hosts, no more context. The ring doubles its context with every
-# doubling of hosts, from 1.2M tokens on 8 A100s to 23M on 128. Ulysses follows the ring until
-# the host count reaches the model's 32 key/value heads, then stops (the wide dashed line
-# under the ring's).
+# %% tags=["remove-input"]
+ring_ctx = dict(zip(host_counts, curves["ring"], strict=True))
+seven_b = get_model("7b")
+states_1 = memory.bytes_per_host("ring", "7b", 2**20, 1)["model_states"]
+caption(
+    "Figure 7.2",
+    f"one A100 cannot hold the 7B model's training states ({states_1 / GB:.0f} GB), so every "
+    "curve starts at 2 hosts. The single-sequence methods flatten once the states are "
+    "sharded. The ring doubles its context with every doubling of hosts, from "
+    f"{ring_ctx[8] / 2**20:.2f}M tokens on 8 A100s to {ring_ctx[128] / 2**20:.1f}M on 128 "
+    f"(bf16). Ulysses follows it up to the model's {seven_b.n_kv_heads} key/value heads, "
+    "then stops (the wide dashed line).",
+)
 
 # %% [markdown]
 # ## Beside the paper
@@ -152,8 +184,9 @@ plt.show()
 # </details>
 
 # %%
+DTYPES = ("bf16", "fp32")
 comparison = []
-for row in paper_comparison():
+for row in paper_comparison(dtype="fp32"):
     for method, paper_k in row["paper_k"].items():
         ours = row["ours_k"][method]
         comparison.append(
@@ -186,6 +219,16 @@ for hardware in dict.fromkeys(r["hardware"] for r in comparison):
     )
 print()
 print(textwrap.fill(PAPER_TABLE_SOURCE, width=88))
+print()
+ring_7b = {
+    dt: memory.max_context("ring", "7b", "a100-nvlink", 8, dtype=dt) for dt in DTYPES
+}
+print(
+    "7B ring on 8 A100s: "
+    + ", ".join(f"{dt} {ctx / 1e3:,.0f}K" for dt, ctx in ring_7b.items())
+    + " tokens (x1e3, as the table counts);\nFigure 7.2 counts bf16, this table fp32, "
+    "as the paper ran"
+)
 
 # %% [markdown]
 # The summary lines above are computed from the table. The ring is over-predicted on 8
@@ -232,8 +275,10 @@ exercises(
         f"{max(share, key=share.get).replace('_', ' ')} "
         f"({share[max(share, key=share.get)] / GB:.1f} GB of "
         f"{sum(share.values()) / GB:.1f} GB). Anything that counts the host's tokens halves "
-        "when the tokens per host halve; without more hosts that means storing less per "
-        "token, e.g. checkpoints in bf16 or every other layer.",
+        "when the tokens per host halve. Without more hosts it means storing less per token: "
+        "the checkpoints are already bf16, so keep one every other layer (the backward then "
+        "recomputes two layers from each) or store them in an 8-bit format: either saves "
+        f"{share['checkpoints'] / 2 / GB:.1f} GB.",
     ),
 )
 

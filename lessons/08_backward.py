@@ -37,14 +37,24 @@ from ringsim.timer.machine.hardware import get_hardware
 from ringsim.views import plots
 from ringsim.views.lessons_support import (
     Exercise,
+    caption,
+    check_delta,
     exercises,
+    notation,
     references,
     scaled,
+    try_it,
     use_lesson_style,
 )
 
 use_lesson_style()
 rng = np.random.default_rng(8)
+TERMS = ("bf16", "fp32, fp16", "NIC, InfiniBand", "Ulysses", "all-gather")
+TERMS += ("prefill, decode",)
+notation(
+    *("P", "c", "H", "d", "F", "B", "c^*", "o, O", "dO", "\\delta", "\\mathrm{lse}"),
+    terms=TERMS,
+)
 
 # %% [markdown]
 # ## The schedule
@@ -103,10 +113,35 @@ for layout in ringsim.layout_names():
     print(f"{layout:>10}: dq {errors[0]:.1e}  dk {errors[1]:.1e}  dv {errors[2]:.1e}")
 
 # %% [markdown]
+# ## Write it yourself: $\delta$
+#
+# Write `my_delta(out, dout)`: one number per query row (and head), $\delta_i = dO_i \cdot O_i$.
+# The check after the folded solution feeds it to `ringsim`'s block backward
+# (`block_attention_backward`, which takes $\delta$ as an argument) and compares the
+# resulting $dQ, dK, dV$ with the float64 reference that builds the whole matrix.
+
+
+# %%
+def my_delta(out: np.ndarray, dout: np.ndarray) -> np.ndarray:
+    """rowsum(dO * O): shape (..., rows), one number per query row."""
+    raise NotImplementedError("multiply elementwise, sum over the head dimension")
+
+
+# %% tags=["hide-input"]
+# The reference solution: open it after you have tried.
+def reference_delta(out: np.ndarray, dout: np.ndarray) -> np.ndarray:
+    return (dout * out).sum(axis=-1)
+
+
+# %%
+try_it(my_delta, reference_delta, check_delta)
+
+# %% [markdown]
 # ## Timing
 #
 # Per step the backward computes about $2.5\times$ the forward's FLOPs (it recomputes the
-# scores, then four more matmuls), and its link carries $K, V$ and $dK, dV$: twice the bytes.
+# scores, then four more matmuls: `cost.BACKWARD_FACTOR`), and its link carries $K, V$ and
+# $dK, dV$: twice the bytes.
 #
 # **Predict first.** So is the backward's overlap threshold higher or lower than the forward's?
 #
@@ -124,6 +159,7 @@ kw = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=Fal
 fwd = cost.overlap_threshold(a100_ib, **kw)
 bwd = cost.overlap_threshold(a100_ib, pass_="backward", **kw)
 bwd32 = cost.overlap_threshold(a100_ib, pass_="backward", grad_dtype="fp32", **kw)
+print(f"backward FLOPs per step: {cost.BACKWARD_FACTOR}x the forward's")
 print(
     f"A100 InfiniBand: forward {fwd:,.0f}, backward {bwd:,.0f} ({bwd / fwd:.2f}x),\n"
     f"backward with fp32 gradients {bwd32:,.0f} ({bwd32 / fwd:.2f}x)"
@@ -134,15 +170,21 @@ runs = {}
 for pass_ in ("forward", "backward"):
     config = RingConfig(hosts=4, seq_len=4 * 16384, hardware=a100_ib, pass_=pass_)
     runs[f"{pass_}, 16K tokens per host"] = simulate(config).timeline
-fig = plots.plot_timelines(list(runs.items()), max_hosts=4)
+fig = plots.plot_timelines(list(runs.items()), max_hosts=4, width=8)
 plt.show()
 
+# %% tags=["remove-input"]
+idle = {name: timeline.idle_fraction for name, timeline in runs.items()}
+caption(
+    "Figure 8.1",
+    "at 16K tokens per host, below InfiniBand's threshold, the forward waits on the link at "
+    f"every step ({idle['forward, 16K tokens per host']:.0%} idle). The backward's bars are "
+    f"{cost.BACKWARD_FACTOR}x wider and its messages twice as large, so it waits relatively "
+    f"less ({idle['backward, 16K tokens per host']:.0%} idle); its last message, the "
+    "$dK, dV$ homecoming, no compute can hide.",
+)
+
 # %% [markdown]
-# *Figure 8.1. What to notice:* at 16K tokens per host, below InfiniBand's threshold, the
-# forward waits on the link at every step. The backward's bars are wider (2.5× the compute)
-# and its messages twice as large, so it waits relatively less; and it has one more message at
-# the end, the $dK, dV$ homecoming, which no compute can hide.
-#
 # ## Takeaways
 #
 # - $dQ$ stays home; $dK, dV$ travel with their block and come home with one extra hop.

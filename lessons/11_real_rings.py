@@ -45,6 +45,7 @@ from ringsim.views.lessons_support import (
     Exercise,
     Markdown,
     exercises,
+    notation,
     references,
     table,
     use_lesson_style,
@@ -52,6 +53,21 @@ from ringsim.views.lessons_support import (
 from ringsim.views.validation import plot_validation
 
 use_lesson_style()
+TERMS = ("NCCL", "SM", "it/s", "FA2, FA3 (FA)", "striped, zigzag, contiguous")
+TERMS += ("GQA, MHA", "1M, 1K (tokens)", "FLOP, GFLOP, TFLOP", "HBM")
+TERMS += ("NVLink, NVSwitch", "bf16", "fp32, fp16")
+notation(
+    *("P", "c", "H", "H_{kv}", "d", "F", "B", "c^*", "o, O", "\\mathrm{lse}"),
+    terms=TERMS,
+)
+
+# %% [markdown]
+# ## The measured run
+#
+# One published measurement anchors the lesson: zhuzilin's ring-flash-attention benchmark,
+# a zigzag ring of 8 H800s, forward, as its README reports it.
+
+# %%
 row = next(r for r in DATASET if r.key == "zhuzilin/8xH800/forward/zigzag_ring")
 c = row.config
 measured_s = 1.0 / (
@@ -67,6 +83,8 @@ print(
 )
 
 # %% [markdown]
+# ## From the ideal ring to the measured one
+#
 # **Predict first.** The ideal model puts this forward at a fraction of the measured time
 # printed above. Which term do you expect to cost the most: the kernel running below peak,
 # the merge of each block's output into the running one, NCCL taking SMs and bandwidth, or
@@ -76,7 +94,7 @@ print(
 #
 # The kernel. FlashAttention-2 reaches about a third of an H800's dense bf16 peak on these
 # shapes (the FA2 paper's H100 figure: 308-335 TFLOP/s of 989 at head dim 128), and a
-# zigzag ring cuts each GPU's work into eight calls of 4K-8K rows, shorter than the
+# zigzag ring cuts each GPU's work into eight calls of half or whole blocks, shorter than the
 # benchmark's, so it runs slower still. The merge comes second: after every block the ring
 # rewrites an fp32 output of 8K rows x 32 heads x 128 in PyTorch, eight times per call.
 # Contention and launches should be small at 8K tokens per GPU, where each step's compute
@@ -112,7 +130,7 @@ largest = ", ".join(f"{t.removeprefix('+ ')} {1e3 * dt:+.2f} ms" for t, dt in by
 print(textwrap.fill("Terms, largest first: " + largest, 88))
 
 fig, ax = plt.subplots(figsize=(8, 3.8))
-labels = [t for t, _ in steps] + ["measured"]
+labels = [t.removeprefix("+ ") for t, _ in steps] + ["measured"]
 bottom = 0.0
 for i, (_term, seconds) in enumerate(steps):
     ax.bar(i, 1e3 * (seconds - bottom), bottom=1e3 * bottom, color=f"C{i}")
@@ -128,10 +146,12 @@ plt.show()
 # %% [markdown]
 # *Figure 11.1. What to notice:* each bar adds one term, computed by running the timer with
 # that term switched on (`ringsim.waterfall`); the grey bar is the README's measured
-# time: compare it with the last coloured bar. Read the table's "added" column for the size
-# of each term. No parameter of the model was taken from this measurement: the kernel
-# curves come from the FlashAttention papers' single-GPU figures, the merge from the bytes
-# it moves over HBM, the collectives from NCCL's published behaviour.
+# time: compare it with the last coloured bar, and read the table's "added" column for the
+# size of each term. No parameter of the model was taken from this measurement.
+#
+# Where each term comes from: the kernel curves from the FlashAttention papers' single-GPU
+# figures, the merge from the bytes it moves over HBM, the collectives from NCCL's published
+# behaviour.
 #
 # ## Why the share of ideal hides the kernel
 #
@@ -158,6 +178,8 @@ for layout in ("ring_attn", "zigzag_ring", "stripe_attn"):
     )
 
 # %% [markdown]
+# ## Striped against zigzag on a real kernel
+#
 # **Predict first.** Zigzag and stripe both balance the causal work. Which should lose more
 # to a real kernel, and why?
 #
@@ -172,6 +194,13 @@ for layout in ("ring_attn", "zigzag_ring", "stripe_attn"):
 # step `c` or `c/2`.
 #
 # </details>
+
+# %% [markdown]
+# ## Every published number beside its prediction
+#
+# `ringsim validate` runs every published measurement the package knows through the same
+# model. The table first (the share-of-ideal cells), then one summary line per experiment,
+# then all of them on one figure.
 
 # %%
 results = validate()
@@ -217,32 +246,45 @@ h800_fwd = {
 readme, user = h800_fwd.values()
 print("two 8xH800 runs of the 5-head benchmark, forward it/s, issue #55 / README:")
 print("  " + ", ".join(f"{k} {user[k] / readme[k]:.2f}" for k in readme))
-fig = plot_validation(results)
+fig = plot_validation(results, columns=1)
 plt.show()
 
 # %% [markdown]
-# *Figure 11.2. What to notice:* every published number of the package's dataset
-# (`ringsim validate`) against its prediction, on the y = x line when right; filled markers
-# are inside their target band. The lines printed above the figure count, per experiment,
-# the rows in band and the predictions above and below the line (`validate.describe`).
-# The middle panel is the absolute side of the shares: the same README's iterations per
-# second, of the single-GPU baseline and of each ring. A share can be right while both of
-# its times are wrong; these points say the times themselves land. The grey stars (and the
-# light hexagons on the left) are the same README's older table, with 5 heads instead of 32:
+# *Figure 11.2. What to notice:* every published number of the dataset against its prediction,
+# on the dashed y = x line when right; filled markers are inside their target band. The
+# lines printed above the figure count, per experiment, the rows in band and the predictions
+# above and below the line (`validate.describe`). Nothing was fitted to any point, so each
+# miss says what the model still lacks.
+#
+# **The middle panel** is the absolute side of the shares: the same README's iterations per
+# second (it/s), of the single-GPU baseline and of each ring. A share can be right while
+# both its times are wrong; these points say the times themselves land. The grey stars (and
+# the light hexagons at the top) are the README's older table, with 5 heads instead of 32:
 # short kernel calls, where the model's per-call costs are guesses, and most of them miss.
-# The yellow markers are one user's run of that 5-head benchmark on another 8xH800 NVLink
-# machine (the repository's issue #55): the single-GPU call agrees with the README, the
-# rings run far slower (the line printed above the figure). Two published runs of one
-# benchmark disagree by more than any band we set, so a band on one run tests that run's
-# machine (its NCCL settings, its topology) as much as the model. A test set is only useful
-# if it can fail.
-# Where a group sits above the line the model leaves out a cost. For Table 3's contexts it is
-# memory: the model counts tensors and a framework overhead (lesson 7), not every copy XLA
-# keeps. For Striped Attention's speedups the timer skips exactly the tiles the paper's
-# kernel skips (2048 queries x 4096 keys on A100, so a 4K-token block is one key tile and
-# striped can only tie the ring there), and every computed tile costs the same, as in the
-# paper's code: what it still lacks is whatever makes the measured runs slower than that.
-# Nothing was fitted to any of these points, so each miss says what the model still lacks.
+#
+# **Two runs of one benchmark.** The yellow markers are one user's run of that 5-head
+# benchmark on another 8xH800 NVLink machine (the repository's issue #55): the single-GPU
+# call agrees with the README, the rings run far slower (the last line printed above the
+# figure). Two published runs of one benchmark disagree by more than any band we set, so a
+# band on one run tests that run's machine (its NCCL settings, its topology) as much as the
+# model. A test set is only useful if it can fail.
+#
+# **Groups above the line** leave out a cost. For Table 3's contexts it is memory: the model
+# counts tensors and a framework overhead (lesson 7), not every copy XLA keeps. For Striped
+# Attention's speedups the timer skips exactly the tiles the paper's kernel skips (2048
+# queries x 4096 keys on A100, so a 4K-token block is one key tile and striped can only tie
+# the ring there), and every computed tile costs the same, as in the paper's code: what it
+# still lacks is whatever makes the measured runs slower than that.
+#
+# ## Takeaways
+#
+# - Between the ideal ring and a measured one: kernel efficiency (the largest here), the
+#   per-step merge, collective contention and launch overhead; the waterfall sizes each.
+# - A share of ideal cancels the kernel's efficiency; absolute times do not.
+# - Every published number beside its prediction, with nothing fitted: the misses say what
+#   the model lacks, and two runs of one benchmark can disagree by more than any band.
+#
+# Next: [many nodes](12_many_nodes.py), where a ring crosses slow links.
 
 # %% tags=["remove-input"]
 summary = summarize(results)

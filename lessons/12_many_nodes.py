@@ -41,12 +41,19 @@ from ringsim.timer.strategies import simulate_strategy
 from ringsim.views.lessons_support import (
     Exercise,
     Markdown,
+    caption,
     exercises,
+    notation,
     table,
     use_lesson_style,
 )
 
 use_lesson_style()
+TERMS = ("NVLink, NVSwitch", "NIC, InfiniBand", "PCIe", "all-to-all", "Ulysses")
+TERMS += ("hybrid, double ring", "striped, zigzag, contiguous", "1M, 1K (tokens)")
+notation(*("P", "N", "c", "H", "H_{kv}", "B", "U, R"), terms=TERMS)
+
+# %%
 dgx = get_cluster("dgx-h100")
 print(
     table(
@@ -88,8 +95,8 @@ print(
 # Much more, whenever the slow hop cannot hide behind a step's compute. Every block passes
 # through *every* hop of the ring, the slow ones included: at every step some host waits for
 # a block that just crossed a NIC, and its successors wait for it. The ring runs at the pace
-# of its slowest hop. Below, at the DGX's 50 GB/s NICs the flat ring already takes about
-# 1.6 times its all-NVLink time, and its time climbs as the NIC slows.
+# of its slowest hop. The lines under the figure print by how much, at the DGX's own NICs
+# and at slower ones: the time climbs as the NIC slows.
 #
 # </details>
 
@@ -112,23 +119,40 @@ for bw in nics:
 one_node = simulate_strategy(base, "ring").summary()["total_time_s"]
 
 fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.8))
+styles = {  # the double ring sits on the NVLink line once the NIC hides: draw it on top
+    "ring": dict(marker="o", zorder=3),
+    "double ring": dict(
+        marker="s", ms=7, mfc="none", mew=1.6, lw=2.2, ls="--", zorder=5
+    ),
+    "hybrid U8 x R2": dict(marker="^", zorder=4),
+}
 for name, values in curves.items():
-    ax.semilogx(nics / 1e9, np.array(values) * 1e3, "o-", ms=4, label=name)
-ax.axhline(one_node * 1e3, color="grey", ls="--", label="ring, all on NVLink")
+    ax.loglog(
+        nics / 1e9, np.array(values) * 1e3, label=name, **{"ms": 5, **styles[name]}
+    )
+ax.axhline(one_node * 1e3, color="grey", lw=2.5, alpha=0.5, label="ring, all on NVLink")
 ax.axvline(50, color="black", lw=0.8, ls=":")
-ax.annotate(" NDR 400 Gb/s", (50, ax.get_ylim()[1]), va="top", fontsize=8)
+ax.annotate(" NDR 400 Gb/s", (50, ax.get_ylim()[1]), va="top", fontsize=9)
 ax.set_xlabel("NIC bandwidth per GPU (GB/s)")
-ax.set_ylabel("forward attention (ms)")
+ax.set_ylabel("forward attention (ms, log)")
 ax.set_title("16 H100s on two nodes: 128K tokens, 32/8 heads, causal zigzag")
-ax.legend(fontsize=8)
+ax.legend(fontsize=9, loc="upper right")
 plt.show()
+dgx_nic = dgx.inter_bandwidth
+for bw in (dgx_nic, dgx_nic / 4):
+    cluster = replace(get_cluster("dgx-h100").with_nodes(2), inter_bandwidth=bw)
+    two = simulate_strategy(base, "ring", cluster=cluster).summary()["total_time_s"]
+    print(
+        f"NIC {bw / 1e9:4.1f} GB/s: flat ring {two * 1e3:.2f} ms, "
+        f"{two / one_node:.2f}x its all-NVLink {one_node * 1e3:.2f} ms"
+    )
 
 # %% [markdown]
 # *Figure 12.1. What to notice:* with slow NICs the flat ring's time grows as the NIC
 # shrinks, although only 2 of its 16 hops use it. The double ring (inner rings of 8 in each
 # node, one outer hop per round, with a whole round of compute to hide it behind) and the
-# hybrid (Ulysses over the 8 GPUs of a node, a ring of 2 across) reach the NVLink line at a
-# far slower NIC.
+# hybrid (Ulysses over the 8 GPUs of a node, a ring of 2 across) reach the NVLink line (the
+# wide grey band; the double ring lies on it) at a far slower NIC.
 #
 # ## An all-to-all, drawn
 #
@@ -171,19 +195,30 @@ right.set_xlabel("all-to-all GB/s per GPU")
 right.set_title("where the group sits")
 plt.show()
 
+# %% tags=["remove-input"]
+box = get_cluster("pcie-8x-l20")
+peers = range(1, 8)
+leave = sum(any(e[0] == "up-out" for e in box.edges(0, d)) for d in peers)
+cross = sum(cluster.node(0) != cluster.node(d) for d in range(1, ranks))
+caption(
+    "Figure 12.2",
+    "left, the two bright 8 x 8 blocks are the pairs inside a node (NVLink), the dark ones "
+    f"the pairs that cross (NIC): {cross} of every rank's {ranks - 1} shares cross. Right, "
+    "the all-to-all is fast only when its group sits in one NVLink node; spread over nodes "
+    "it runs at about the NIC's speed, and on the PCIe box slower still: "
+    f"{leave} of each GPU's {len(peers)} shares leave its PCIe switch, and the switch's two "
+    "GPUs push them through one shared x16 uplink.",
+)
+
 # %% [markdown]
-# *Figure 12.2. What to notice:* left, the two bright 8 x 8 blocks are the pairs inside a
-# node (NVLink), the dark ones the pairs that cross (NIC): half of every rank's shares cross.
-# Right, the same all-to-all is fast only when its group sits in one NVLink node; spread
-# over nodes it runs at about the NIC's speed, and on the PCIe box it is slower still,
-# because two GPUs push three quarters of their shares through one shared x16 uplink.
 #
 # ## Ulysses times ring: choosing $U$
 #
 # With $P = U \times R$ hosts, the Ulysses groups re-shard heads ($U \leq$ the key/value
-# heads), and $U$ rings of $R$ hosts each run on $H/U$ heads, with blocks of $N/R$ tokens.
-# Larger $U$ means fewer, larger ring blocks (easier to hide) but bigger all-to-alls that
-# nothing overlaps, and more memory (the gathered full-length heads).
+# heads in this model), and $U$ rings of $R$ hosts each run on $H/U$ heads, with blocks of
+# $N/R$ tokens. Larger $U$ means fewer, larger ring blocks (easier to hide) but bigger
+# all-to-alls that nothing overlaps; and any $U > 1$ costs memory for the all-to-all's
+# buffers (the table below says how much).
 #
 # **Predict first.** 32 H100s in 4 nodes, 256K tokens, 8 key/value heads, forward. Which
 # $U$ and which placement (Ulysses groups inside a node, or across nodes) is fastest?
@@ -233,16 +268,29 @@ ax.bar(labels, compute, color="#0072B2", label="compute (busiest host)")
 ax.bar(labels, exposed, bottom=compute, color="#E69F00", label="exposed communication")
 ax.set_ylabel("forward attention (ms)")
 ax.set_title("32 H100s, 4 nodes, 256K tokens: U x R and placement")
-ax.legend(fontsize=8)
+ax.set_ylim(0, max(r["time (ms)"] for r in rows) * 1.3)
+ax.legend(fontsize=9, loc="upper center", ncol=2)
 plt.show()
 
+# %% tags=["remove-input"]
+memory = sorted({round(r["memory (MB)"]) for r in rows if r["U x R"] != "1 x 32"})
+same = len(memory) == 1
+caption(
+    "Figure 12.3",
+    "every bar has the same compute (the same attention, split differently); what differs "
+    "is the communication left exposed. The pure ring ($U = 1$) pays for its NIC hops at "
+    "every step; Ulysses groups inside the nodes hide almost all of it, groups across nodes "
+    '("ring-in") give most of the gain back: their all-to-alls run on the NICs. Memory: '
+    f"{rows[0]['memory (MB)']:.0f} MB for the ring, "
+    + (
+        f"{memory[0]} MB for every $U > 1$"
+        if same
+        else f"{memory[0]}-{memory[-1]} MB for $U > 1$"
+    )
+    + " (the host keeps its own q, k, v shard beside the all-to-all's).",
+)
+
 # %% [markdown]
-# *Figure 12.3. What to notice:* every bar has the same compute (the same exact attention,
-# split differently); what differs is the communication left exposed. The pure ring
-# ($U = 1$) pays for its NIC hops at every step; Ulysses groups placed inside the nodes hide
-# almost all of it. The same groups placed across nodes ("ring-in") give back most of the
-# gain: their all-to-alls run on the NICs, and nothing overlaps an all-to-all. The memory
-# column is the price of $U > 1$: the host keeps its own q, k, v shard for the all-to-all.
 #
 # ## Takeaways
 #
@@ -250,7 +298,8 @@ plt.show()
 # - A collective is as fast as its most loaded link: NVLink port, NIC, or PCIe uplink.
 # - Put the all-to-all (Ulysses) inside the node and the ring across nodes, or give the ring
 #   two levels (double ring) so every NIC works at once and has a round to hide in.
-# - $U$ is capped by the key/value heads; larger $U$ costs memory (full-length heads).
+# - $U$ is capped by the key/value heads in this model (real code can repeat them); any
+#   $U > 1$ costs the all-to-all's buffers, here the same for every $U$.
 #
 # Next: [planning a long-context run](13_planning.py).
 

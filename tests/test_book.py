@@ -133,6 +133,25 @@ class Browser:
         finally:
             self.send("Target.closeTarget", targetId=target)
 
+    def measure(self, url: str, probe: str, *, width: int, height: int = 900) -> dict:
+        """Open ``url`` in a fresh tab of ``width`` x ``height`` CSS pixels (a phone when
+        narrower than 600), run ``probe`` (an async expression) and return its value."""
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        try:
+            self.send(
+                "Emulation.setDeviceMetricsOverride",
+                session,
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=width < 600,
+            )
+            self.send("Page.navigate", session, url=url)
+            return self._evaluate(session, probe, url)
+        finally:
+            self.send("Target.closeTarget", targetId=target)
+
     def _evaluate(self, session: str, expression: str, url: str):
         result = self.send(
             "Runtime.evaluate",
@@ -325,41 +344,127 @@ def test_download_button_offers_the_notebook(book_html: Path) -> None:
             assert target.is_file() and target.stat().st_size > 0, f"{name}: {href} is empty"
 
 
-# Places where a lesson's prose states a number that one of its cells computes: (lesson, the
-# words in the prose, what the output prints). The prose is hand-written, so a change in the
-# library that moves the number must fail here, not leave the text contradicting the output.
-CLAIMS = [
-    ("01_memory_wall", "about 140K tokens for a single head", "141,421"),
-    ("01_memory_wall", "one head is\n# 4.4 TB", "one head, fp32, N = 2**20:     4.4 TB"),
-    ("05_overlap", "24,960 tokens (24.4K", "24,960"),
-    ("05_overlap", "$c^* = F/B = 1040$ tokens", "F/B = 1,040 tokens"),
-    ("06_causal_catch", "four tokens per host", "contiguous: [[0, 1, 2, 3], [4, 5, 6, 7]"),
-    ("06_causal_catch", "busiest host does 1.7 times", "busiest/mean 1.71"),
-    ("06_causal_catch", "balanced (1.08)", "busiest/mean 1.08"),
-    ("06_causal_catch", "at $P = 8$, 47%", "8       0.467"),
-    ("08_backward", "$2/2.5 = 0.8$ of the", "(0.80x)"),
-    ("08_backward", "raises it to $1.2\\times$", "(1.20x)"),
-    ("09_strategies_decode", "8 for the model below", "8.0 FLOP per byte"),
-]
+# ---------------------------------------------------------------------------------------------
+# Readable at the book's width and on a phone
+# ---------------------------------------------------------------------------------------------
+
+# The numbers a lesson states are checked against its output in tests/test_lesson_numbers.py.
+
+MIN_TEXT_PX = 9  # the smallest figure text a reader should have to read, as shown at 1280 px
+MAX_CAPTION_LINES = 6
+PHONE_PX = 414  # an iPhone Plus/Max-class viewport
+
+# Runs in a page: every figure's shown width and natural width, the report its PNG carries
+# (read by the test from the file) or its <img> carries (the animation player), the caption
+# paragraphs' line counts and the article's width.
+LAYOUT_PROBE = """
+(async () => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  for (let i = 0; i < 200 && document.readyState !== 'complete'; i++) await sleep(50);
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  for (let i = 0; i < 100 && ![...document.images].every((im) => im.complete); i++) await sleep(50);
+  const article = document.querySelector('article.bd-article') || document.querySelector('article');
+  const figures = [...article.querySelectorAll('img')].map((im) => ({
+    src: im.currentSrc || im.src, natural: im.naturalWidth,
+    shown: im.getBoundingClientRect().width, report: im.dataset.ringsim || null}));
+  const captions = [...article.querySelectorAll('p')]
+    .filter((p) => /^(Figures?|Animation) [0-9]+\\.[0-9]+/.test(p.innerText))
+    .map((p) => ({text: p.innerText.slice(0, 60),
+                  lines: Math.round(p.getBoundingClientRect().height
+                                    / parseFloat(getComputedStyle(p).lineHeight))}));
+  return {viewport: window.innerWidth, article: article.getBoundingClientRect().width,
+          figures, captions};
+})()
+"""
 
 
-def _lesson_texts(stem: str) -> tuple[str, str]:
-    """(markdown cells as the lesson writes them, everything its cells printed)."""
-    nb = json.loads((build.EXECUTED / f"{stem}.ipynb").read_text())
-    prose = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    printed = []
-    for cell in nb["cells"]:
-        for out in cell.get("outputs", []):
-            if out["output_type"] == "stream":
-                printed.append("".join(out["text"]))
-            elif "text/markdown" in out.get("data", {}):
-                printed.append("".join(out["data"]["text/markdown"]))
-    source = (ROOT / "lessons" / f"{stem}.py").read_text()
-    return source + prose, "\n".join(printed)
+# Lesson 13 is being rewritten around a whole training step (issue 24, another slice): its
+# figures and captions are checked once that lands. Remove it from here at the merge.
+PENDING = {"13_planning.html": "lesson 13 is rewritten for issue 24"}
 
 
-@pytest.mark.parametrize(("stem", "prose", "printed"), CLAIMS)
-def test_text_states_what_the_cells_compute(book_html: Path, stem, prose, printed) -> None:
-    text, output = _lesson_texts(stem)
-    assert prose in text, f"{stem}: the prose no longer says {prose!r}"
-    assert printed in output, f"{stem}: the text says {prose!r} but the output lacks {printed!r}"
+def _layout_pages() -> list:
+    return [
+        pytest.param(name, marks=pytest.mark.xfail(reason=PENDING[name], strict=False))
+        if name in PENDING
+        else name
+        for name in _lesson_pages()
+    ]
+
+
+@pytest.fixture(scope="module")
+def layouts(book_html: Path) -> dict[str, dict[int, dict]]:
+    """Each lesson page measured at 1280 px and on a phone."""
+    browser = Browser()
+    try:
+        return {
+            name: {
+                width: browser.measure((book_html / name).as_uri(), LAYOUT_PROBE, width=width)
+                for width in (1280, PHONE_PX)
+            }
+            for name in _lesson_pages()
+        }
+    finally:
+        browser.close()
+
+
+def _figure_report(figure: dict) -> dict | None:
+    """The report ``lessons_support.figure_report`` wrote into the figure's PNG (or onto the
+    animation player's <img>): smallest text in PNG pixels, legends over data."""
+    if figure["report"]:
+        return json.loads(figure["report"])
+    parts = urlsplit(figure["src"])
+    if parts.scheme != "file":
+        return None
+    from PIL import Image
+
+    with Image.open(unquote(parts.path)) as image:
+        text = image.info.get("ringsim")
+    return json.loads(text) if text else None
+
+
+@pytest.mark.parametrize("name", _layout_pages())
+def test_figure_text_is_readable_at_the_book_width(layouts: dict, name: str) -> None:
+    """No figure text under 9 px as a 1280-px window shows it: the PNG's smallest font (in
+    its own pixels) times the shown/natural width ratio."""
+    small, unchecked = [], []
+    for figure in layouts[name][1280]["figures"]:
+        report = _figure_report(figure)
+        if report is None:
+            unchecked.append(figure["src"][-50:])
+            continue
+        shown_px = report["min_text_px"] * figure["shown"] / figure["natural"]
+        if shown_px < MIN_TEXT_PX:
+            small.append(
+                f"{figure['src'][-40:]}: {report['min_text_px']:.1f} px text in a "
+                f"{figure['natural']} px figure shown {figure['shown']:.0f} px wide "
+                f"= {shown_px:.1f} px"
+            )
+    assert not unchecked, f"{name}: figures without a text report (use_lesson_style): {unchecked}"
+    assert not small, f"{name}: figure text under {MIN_TEXT_PX} px:\n" + "\n".join(small)
+
+
+@pytest.mark.parametrize("name", _layout_pages())
+def test_no_legend_covers_data(layouts: dict, name: str) -> None:
+    covering = [
+        (figure["src"][-40:], report["legends_over_data"])
+        for figure in layouts[name][1280]["figures"]
+        if (report := _figure_report(figure)) and report["legends_over_data"]
+    ]
+    assert not covering, f"{name}: legends drawn over data (first label): {covering}"
+
+
+@pytest.mark.parametrize("name", _layout_pages())
+def test_captions_are_short(layouts: dict, name: str) -> None:
+    long = [c for c in layouts[name][1280]["captions"] if c["lines"] > MAX_CAPTION_LINES]
+    assert layouts[name][1280]["captions"], f"{name}: no figure caption found"
+    assert not long, f"{name}: captions over {MAX_CAPTION_LINES} lines at 1280 px: {long}"
+
+
+@pytest.mark.parametrize("name", _lesson_pages())
+def test_article_fills_a_phone(layouts: dict, name: str) -> None:
+    phone = layouts[name][PHONE_PX]
+    assert phone["viewport"] == PHONE_PX
+    assert phone["article"] >= 0.9 * PHONE_PX, (
+        f"{name}: the article is {phone['article']:.0f} px wide on a {PHONE_PX}-px phone"
+    )

@@ -200,3 +200,33 @@ def test_import_ringsim_does_not_load_matplotlib():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False", "False"]
+
+
+def test_timelines_fit_a_page_column_when_asked():
+    """``width=8`` (the book's column): the figure is 8 inches, the legend of a backward run
+    wraps to two rows, the step numbers grow to 8 pt; the default stays 11 inches."""
+    backward = simulate(
+        RingConfig(hosts=4, seq_len=4 * 1024, hardware=custom_hardware(1e12, 1e9), pass_="backward")
+    ).timeline
+    narrow = plots.plot_timelines([("backward", backward)], width=8)
+    wide = plots.plot_timelines([("backward", backward)])
+    assert narrow.get_size_inches()[0] == 8 and wide.get_size_inches()[0] == 11
+    assert narrow.legends[0]._ncols == 3 and wide.legends[0]._ncols == 6
+    step_sizes = {t.get_fontsize() for t in narrow.axes[0].texts if t.get_text().isdigit()}
+    assert step_sizes == {8}
+    with pytest.raises(ValueError, match="width must be at least 4 inches, got 2"):
+        plots.plot_timelines([("backward", backward)], width=2)
+
+
+def test_validation_figure_stacks_for_a_page_column():
+    from ringsim.views.validation import PANELS, plot_validation
+
+    rows = [
+        {"experiment": "ring-t2", "published": 1000.0, "predicted": 1040.0, "in_band": True},
+        {"experiment": "zhuzilin", "published": 0.8, "predicted": 0.7, "in_band": False},
+    ]
+    stacked = plot_validation(rows, columns=1)
+    assert stacked.get_size_inches()[0] == 8 and len(stacked.axes) == len(PANELS)
+    assert plot_validation(rows).get_size_inches()[0] > 8
+    with pytest.raises(ValueError, match="columns must be 1 or 2, got 3"):
+        plot_validation(rows, columns=3)

@@ -12,6 +12,8 @@ and at the ``Schedule``. Matplotlib is imported when a figure is drawn.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -51,15 +53,25 @@ def static_book() -> bool:
     return os.environ.get(STATIC_ENV, "") == "1"
 
 
+FIGURE_DPI = 110  # the lessons' figures: 8 inches wide are 880 px, the book shows them at ~724
+FIGURE_WIDTH = 8.0  # inches: wider figures shrink in the book and their text with them
+PNG_KEY = "ringsim"  # the PNG text chunk where a lesson figure records its smallest text
+
+
 def use_lesson_style() -> None:
-    """One look for every lesson figure: page-width, readable fonts, light grid."""
+    """One look for every lesson figure: page-width, readable fonts, light grid.
+
+    In a notebook it also makes every figure's PNG carry, in a text chunk (``PNG_KEY``), the
+    size of its smallest text in PNG pixels and the legends that cover data
+    (``figure_report``), so the book's browser test can compute how large each figure's
+    text is as shown on the page."""
     import matplotlib as mpl
 
     mpl.rcParams.update(
         {
-            "figure.figsize": (8.0, 3.6),
-            "figure.dpi": 110,
-            "savefig.dpi": 110,
+            "figure.figsize": (FIGURE_WIDTH, 3.6),
+            "figure.dpi": FIGURE_DPI,
+            "savefig.dpi": FIGURE_DPI,
             "font.size": 10,
             "axes.titlesize": 11,
             "axes.grid": True,
@@ -70,6 +82,140 @@ def use_lesson_style() -> None:
             "animation.embed_limit": 40.0,  # MB; the ring animation is a few hundred kB
         }
     )
+    _report_figures_in_png()
+
+
+def _report_figures_in_png() -> None:
+    """Make IPython's PNG of a figure carry ``figure_report`` (no-op outside IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - the lessons always run in IPython
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+    from IPython.core.pylabtools import print_figure
+    from matplotlib.figure import Figure
+
+    # Load the backend now: the inline backend registers its own PNG formatter when its
+    # module is imported (at the first figure), which would replace ours.
+    plt.switch_backend(mpl.get_backend())
+
+    def png(fig):
+        report = json.dumps(figure_report(fig))
+        return print_figure(fig, "png", base64=True, metadata={PNG_KEY: report})
+
+    shell.display_formatter.formatters["image/png"].for_type(Figure, png)
+
+
+def _visible_texts(fig, renderer) -> list:
+    """Every text the figure draws: titles, labels, tick labels, legends, annotations."""
+    from matplotlib.text import Text
+
+    box = fig.bbox
+    texts = []
+    for text in fig.findobj(Text):
+        if not text.get_visible() or not text.get_text().strip():
+            continue
+        if text.axes is not None and not text.axes.get_visible():
+            continue
+        extent = text.get_window_extent(renderer)
+        if extent.width <= 0 or not extent.overlaps(box):
+            continue
+        texts.append(text)
+    return texts
+
+
+def _renderer(fig):
+    """Draw ``fig`` and return its renderer (a closed figure gets an Agg canvas first)."""
+    if not hasattr(fig.canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def figure_text_px(fig) -> float:
+    """The smallest font size among the figure's visible texts, in pixels of its PNG (the
+    size in points times ``dpi / 72``); ``inf`` for a figure without text."""
+    renderer = _renderer(fig)
+    sizes = [t.get_fontsize() for t in _visible_texts(fig, renderer)]
+    return min(sizes) * fig.dpi / 72 if sizes else math.inf
+
+
+def legends_over_data(fig) -> list[str]:
+    """Legends that cover data: a point or a segment of a line, a marker, a bar or an image
+    of the axes they describe (a figure legend: of any axes). Returns each offending legend's
+    first label; empty when every legend sits on empty space or outside the axes."""
+    renderer = _renderer(fig)
+    legends = [(ax.get_legend(), [ax]) for ax in fig.axes if ax.get_legend() is not None]
+    legends += [(legend, fig.axes) for legend in fig.legends]
+    covered = []
+    for legend, axes in legends:
+        box = legend.get_window_extent(renderer).padded(-2)  # touching the edge is fine
+        if any(_covers(box, ax, renderer) for ax in axes):
+            texts = legend.get_texts()
+            covered.append(texts[0].get_text() if texts else "legend")
+    return covered
+
+
+def _inside(box, xy: np.ndarray) -> bool:
+    """Whether any finite point of ``xy`` (``(n, 2)`` display pixels) lies inside ``box``."""
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    x, y = xy[:, 0], xy[:, 1]
+    return bool(((x > box.x0) & (x < box.x1) & (y > box.y0) & (y < box.y1)).any())
+
+
+def _covers(box, ax, renderer) -> bool:
+    """Whether ``box`` (display pixels) holds any of ``ax``'s data."""
+    from matplotlib.collections import Collection
+    from matplotlib.image import AxesImage
+    from matplotlib.patches import Rectangle
+
+    for line in ax.get_lines():
+        if not line.get_visible() or len(line.get_xdata()) == 0:
+            continue
+        xy = line.get_transform().transform(np.asarray(line.get_xydata(), float))
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if len(xy) > 1 and line.get_linestyle() not in ("None", "", " "):
+            t = np.linspace(0, 1, 24)[:, None, None]  # points along every segment
+            xy = (xy[:-1] * (1 - t) + xy[1:] * t).reshape(-1, 2)
+        if len(xy) and _inside(box, xy):
+            return True
+    for patch in ax.patches:
+        if isinstance(patch, Rectangle) and patch.get_visible() and patch.get_alpha() != 0:
+            if patch.get_alpha() is not None and patch.get_alpha() < 0.5:
+                continue  # a shaded band behind the data (axhspan), not data
+            if patch.get_window_extent(renderer).overlaps(box):
+                return True
+    for coll in ax.collections:
+        if not isinstance(coll, Collection) or not coll.get_visible():
+            continue
+        offsets = coll.get_offsets()
+        if len(offsets) and coll.get_offset_transform() is not None:
+            xy = coll.get_offset_transform().transform(offsets)
+            if _inside(box, xy):
+                return True
+        for path in coll.get_paths()[:200]:
+            xy = coll.get_transform().transform(path.vertices)
+            if len(xy) and _inside(box, xy):
+                return True
+    for image in ax.images:
+        if isinstance(image, AxesImage) and image.get_window_extent(renderer).overlaps(box):
+            return True
+    return False
+
+
+def figure_report(fig) -> dict:
+    """What the book's browser test needs to judge a figure: its smallest text in PNG
+    pixels (``min_text_px``) and the legends over data (``legends_over_data``)."""
+    return {
+        "min_text_px": round(figure_text_px(fig), 2),
+        "legends_over_data": legends_over_data(fig),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,12 +441,265 @@ def animation_html(anim) -> str:
     book's theme already ship Font Awesome, so the link only costs an offline page a hang.
     """
     html = anim.to_jshtml(default_mode="once")
-    return re.sub(r"<link[^>]*font-awesome[^>]*>", "", html)
+    html = re.sub(r"<link[^>]*font-awesome[^>]*>", "", html)
+    # the frames are data URIs without PNG text chunks: the player's <img> carries the report
+    fig = getattr(anim, "_fig", None)  # matplotlib keeps the animated figure there
+    if fig is None:
+        return html
+    report = json.dumps(figure_report(fig)).replace('"', "&quot;")
+    return re.sub(r"<img id=", f'<img data-{PNG_KEY}="{report}" id=', html, count=1)
 
 
 def kind_name(kind: int) -> str:
     """``BlockKind`` value -> ``"full"`` / ``"partial"`` / ``"skip"``."""
     return BlockKind(kind).name.lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# One notation and one glossary for every lesson
+# ---------------------------------------------------------------------------------------------
+
+# symbol (TeX, as the lessons write it between $...$) -> what it means, in every lesson
+NOTATION = {
+    "P": "hosts (devices) the sequence is split over",
+    "N": "sequence length in tokens",
+    "c": "tokens per host, the block a host owns: $c = N/P$",
+    "r": "a host's index (its rank), $0 \\ldots P-1$",
+    "s": "a ring step, $0 \\ldots P-1$ (the backward adds one more hop)",
+    "H": "query (attention) heads",
+    "H_{kv}": "key/value heads; $H_{kv} < H$ is grouped-query attention",
+    "d": "head dimension (128 in most models here)",
+    "d_{model}": "hidden size, $H d$",
+    "d_{ff}": "the feed-forward network's hidden width (about $4 d_{model}$ or more)",
+    "L": "layers",
+    "b": "batch: sequences processed together",
+    "e": "bytes per element: 2 in bf16, 4 in fp32",
+    "F": "FLOP/s one device sustains",
+    "B": "link bandwidth, bytes/s in one direction",
+    "\\alpha": "latency of one message (seconds)",
+    "c^*": "overlap threshold: the smallest block whose compute hides its transfer, "
+    "$F/B$ for full blocks, about $2F/B$ for balanced causal layouts",
+    "T": "kernel tile (tokens), e.g. 128",
+    "U, R": "Ulysses degree and ring degree of a hybrid, $P = U R$",
+    "q, k, v": "one token's query, key and value vectors (rows of $Q, K, V$)",
+    "m, \\ell, a": "a partial's running max, running sum and unnormalised output",
+    "\\mathrm{lse}": "log-sum-exp of a row's scores, $m + \\log \\ell$",
+    "o, O": "attention output (normalised), one row and the whole block",
+    "dO": "gradient of the loss with respect to the output",
+    "\\delta": "the backward's per-row constant $\\mathrm{rowsum}(dO \\circ O)$",
+}
+
+# term -> its definition (plain words; a term is written as the lessons write it)
+GLOSSARY = {
+    "1M, 1K (tokens)": "token counts use powers of two, as the `ringsim` command line does: "
+    "1K = 1,024 and 1M = $2^{20}$ = 1,048,576 tokens. A lesson that means $10^6$ says so "
+    "(lesson 1 checks quotes that use $10^6$). Bytes use decimal units: 1 GB = $10^9$ bytes, "
+    "1 GiB = $2^{30}$.",
+    "all-gather": "a collective in which every host ends with every host's block; all-gather "
+    "context parallelism (Llama 3) gathers all keys and values before attention.",
+    "all-to-all": "a collective in which every host sends a different share to every other "
+    "host; Ulysses uses two to turn a split by tokens into a split by heads and back.",
+    "bf16": "bfloat16: 16-bit floats with fp32's exponent range and 8 significant bits, so "
+    "one rounding changes a number by at most $2^{-8}$ = 0.39%.",
+    "fp32, fp16": "32-bit floats (24 significant bits) and 16-bit IEEE floats.",
+    "causal mask": "a query sees only the keys at or before its own position (decoders).",
+    "checkpointing": "gradient checkpointing: the forward keeps only each layer's input per "
+    "token, and the backward recomputes the rest.",
+    "context parallelism (CP)": "splitting one sequence over devices; the ring, Ulysses and "
+    "all-gather are three ways to do it.",
+    "DP, TP, PP": "data parallelism (whole sequences per device), tensor parallelism (a "
+    "layer's matrices split over devices), pipeline parallelism (layers split).",
+    "FA2, FA3 (FA)": "the FlashAttention-2 and FlashAttention-3 kernels (FA: FlashAttention).",
+    "FFN": "the feed-forward network of a transformer layer, position-wise.",
+    "FLOP, GFLOP, TFLOP": "floating-point operations; GFLOP = $10^9$ and TFLOP = $10^{12}$ "
+    "of them, and per second (GFLOP/s, TFLOP/s) the rate a device sustains.",
+    "FSDP": "Fully Sharded Data Parallel: weights, gradients and optimizer state are "
+    "sharded over all devices; each layer's weights are gathered just before they are used.",
+    "gloo": "PyTorch's collective backend for CPUs (over TCP); the lessons' real ring uses it "
+    "when there is no GPU.",
+    "GQA, MHA": "grouped-query attention ($H$ query heads share $H_{kv} < H$ key/value heads) "
+    "and multi-head attention ($H_{kv} = H$).",
+    "HBM": "high-bandwidth memory: a GPU's device memory (80 GB on an A100 or H100), read at "
+    "2-5 TB/s.",
+    "it/s": "iterations per second, a benchmark's throughput.",
+    "KV cache (KV)": "the keys and values (KV) of every past token, kept by a decoder for "
+    "each layer.",
+    "NCCL": "NVIDIA's collective communication library: all-reduce, all-to-all, send and "
+    "receive between GPUs.",
+    "NIC, InfiniBand": "the network card of a GPU (one per GPU on DGX nodes) and the network "
+    "between nodes, 12.5-50 GB/s each way.",
+    "NVLink, NVSwitch": "the links between the GPUs of one node (200-450 GB/s each way per "
+    "GPU) and the switch that connects them all.",
+    "PCIe": "the bus between a GPU and its host CPU; GPUs without NVLink exchange data over "
+    "it (31.5 GB/s for a Gen 4 x16 link).",
+    "prefill, decode": "serving reads the whole prompt at once (prefill, compute-bound), then "
+    "generates one token at a time (decode, bound by reading the KV cache).",
+    "SM": "streaming multiprocessor, one of a GPU's ~100 compute units; NCCL's kernels "
+    "occupy some of them while attention runs.",
+    "striped, zigzag, contiguous": "how tokens are dealt to hosts: contiguous chunks; round "
+    "robin; or $2P$ chunks with host $r$ taking chunks $r$ and $2P-1-r$ (lesson 6).",
+    "SDPA": "PyTorch's `scaled_dot_product_attention`, which dispatches to a fused (flash or "
+    "memory-efficient) attention kernel.",
+    "TransformerEngine (TE)": "NVIDIA's library of fused transformer layers, whose attention "
+    "implements the context parallelism Megatron-LM uses.",
+    "Ulysses": "DeepSpeed-Ulysses: an all-to-all re-shards from tokens to heads, each host "
+    "computes whole heads, a second all-to-all shards back.",
+    "hybrid, double ring": "Ulysses over $U$ hosts times a ring over $R$ (USP), and a ring "
+    "of rings, one inside each node and one across (LoongTrain).",
+}
+
+
+def _anchor(term: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", term.lower()).strip("-")
+
+
+def notation(*symbols: str, terms: tuple[str, ...] = ()) -> Markdown:
+    """A folded box with the symbols (keys of ``NOTATION``) and terms (keys of ``GLOSSARY``)
+    a lesson uses, each defined as on the book's notation page, which it links."""
+    unknown = [x for x in symbols if x not in NOTATION] + [t for t in terms if t not in GLOSSARY]
+    if unknown:
+        raise ValueError(f"notation: unknown symbols or terms {unknown}; see NOTATION, GLOSSARY")
+    lines = ["<details><summary>Notation and terms used in this lesson</summary>\n"]
+    if symbols:
+        lines += ["| symbol | meaning |", "| --- | --- |"]
+        lines += [f"| ${x}$ | {NOTATION[x]} |" for x in symbols]
+        lines.append("")
+    if terms:
+        lines += ["| term | meaning |", "| --- | --- |"]
+        lines += [f"| {t} | {GLOSSARY[t]} |" for t in terms]
+        lines.append("")
+    lines.append("Every lesson uses the same symbols: [the notation page](notation.md).\n")
+    lines.append("</details>\n")
+    return Markdown("\n".join(lines))
+
+
+def notation_page() -> str:
+    """The book's notation page (``lessons/notation.md``): every symbol and term."""
+    lines = [
+        "# Notation and glossary",
+        "",
+        "One meaning per symbol, in every lesson. Each lesson opens with a folded box of the "
+        "symbols and terms it uses, taken from this table (`ringsim.views.lessons_support`"
+        ".`NOTATION` and `GLOSSARY`).",
+        "",
+        "## Symbols",
+        "",
+        "| symbol | meaning |",
+        "| --- | --- |",
+        *(f"| ${x}$ | {meaning} |" for x, meaning in NOTATION.items()),
+        "",
+        "## Terms",
+        "",
+        "| term | meaning |",
+        "| --- | --- |",
+        *(f"| {t} | {meaning} |" for t, meaning in GLOSSARY.items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def caption(label: str, text: str) -> Markdown:
+    """A figure caption, "*Figure 5.1. What to notice:* ...", printed by a cell so that its
+    numbers can be f-string fields over the values the figure shows."""
+    return Markdown(f"*{label}. What to notice:* {text.strip()}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Implement-and-test exercises: the learner writes a piece, a provided check compares it with
+# the library
+# ---------------------------------------------------------------------------------------------
+
+
+def try_it(yours, reference, check) -> None:
+    """Run ``check`` on the learner's function ``yours``; while it still raises
+    ``NotImplementedError``, run it on the folded ``reference`` solution instead, so the
+    lesson executes top to bottom either way. ``check`` raises ``AssertionError`` on a wrong
+    answer and returns a one-line summary of what it compared."""
+    import textwrap
+
+    name = getattr(yours, "__name__", "your function")
+    try:
+        summary = check(yours)
+    except NotImplementedError:
+        summary = check(reference)
+        message = f"{name} is not written yet; the reference solution passes: {summary}"
+    else:
+        message = f"{name} passes: {summary}"
+    print(textwrap.fill(message, width=88))  # the book's code column
+
+
+def _partials(rng, rows: int = 5, d: int = 4, keys: int = 7, spread: float = 6.0):
+    """Two partials of the same query rows over disjoint random key sets, with far apart
+    maxima (so a merge that forgets a rescale is visibly wrong), and the exact answer."""
+    from ringsim.numerics.attention import block_attention, reference_attention
+
+    q = rng.standard_normal((rows, d)) * spread
+    k = rng.standard_normal((2 * keys, d))
+    v = rng.standard_normal((2 * keys, d))
+    k[keys:] += 2.0  # the second key set scores higher: different row maxima
+    scale = 1 / np.sqrt(d)
+    a = block_attention(q, k[:keys], v[:keys], scale=scale)
+    b = block_attention(q, k[keys:], v[keys:], scale=scale)
+    return a, b, reference_attention(q, k, v)
+
+
+def check_merge(merge_fn) -> str:
+    """``merge_fn(a, b) -> Partial`` against ``ringsim.merge`` and the exact attention over
+    both key sets, on random partials whose maxima differ, in both orders."""
+    from ringsim.numerics.attention import merge
+
+    rng = np.random.default_rng(2)
+    worst = 0.0
+    for _ in range(20):
+        a, b, exact = _partials(rng)
+        for x, y in ((a, b), (b, a)):
+            got, want = merge_fn(x, y), merge(x, y)
+            np.testing.assert_allclose(got.row_max, want.row_max, rtol=1e-12)
+            np.testing.assert_allclose(got.lse, want.lse, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(got.out, exact, rtol=1e-9, atol=1e-12)
+            worst = max(worst, float(np.abs(got.out - exact).max()))
+    return f"40 merges equal ringsim.merge; largest error against exact {worst:.1e}"
+
+
+def check_zigzag(positions_fn) -> str:
+    """``positions_fn(hosts, seq_len) -> (hosts, seq_len // hosts)`` global positions per host,
+    against ``ringsim.host_positions("zigzag", ...)`` for several ring sizes."""
+    from ringsim.layouts import host_positions
+
+    cases = [(2, 8), (4, 16), (4, 64), (8, 32), (3, 12)]
+    for hosts, seq_len in cases:
+        got = np.asarray(positions_fn(hosts, seq_len))
+        want = host_positions("zigzag", hosts, seq_len)
+        assert got.shape == want.shape, (
+            f"P={hosts}, N={seq_len}: shape {got.shape}, not {want.shape}"
+        )
+        assert (np.sort(got, axis=1) == want).all(), (
+            f"P={hosts}, N={seq_len}: host 0 got {np.sort(got[0]).tolist()}, "
+            f"the zigzag layout gives {want[0].tolist()}"
+        )
+    return f"{len(cases)} rings (P = 2 to 8) deal the same tokens as ringsim.host_positions"
+
+
+def check_delta(delta_fn) -> str:
+    """``delta_fn(out, dout) -> (..., rows)`` used in ``block_attention_backward``: the
+    gradients must equal the float64 reference (which builds the whole matrix)."""
+    from ringsim.numerics.attention import (
+        block_attention,
+        block_attention_backward,
+        reference_attention_grad,
+    )
+
+    rng = np.random.default_rng(3)
+    q, k, v, dout = (rng.standard_normal((2, 24, 8)) for _ in range(4))
+    scale = 1 / np.sqrt(8)
+    part = block_attention(q, k, v, scale=scale)
+    delta = np.asarray(delta_fn(part.out, dout))
+    assert delta.shape == part.lse.shape, f"delta has shape {delta.shape}, not {part.lse.shape}"
+    grads = block_attention_backward(q, k, v, dout, part.lse, delta, scale=scale)
+    exact = reference_attention_grad(q, k, v, dout)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, exact, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=name)
+    return "dq, dk, dv from your delta equal the float64 reference"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,6 +811,25 @@ REFERENCES = {
         "Hugging Face, 2025",
         "https://huggingface.co/spaces/nanotron/ultrascale-playbook",
     ),
+    "ring_flash_attention": (
+        "Zhu",
+        "ring-flash-attention: ring attention on top of flash-attention (RingComm, zigzag "
+        "and llama3 varlen variants)",
+        "GitHub, 2024",
+        "https://github.com/zhuzilin/ring-flash-attention",
+    ),
+    "torch_cp": (
+        "PyTorch",
+        "Introduction to Context Parallel (torch.distributed.tensor.experimental)",
+        "tutorial, 2025",
+        "https://docs.pytorch.org/tutorials/prototype/context_parallel.html",
+    ),
+    "megatron_cp": (
+        "NVIDIA",
+        "Megatron Core: context parallelism (with TransformerEngine's attention)",
+        "developer guide",
+        "https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/context_parallel.html",
+    ),
     "scaling_book": (
         "Austin et al.",
         "How to Scale Your Model (the jax-ml scaling book)",
@@ -431,7 +849,10 @@ def references(*keys: str, notes: dict[str, str] | None = None) -> Markdown:
     for key in keys:
         authors, title, year, url = REFERENCES[key]
         note = (notes or {}).get(key)
-        lines.append(f"- {authors}. [{title}]({url}). {year}." + (f" {note}" if note else ""))
+        # "Austin et al." already ends its sentence: no second full stop
+        lines.append(
+            f"- {authors.rstrip('.')}. [{title}]({url}). {year}." + (f" {note}" if note else "")
+        )
     return Markdown("\n".join(lines) + "\n")
 
 

@@ -94,7 +94,9 @@ def _merged(start: np.ndarray, end: np.ndarray, tolerance: float) -> list[tuple[
     ]
 
 
-def _label_steps(ax, timeline: Timeline, host: int, row: int, scale: float, min_width: float):
+def _label_steps(
+    ax, timeline: Timeline, host: int, row: int, scale: float, min_width: float, size: float
+):
     """Write the step label inside each compute bar that is wide enough to hold it."""
     start, end = timeline.interval("compute")
     offset, height = LANES["compute"]
@@ -110,7 +112,7 @@ def _label_steps(ax, timeline: Timeline, host: int, row: int, scale: float, min_
                 text,
                 ha="center",
                 va="center",
-                fontsize=7,
+                fontsize=size,
                 color="white",
             )
 
@@ -135,15 +137,26 @@ def link_layers(timeline: Timeline) -> list[tuple[str, str, np.ndarray, np.ndarr
     return layers
 
 
-def _draw_gantt(ax, timeline: Timeline, *, max_hosts: int, span: float, unit: tuple[str, float]):
-    """Draw one timeline on ``ax``; returns the hosts shown."""
+def _draw_gantt(
+    ax,
+    timeline: Timeline,
+    *,
+    max_hosts: int,
+    span: float,
+    unit: tuple[str, float],
+    width: float = 11.0,
+):
+    """Draw one timeline on ``ax`` (a figure ``width`` inches wide); returns the hosts shown."""
     name, scale = unit
     hosts = shown_hosts(timeline.hosts, max_hosts)
     many = timeline.steps > 64  # then merge touching bars; else keep step boundaries visible
     tolerance = span / 4000 if many else -np.inf
     edge = {"lw": 0} if many else {"lw": 0.6, "edgecolor": "white"}
-    # A character at fontsize 7 is ~7 px of the ~1300 px axis (11 in at 130 dpi): allow 1/170.
-    char_width = span / 170
+    # Step numbers: 7 pt on an 11-inch figure, 8 pt on a narrower one (a page shows it less
+    # shrunk, but a small font would be small there). A character is ~0.6 em wide and the
+    # axis ~85% of the figure: at 7 pt on 11 inches, 1/160 of the span.
+    label_size = 7 if width >= 10 else 8
+    char_width = span * (label_size * 0.6 / 72) / (0.85 * width)
     label_steps = timeline.steps <= LABELLED_STEPS
     for row, host in enumerate(hosts):
         c_off, c_h = LANES["compute"]
@@ -157,7 +170,7 @@ def _draw_gantt(ax, timeline: Timeline, *, max_hosts: int, span: float, unit: tu
                 scaled = [(a * scale, w * scale) for a, w in bars]
                 ax.broken_barh(scaled, (row + offset, height), facecolor=COLOURS[colour], **edge)
         if label_steps:
-            _label_steps(ax, timeline, host, row, scale, char_width)
+            _label_steps(ax, timeline, host, row, scale, char_width, label_size)
     if len(hosts) < timeline.hosts:
         gap = max_hosts // 2
         ax.axhline(gap, color="black", lw=0.8, ls=(0, (4, 3)))
@@ -189,39 +202,47 @@ def plot_timelines(
     *,
     max_hosts: int = 16,
     title: str | None = None,
+    width: float = 11.0,
 ):
     """Gantt charts of several runs, stacked on one time axis so their makespans compare.
 
     ``panels``: ``[(label, timeline), ...]``; each panel title adds the makespan and idle
     fraction. Rings wider than ``max_hosts`` show their first and last hosts, with a note.
-    Saves to ``path`` (PNG/SVG/PDF by extension) when given; returns the matplotlib Figure.
+    ``width``: inches (a page column is about 8; under 10 the legend wraps to two rows and
+    the step numbers grow to 8 pt). Saves to ``path`` (PNG/SVG/PDF by extension) when given;
+    returns the matplotlib Figure.
     """
     items = list(panels.items()) if isinstance(panels, Mapping) else list(panels)
     if not items:
         raise ValueError("panels must hold at least one (label, timeline) pair, got none")
     if max_hosts < 2:
         raise ValueError(f"max_hosts must be at least 2, got {max_hosts}")
+    if not (math.isfinite(width) and width >= 4):
+        raise ValueError(f"width must be at least 4 inches, got {width}")
     plt = pyplot()
     span = max(t.makespan for _, t in items) or 1.0
     unit = time_unit(span)
     rows = [min(t.hosts, max_hosts) for _, t in items]
     heights = [0.34 * r + 0.9 for r in rows]
+    handles = _legend_handles(any(grad_rows(t).any() for _, t in items))
+    legend_rows = 1 if width >= 10 or len(handles) <= 4 else 2
+    strip = 0.35 + 0.25 * (legend_rows - 1)  # inches under the axes for the legend
     fig, axes = plt.subplots(
         len(items),
         1,
-        figsize=(11, sum(heights) + 0.9),  # + title and legend strips
+        figsize=(width, sum(heights) + 0.55 + strip),  # + title and legend strips
         sharex=True,
         squeeze=False,
         gridspec_kw={"height_ratios": heights},
     )
     for ax, (label, timeline) in zip(axes[:, 0], items, strict=True):
-        hosts = _draw_gantt(ax, timeline, max_hosts=max_hosts, span=span, unit=unit)
+        hosts = _draw_gantt(ax, timeline, max_hosts=max_hosts, span=span, unit=unit, width=width)
         note = f"makespan {timeline.makespan * unit[1]:.3g} {unit[0]}, "
         note += f"idle {percent(timeline.idle_fraction)}"
         if len(hosts) < timeline.hosts:
             note += f"; showing {len(hosts)} of {timeline.hosts} hosts (first and last)"
         text = f"{label}: {note}" if label else note
-        if len(text) > 120:  # keep long run descriptions inside the figure
+        if len(text) > 11 * width:  # keep long run descriptions inside the figure
             text = f"{label}\n{note}"
         ax.set_title(text, fontsize=10, loc="left")
     for ax in axes[:-1, 0]:
@@ -229,12 +250,11 @@ def plot_timelines(
     labelled = [t for _, t in items if t.steps <= LABELLED_STEPS]
     if labelled and all(label.isdigit() for t in labelled for label in t.step_labels):
         axes[-1, 0].set_xlabel(f"time ({unit[0]});  numbers in the compute bars: ring step")
-    height = sum(heights) + 0.9
-    handles = _legend_handles(any(grad_rows(t).any() for _, t in items))
+    height = sum(heights) + 0.55 + strip
     fig.legend(
         handles=handles,
         loc="lower center",
-        ncol=len(handles),
+        ncol=-(-len(handles) // legend_rows),
         frameon=False,
         fontsize=9,
         bbox_to_anchor=(0.5, 0.0),
@@ -242,7 +262,7 @@ def plot_timelines(
     if title:
         fig.suptitle(title, x=0.01, ha="left", fontsize=11, fontweight="bold")
     # Fixed strips in inches: the legend at the bottom, the title at the top.
-    fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - (0.4 / height if title else 0)))
+    fig.tight_layout(rect=(0, strip / height, 1, 1 - (0.4 / height if title else 0)))
     return save_figure(plt, fig, path)
 
 

@@ -33,15 +33,31 @@ PANELS = (
 )
 
 
-def plot_validation(results: list[dict], path: str | os.PathLike | None = None, *, title=None):
+def plot_validation(
+    results: list[dict],
+    path: str | os.PathLike | None = None,
+    *,
+    title=None,
+    columns: int = 2,
+):
     """Draw ``results`` (``ringsim.timer.studies.validate.validate()``): x = published, y =
-    predicted.
-    Hollow markers are outside their band. Returns the figure; writes it to ``path`` if given."""
+    predicted. Hollow markers are outside their band. ``columns``: panels two by two (2, a
+    wide figure for a file) or stacked (1: a page column, each legend right of its panel).
+    Returns the figure; writes it to ``path`` if given."""
     from ringsim.views.plots import pyplot, save_figure
 
+    if columns not in (1, 2):
+        raise ValueError(f"columns must be 1 or 2, got {columns!r}")
     plt = pyplot()
-    rows = -(-len(PANELS) // 2)
-    fig, axes = plt.subplots(rows, 2, figsize=(11, 4.8 * rows), squeeze=False)
+    stacked = columns == 1
+    rows = len(PANELS) if stacked else -(-len(PANELS) // 2)
+    fig, axes = plt.subplots(
+        rows,
+        1 if stacked else 2,
+        figsize=(8, 3.3 * len(PANELS)) if stacked else (11, 4.8 * rows),
+        squeeze=False,
+        layout="constrained" if stacked else None,
+    )
     for ax, (label, experiments) in zip(axes.flat, PANELS, strict=True):
         values = []
         for name in experiments:
@@ -76,8 +92,12 @@ def plot_validation(results: list[dict], path: str | os.PathLike | None = None, 
         ax.set_ylabel("predicted")
         ax.set_title(label, fontsize=10)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, loc="upper left")
+            if stacked:
+                ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.02, 0.5))
+            else:
+                ax.legend(fontsize=8, loc="upper left")
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(title or "ringsim validate: predicted against published (filled = in band)")
-    fig.tight_layout()
+    if not stacked:
+        fig.tight_layout()
     return save_figure(plt, fig, path)

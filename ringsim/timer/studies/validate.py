@@ -37,8 +37,10 @@ from ringsim.timer.studies.published import (
 )
 
 RING_BLOCKS = 6
-"""The Ring Attention paper's minimal sequence per device is ``6c``: six blocks resident (q,
-current k and v, incoming k and v, output; Sec. 3 and ``ringsim.timer.step.memory``)."""
+"""The Ring Attention paper's minimal sequence per device is ``6c``: Table 2's caption reads
+"minimal sequence length needed on each device ... s = 6c", and Sec. 3 states it right after
+counting six blocks resident on a host (q, current k and v, incoming k and v, output; see
+``ringsim.timer.step.memory``). It is per device, not a count of hosts: 149.5K = 6 x 24.9K."""
 
 
 def _implementation(wanted: str, override: str | None) -> str:
