@@ -45,6 +45,7 @@ class HostClock:
         self.overlap_f = config.hardware.overlap_efficiency if f is None else f
         self.rng = np.random.default_rng(config.seed)
         self._steps = None  # the run's StepModel (its calls), made on first use
+        self._hop_seconds: dict[tuple, np.ndarray] = {}  # transfer() on the ring's hops
         # the hop of each host to h + 1: one hardware link, or per host on a cluster
         hw = config.hardware
         bw, lat = config.hop_bandwidth, config.hop_latency
@@ -115,12 +116,17 @@ class HostClock:
         on a topology). Equal hops give the very floats of one hardware link."""
         if nbytes == 0 and messages == 0:
             return np.zeros(self.hosts)
+        if links is None and (nbytes, messages) in self._hop_seconds:  # a ring's every step
+            return self.jitter(self._hop_seconds[(nbytes, messages)].copy())
         bandwidth, latency = (self.link_bandwidth, self.link_latency) if links is None else links
         if self.link is None:
             seconds = messages * latency + nbytes / bandwidth
         else:  # NCCL-like: protocol by message size, achieved fraction of the line rate
             seconds = p2p_seconds(nbytes, bandwidth, latency, link=self.link, messages=messages)
-        return self.jitter(np.broadcast_to(seconds, (self.hosts,)).astype(float))
+        seconds = np.broadcast_to(seconds, (self.hosts,)).astype(float)
+        if links is None:
+            self._hop_seconds[(nbytes, messages)] = seconds.copy()
+        return self.jitter(seconds)
 
 
 class Costs:

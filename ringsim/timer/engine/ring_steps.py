@@ -133,17 +133,31 @@ class StepModel:
 
     def _per_cell(self, schedule: Schedule, s: int, cell, tag: tuple) -> np.ndarray:
         """``cell(kind, relation, work)`` for each host at step ``s``, computed once per distinct
-        key of the run and shared."""
+        key of the run and shared. A schedule whose cells depend on the relation alone
+        (``Schedule.by_relation``) is laid out in ``O(P)`` array operations, no per-host
+        Python (the timer asks ``P`` steps of ``P`` hosts)."""
+        if schedule.by_relation:
+            values = [0.0, 0.0, 0.0]
+            for relation in schedule.relations_at(s):
+                kind, work = schedule.relation_cell(relation)
+                key = (kind, relation, work)
+                values[relation + 1] = self._value(schedule.pass_, key, tag, cell)
+            return schedule.spread(values, s)
         relation = schedule.relation_at(s)
         kind, work = schedule.kind_at(s), np.round(schedule.work_at(s), 12)
-        out = np.empty(schedule.hosts)
-        for key in set(zip(kind.tolist(), relation.tolist(), work.tolist(), strict=True)):
-            full_key = (schedule.pass_, *key, *tag)
-            if full_key not in self.cache:
-                self.cache[full_key] = cell(*key)
-            hit = (kind == key[0]) & (relation == key[1]) & (work == key[2])
-            out[hit] = self.cache[full_key]
-        return out
+        keys, inverse = np.unique(
+            np.column_stack([kind, relation, work]), axis=0, return_inverse=True
+        )
+        values = [
+            self._value(schedule.pass_, (int(k), int(r), float(w)), tag, cell) for k, r, w in keys
+        ]
+        return np.asarray(values, dtype=float)[inverse.reshape(-1)]
+
+    def _value(self, pass_: str, key: tuple, tag: tuple, cell) -> float:
+        full_key = (pass_, *key, *tag)
+        if full_key not in self.cache:
+            self.cache[full_key] = cell(*key)
+        return self.cache[full_key]
 
     def call(self, kind: int, relation: int, work: float) -> KernelCall | None:
         """``(q, k, mask, visible, sliced)`` of the call a host makes, or ``None`` (skipped):
