@@ -129,7 +129,8 @@ def main() -> None:
             walls.append(time.perf_counter() - start)
         wall = statistics.median(walls)
         base = wall if base is None else base
-        print(f"{family:<7} wall s: median {wall:.2f} ({len(walls)} runs), {wall / base:.2f}x ideal")
+        runs = f"({len(walls)} runs), {wall / base:.2f}x ideal"
+        print(f"{family:<7} wall s: median {wall:.2f} {runs}")
 
     print("\n== minimal block for overlap (forward, 32 heads x 128, bf16) ==")
     head = (
