@@ -14,7 +14,13 @@ from ringsim.schedule import BlockKind, Schedule
 from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.ring_steps import StepModel
-from ringsim.timer.machine.collectives import link_model, overlap_efficiency, p2p_seconds
+from ringsim.timer.machine.collectives import (
+    ACHIEVED,
+    achieved_p2p,
+    link_model,
+    overlap_efficiency,
+    p2p_seconds,
+)
 from ringsim.timer.machine.families import SMS, arch_of
 
 
@@ -51,6 +57,11 @@ class HostClock:
         bw, lat = config.hop_bandwidth, config.hop_latency
         self.link_bandwidth = hw.link_bandwidth if bw is None else np.asarray(bw)
         self.link_latency = hw.link_latency if lat is None else np.asarray(lat)
+        self.hop_link = self.link
+        achieved = achieved_p2p(hw) if self.link is not None and bw is None else None
+        if achieved is not None:  # NCCL send/recv at its achieved rate on this machine
+            self.hop_link = ACHIEVED
+            self.link_bandwidth = achieved.at(config.kernel.end("p2p_bandwidth"))
 
     def jitter(self, seconds: np.ndarray) -> np.ndarray:
         """``(P,)`` durations times a fresh ``1 + jitter * u`` each (unchanged without jitter)."""
@@ -119,10 +130,11 @@ class HostClock:
         if links is None and (nbytes, messages) in self._hop_seconds:  # a ring's every step
             return self.jitter(self._hop_seconds[(nbytes, messages)].copy())
         bandwidth, latency = (self.link_bandwidth, self.link_latency) if links is None else links
-        if self.link is None:
+        link = self.hop_link if links is None else self.link
+        if link is None:
             seconds = messages * latency + nbytes / bandwidth
         else:  # NCCL-like: protocol by message size, achieved fraction of the line rate
-            seconds = p2p_seconds(nbytes, bandwidth, latency, link=self.link, messages=messages)
+            seconds = p2p_seconds(nbytes, bandwidth, latency, link=link, messages=messages)
         seconds = np.broadcast_to(seconds, (self.hosts,)).astype(float)
         if links is None:
             self._hop_seconds[(nbytes, messages)] = seconds.copy()
@@ -139,7 +151,10 @@ class Costs:
         self.flops_total = 0.0
         shape = (config.block_tokens, config.kv_heads, config.head_dim, config.dtype)
         self.kv_bytes = kv_block_bytes(*shape, batch=config.batch)
-        self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=config.grad_dtype)
+        grad_dtype = config.grad_dtype  # as given, else the ring code's (fp32 accumulators)
+        if config.shape.grad_dtype is None and self.clock.family.grad_wire_dtype is not None:
+            grad_dtype = self.clock.family.grad_wire_dtype
+        self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=grad_dtype)
         family = self.clock.family
         # ideal, and the calibrated CPU torch family, whose terms are the hardware profile's
         # (HostClock.block applies them, lone-host speed included)
