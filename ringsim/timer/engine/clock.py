@@ -13,7 +13,12 @@ import numpy as np
 from ringsim.schedule import BlockKind, Schedule
 from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
 from ringsim.timer.engine.config import RingConfig
-from ringsim.timer.engine.ring_steps import StepModel
+from ringsim.timer.engine.ring_steps import (
+    StepModel,
+    gqa_backward_seconds,
+    grad_seconds,
+    merge_seconds,
+)
 from ringsim.timer.machine.collectives import (
     ACHIEVED,
     achieved_p2p,
@@ -22,6 +27,7 @@ from ringsim.timer.machine.collectives import (
     p2p_seconds,
 )
 from ringsim.timer.machine.families import SMS, arch_of
+from ringsim.timer.machine.kernel_model import decode_call_seconds
 
 
 class HostClock:
@@ -206,7 +212,21 @@ class Costs:
 
 def decode_seconds(config: RingConfig, tokens: int) -> float:
     """Seconds to attend one query to ``tokens`` cached tokens on one host: the larger of the
-    FLOP time and the time to stream the cache from memory (decode is memory bound)."""
+    FLOP time and the time to stream the cache from memory (decode is memory bound). Under a
+    real kernel family: its call of one query on ``tokens`` keys (``attention_call_seconds``:
+    its fixed cost, its rate, its memory floor), not the peak rate."""
+    if not config.family.ideal and config.family.name != "torch":
+        return decode_call_seconds(
+            config.family,
+            config.hardware,
+            tokens=tokens,
+            heads=config.heads,
+            kv_heads=config.kv_heads,
+            head_dim=config.head_dim,
+            dtype=config.dtype,
+            batch=config.batch,
+            peak=config.attention_rate,
+        )
     hw = config.hardware
     flops = attention_flops(
         1, tokens, config.heads, config.head_dim, pass_="decode", batch=config.batch
@@ -218,3 +238,52 @@ def decode_seconds(config: RingConfig, tokens: int) -> float:
         )
         time = max(time, cache / hw.memory_bandwidth)
     return time
+
+
+_OVERLAP_CACHE: dict[tuple, float] = {}
+
+
+def family_overlap_block(config: RingConfig, pass_: str) -> float:
+    """Under a real kernel family: the smallest block ``c`` (tokens) above which a step on a
+    full ``c x c`` block takes at least as long as the block's transfer on the ring's hop (the
+    clock's NCCL-like send; backward: ``k, v`` and then ``dk, dv``), every range at the run's
+    assumed end. The step: the call at the family's long-row rate (its curve's ``fraction``
+    and head-dim factor, its fixed cost; no tile or wave terms, so the answer moves smoothly
+    with ``c``) and the merge or gradient sums after it, as ``StepModel`` times them. 1 when
+    every block hides (e.g. a GQA forward, whose fp32 merge over the query heads outweighs
+    sending the fewer key/value heads). Bisection below the largest power of two that fails."""
+    key = (repr(config.kernel), repr(config.shape), config.hardware.name, config.hosts, pass_)
+    if key not in _OVERLAP_CACHE:
+        steps, clock = StepModel(config, config.family), HostClock(config)
+        fam, hbm, cfg = steps.family, config.hardware.memory_bandwidth, config
+        shape = dict(heads=cfg.heads, head_dim=cfg.head_dim, batch=cfg.batch)
+        costs_grad = Costs(config).grad_bytes / cfg.block_tokens  # bytes per token of dk, dv
+        curve = fam.curve(cfg.hardware, pass_)
+        rate = cfg.attention_rate
+        if "cpu" not in {arch for arch, _ in fam.curves}:
+            rate *= curve.fraction * curve.head_dim_factor(cfg.head_dim)
+
+        def hides(c: int) -> bool:
+            flops = attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=pass_, batch=cfg.batch)
+            compute = fam.call_overhead_s + flops / rate
+            kv = kv_block_bytes(c, cfg.kv_heads, cfg.head_dim, cfg.dtype, batch=cfg.batch)
+            if pass_ == "forward":
+                compute += merge_seconds(fam, hbm, op="merge", rows=c, **shape)
+                transfer = clock.transfer(kv)[0]
+            else:
+                compute += grad_seconds(fam, hbm, op="accumulate", q_rows=c, kv_rows=c,
+                                        kv_heads=cfg.kv_heads, **shape)  # fmt: skip
+                compute += gqa_backward_seconds(fam, hbm, kv_rows=c, kv_heads=cfg.kv_heads,
+                                                **shape)  # fmt: skip
+                transfer = clock.transfer(kv)[0] + clock.transfer(costs_grad * c)[0]
+            return compute >= transfer
+
+        c = 2**24
+        while c > 1 and hides(c // 2):
+            c //= 2
+        lo, hi = c // 2, c
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if hides(mid) else (mid, hi)
+        _OVERLAP_CACHE[key] = float(hi)
+    return _OVERLAP_CACHE[key]

@@ -188,7 +188,7 @@ class StepModel:
         key of the run and shared. A schedule whose cells depend on the relation alone
         (``Schedule.by_relation``) is laid out in ``O(P)`` array operations, no per-host
         Python (the timer asks ``P`` steps of ``P`` hosts)."""
-        if schedule.by_relation:
+        if getattr(schedule, "by_relation", False):  # (a double ring's rounds are not)
             values = [0.0, 0.0, 0.0]
             for relation in schedule.relations_at(s):
                 kind, work = schedule.relation_cell(relation)

@@ -68,12 +68,15 @@ class Launch:
     ``ctas_per_sm`` how many CTAs an SM holds at once (its shared memory, registers and warps
     allow); ``longest_first``: the kernel hands out the longest CTAs first (a persistent
     scheduler), else the hardware dispatches them in grid order (the looped index fastest,
-    then batch, then head); ``source`` where the numbers come from."""
+    then batch, then head); ``split_kv``: a call with too few CTAs to fill the GPU splits its
+    keys among more CTAs (FA2's ``num_splits_heuristic``, ``split_count``); ``source`` where
+    the numbers come from."""
 
     tile: tuple[int, int]
     loop: str = "keys"
     ctas_per_sm: int = 1
     longest_first: bool = False
+    split_kv: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -101,7 +104,8 @@ class KernelFamily:
 
     How the calls run on the GPU: ``launches[(arch, pass)]`` the kernel's ``Launch`` (tile,
     CTAs per SM, dispatch order; without one, the family's ``tile``, one CTA per SM, grid
-    order); ``lone_cta_speed`` the rate of a CTA alone on an SM that could hold
+    order; ``wave_tail=False`` leaves occupancy and the tail out, as the waterfall's first
+    steps do); ``lone_cta_speed`` the rate of a CTA alone on an SM that could hold
     ``ctas_per_sm`` of them, relative to the SM's rate when full (a ``Range``). The host's side
     of a Python ring loop: ``host_call_s`` seconds per PyTorch call (a ``Range``; ``None``: no
     host model), the calls per step counted in ``ringsim.timer.engine.ring_steps``."""
@@ -118,6 +122,7 @@ class KernelFamily:
     dtypes: tuple[str, ...] = ("bf16", "fp16")
     calibrated: bool = False
     launches: dict[tuple[str, str], Launch] = field(default_factory=dict)
+    wave_tail: bool = True
     lone_cta_speed: Range | None = None
     host_call_s: Range | None = None
     grad_wire_dtype: str | None = None
@@ -145,6 +150,21 @@ class KernelFamily:
         return self.curves[(arch, pass_)]
 
 
+def split_count(ctas: int, sms: int, key_tiles: int, max_splits: int = 128) -> int:
+    """How many parts FA2 splits a forward call's keys into (``flash_api.cpp``
+    ``num_splits_heuristic``): none (1) when its ``ctas`` (64-row query tiles x heads x batch)
+    fill 80% of ``2 x sms`` slots; else the fewest splits whose wave efficiency
+    ``n / ceil(n)`` (``n = ctas x splits / (2 sms)`` waves) is within 85% of the best."""
+    slots = 2 * sms
+    if ctas >= 0.8 * slots:
+        return 1
+    top = min(max_splits, slots, key_tiles)
+    eff = [(ctas * n / slots) / math.ceil(ctas * n / slots) for n in range(1, top + 1)]
+    best = max(eff)
+    eligible = lambda n: n == 1 or -(-key_tiles // n) != -(-key_tiles // (n - 1))
+    return next(n for n in range(1, top + 1) if eligible(n) and eff[n - 1] >= 0.85 * best)
+
+
 def arch_of(hardware: Hardware) -> str | None:
     """``"ampere"``/``"hopper"`` for a GPU preset (by name prefix), else ``None``."""
     return ARCH_OF_PREFIX.get(hardware.name.split("-")[0].lower())
@@ -167,7 +187,10 @@ FA2_FORWARD = Launch(
     source=f"{_FA2_REPO}/flash_fwd_launch_template.h run_mha_fwd_hdim128 (not sm86/89): "
     "Flash_fwd_kernel_traits<128, 128, 64, 4 warps>; kernel_traits.h kSmemSize = Q 128x128 + "
     "K, V 2 x 64x128 bf16 = 64 KiB; 255 registers a thread (ptxas, flash-attention#1630) x "
-    "128 threads = 32K of an SM's 64K registers: 2 CTAs per SM; grid (m blocks, batch, heads)",
+    "128 threads = 32K of an SM's 64K registers: 2 CTAs per SM; grid (m blocks, batch, heads); "
+    "flash_api.cpp set_params_splitkv: a call of fewer than 0.8 x 2 x SMs CTAs (64-row "
+    "tiles) splits its keys",
+    split_kv=True,
 )
 FA2_BACKWARD = Launch(
     (64, 128),

@@ -67,6 +67,7 @@ from ringsim.timer.machine.families import (
     arch_of,
     for_hardware,
     get_family,
+    split_count,
 )
 from ringsim.timer.machine.hardware import Hardware, check_dtype
 
@@ -78,6 +79,10 @@ __all__ = [
     "TileWork",
     "attention_call_seconds",
     "call_bytes",
+    "cta_efficiency",
+    "cta_lengths",
+    "cta_makespan",
+    "decode_call_seconds",
     "kind_rate",
     "tile_work",
 ]
@@ -360,8 +365,11 @@ def attention_call_seconds(
         tile_rate *= curve.causal_factor
     work = float(one.sum()) * heads * batch
     arch = arch_of(hardware)
-    if arch is not None and work > 0:  # occupancy and the wave tail, relative to the benchmark's
+    if arch is not None and work > 0 and family.wave_tail:  # relative to the benchmark's
         lone = _lone_speed(family, lone_cta_speed)
+        if launch.split_kv:  # few CTAs: each query tile's keys shared among more CTAs
+            split = split_count(-(-q_tokens // 64) * heads * batch, SMS[arch], -(-k_tokens // 128))
+            one = np.repeat(one / split, split) if split > 1 else one
         ctas = np.tile(one, heads * batch)
         if launch.longest_first:
             ctas = np.sort(ctas)[::-1]
@@ -375,6 +383,39 @@ def attention_call_seconds(
     floor = 0.0
     if hardware.memory_bandwidth > 0:
         moved = call_bytes(q_tokens, k_tokens, heads, kv_heads, head_dim, dtype, pass_, batch)
+        floor = moved / (hardware.memory_bandwidth * HBM_FRACTION)
+    return family.call_overhead_s + max(compute, floor)
+
+
+def decode_call_seconds(
+    family: str | KernelFamily,
+    hardware: Hardware,
+    *,
+    tokens: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    batch: int = 1,
+    peak: float | None = None,
+) -> float:
+    """Seconds for one query to attend ``tokens`` cached keys under a real family: its fixed
+    cost per call plus the larger of the FLOPs at the family's long-row rate (its curve's
+    ``fraction`` and head-dim factor, no short-row or tile terms: a decode kernel splits the
+    keys over the SMs) and the cache streamed at the achieved HBM rate."""
+    family = for_hardware(get_family(family), hardware)
+    _check_call(family, 1, tokens, heads, kv_heads, head_dim, batch, dtype, "forward", "full")
+    rate = hardware.flops_for(dtype) if peak is None else float(peak)
+    if family.ideal:
+        raise ValueError("decode_call_seconds times a real family; 'ideal' is timer.decode_seconds")
+    flops = attention_flops(1, tokens, heads, head_dim, batch=batch)
+    if "cpu" not in {arch for arch, _ in family.curves}:
+        curve = family.curve(hardware, "forward")
+        rate *= curve.fraction * curve.head_dim_factor(head_dim)
+    compute = flops / rate
+    floor = 0.0
+    if hardware.memory_bandwidth > 0:
+        moved = call_bytes(1, tokens, heads, kv_heads, head_dim, dtype, "forward", batch)
         floor = moved / (hardware.memory_bandwidth * HBM_FRACTION)
     return family.call_overhead_s + max(compute, floor)
 
