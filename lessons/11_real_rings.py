@@ -278,10 +278,8 @@ fmt = {
 print(table(rows, fmt))
 inside = sum(r["interval"][0] <= r["published"] <= r["interval"][1] for r in ranged)
 widest = max(100 * (r["interval"][1] - r["interval"][0]) for r in ranged)
-print(
-    f"{inside} of {len(ranged)} published shares inside their interval; widest interval "
-    f"{widest:.1f} points."
-)
+print(f"{inside} of {len(ranged)} published shares inside their interval;")
+print(f"widest interval {widest:.1f} points.")
 
 fig, ax = plt.subplots(figsize=(8, 4.2))
 for i, r in enumerate(ranged):
