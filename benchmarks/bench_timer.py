@@ -5,7 +5,9 @@
 1. events/s of the heap oracle and the vectorised engine, side by side on the same rings, and of
    the vectorised engine on big rings (an event: one compute interval or one link transfer);
 2. wall time of a whole process (import included) simulating 4096 hosts, 16M tokens, zigzag,
-   causal: 16.7M block computations, as `ringsim simulate` would;
+   causal: 16.7M block computations, as `ringsim simulate` would; and `ringsim simulate
+   --hosts 16384 --seq-len 16M --layout zigzag --causal` under `ideal` beside each real family
+   (target: every family within 2x of `ideal`, under 5 s);
 3. the minimal block for overlap of every preset, closed form and found by the timer.
 """
 
@@ -29,6 +31,22 @@ BIG_RUN = (
     "s = simulate(cfg).summary(); print(s['total_time_s'], s['idle_fraction'], s['events'])"
 )
 PAPER = {"a100-nvlink": "1.0K", "a100-ib": "24.5K", "tpu-v4": "1.0K"}
+FAMILY_RUN = [
+    "-m",
+    "ringsim",
+    "simulate",
+    "--hosts",
+    "16384",
+    "--seq-len",
+    "16M",
+    "--layout",
+    "zigzag",
+    "--causal",
+    "--hardware",
+    "h100-nvlink",
+    "--implementation",
+]
+FAMILIES = ("ideal", "fa2", "fa3", "cudnn", "triton")
 
 
 def events_per_second(hosts: int, engine: str, repeat: int = 1) -> tuple[float, int]:
@@ -100,6 +118,19 @@ def main() -> None:
         f"wall s: min {min(walls):.2f}, median {statistics.median(walls):.2f} "
         f"({len(walls)} runs); makespan, idle, events = {out.stdout.strip()}"
     )
+
+    print("\n== whole process: `simulate --hosts 16384 --seq-len 16M --layout zigzag --causal` ==")
+    base = None
+    for family in FAMILIES:
+        walls = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, *FAMILY_RUN, family], capture_output=True, check=True)
+            walls.append(time.perf_counter() - start)
+        wall = statistics.median(walls)
+        base = wall if base is None else base
+        runs = f"({len(walls)} runs), {wall / base:.2f}x ideal"
+        print(f"{family:<7} wall s: median {wall:.2f} {runs}")
 
     print("\n== minimal block for overlap (forward, 32 heads x 128, bf16) ==")
     head = (

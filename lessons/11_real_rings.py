@@ -286,6 +286,64 @@ plt.show()
 #
 # Next: [many nodes](12_many_nodes.py), where a ring crosses slow links.
 
+# %% [markdown]
+# ## Parameters known only as a range: the 5-head rows as intervals
+#
+# Three numbers of a real ring are on no datasheet: the bandwidth NCCL's send/recv reaches
+# between two GPUs (nccl-tests: 80-180 GB/s on two NVLink H100s, far under the line rate),
+# the host's time per PyTorch call of the Python ring loop (5-25 us; a step makes about
+# twenty), and how fast a thread block runs alone on an SM built to hold two. The timer
+# takes each as a range (`ringsim.timer.machine.ranges`) and `ringsim validate` predicts
+# every row at the ranges' points and at their ends: a point and an interval. The 5-head
+# rows have short calls, where these ranges matter; the 32-head rows are compute-bound and
+# their intervals are a point wide.
+
+# %%
+ranged = [r for r in results if r["experiment"] in ("zhuzilin-mha", "zhuzilin-issue55")]
+rows = [
+    {
+        "row": r["key"].replace("zhuzilin-", "").replace("forward", "fwd"),
+        "published": 100 * r["published"],
+        "point": 100 * r["predicted"],
+        "low": 100 * r["interval"][0],
+        "high": 100 * r["interval"][1],
+    }
+    for r in ranged
+]
+fmt = {
+    "row": "{}",
+    "published": "{:.1f}",
+    "point": "{:.1f}",
+    "low": "{:.1f}",
+    "high": "{:.1f}",
+}
+print(table(rows, fmt))
+inside = sum(r["interval"][0] <= r["published"] <= r["interval"][1] for r in ranged)
+widest = max(100 * (r["interval"][1] - r["interval"][0]) for r in ranged)
+print(f"{inside} of {len(ranged)} published shares inside their interval;")
+print(f"widest interval {widest:.1f} points.")
+
+fig, ax = plt.subplots(figsize=(8, 4.2))
+for i, r in enumerate(ranged):
+    low, high = (100 * x for x in r["interval"])
+    color = "C4" if r["experiment"] == "zhuzilin-issue55" else "C0"
+    ax.plot([low, high], [i, i], color=color, lw=4, alpha=0.5)
+    ax.plot(100 * r["predicted"], i, "o", color=color)
+    ax.plot(100 * r["published"], i, "x", color="k")
+ax.set_yticks(range(len(ranged)), [x["row"] for x in rows], fontsize=7)
+ax.invert_yaxis()
+ax.set_xlabel("share of ideal (%)")
+ax.set_title("5-head rows: published (x), point (o) and interval over the ranges")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# *Figure 11.3. What to notice:* each bar is a row's interval over the three ranges, the dot
+# its point, the cross the published share (blue: the README's 5-head table; purple: issue
+# #55's run). Where a cross lies outside its bar the ranges do not explain the gap. The
+# README and issue #55 measured the same benchmark on two 8xH800 machines and their
+# forward shares differ by up to 38 points: no one interval can hold both and stay narrow.
+
 # %% tags=["remove-input"]
 summary = summarize(results)
 bwd = [

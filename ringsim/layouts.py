@@ -233,7 +233,9 @@ class Contiguous(Layout):
 class Striped(Layout):
     """Round robin: host ``h`` holds ``h, h + P, h + 2P, ...``. Calls: a causal ``c x c`` call
     for its own block or an earlier host's (diagonal included); a later host's the same with
-    the diagonal excluded (``q[1:]`` against ``k[:-1]``), merged into rows ``1:`` (sliced)."""
+    the diagonal excluded, made as zhuzilin's stripe does it: a causal ``(c - 1) x (c - 1)``
+    call of ``q[1:]`` against ``k[:-1]`` (lengths off the kernel's tile multiples), merged
+    into rows ``1:`` (sliced)."""
 
     name = "striped"
     description = "round robin: host h holds tokens h, h + P, h + 2P, ... (Brandon et al. 2023)"
@@ -256,7 +258,7 @@ class Striped(Layout):
 
     def causal_call(self, kind, relation, work, c):
         if relation > 0:
-            return KernelCall(c, c, "offset-causal", None, True)
+            return KernelCall(max(c - 1, 1), max(c - 1, 1), "causal-diagonal", None, True)
         return KernelCall(c, c, "causal-diagonal")
 
 

@@ -129,16 +129,41 @@ class Schedule:
     def _tile_kw(self) -> dict:
         return dict(tile=self.tile, tile_n=self.tile_n)
 
+    @property
+    def by_relation(self) -> bool:
+        """Whether every (step, host) cell is determined by its relation alone (the layout's
+        masks depend only on it and there are no documents): ``spread`` then lays per-relation
+        values over the hosts."""
+        return self._work_tables[1].ndim == 1
+
+    def relations_at(self, step: int) -> tuple[int, ...]:
+        """The relations (-1: an earlier host's block, 0: its own, +1: a later host's) some
+        host has at ``step``."""
+        return (0,) if step == 0 else (-1, 1)
+
+    def relation_cell(self, relation: int) -> tuple[int, float]:
+        """``(kind, work)`` of every cell of ``relation`` (a ``by_relation`` schedule): its
+        ``BlockKind`` and the fraction of the block computed (as ``kind_at``, ``work_at``)."""
+        exact, tiled = self._work_tables
+        frac = float(exact[relation + 1])
+        kind = BlockKind.SKIP if frac == 0 else BlockKind.FULL if frac == 1 else BlockKind.PARTIAL
+        return int(kind), float(tiled[relation + 1])
+
+    def spread(self, values, step: int, dtype=float) -> np.ndarray:
+        """``(P,)`` the per-relation ``values`` ``[earlier, own, later]`` (indexable by
+        ``relation + 1``) laid over the hosts at ``step``, without per-host arithmetic (the
+        timer calls this ``P`` times for ``P`` hosts): owner ``(h - step) mod P`` is ``h``
+        itself at step 0, comes after ``h`` for ``h < step`` and before ``h`` for
+        ``h >= step > 0``."""
+        row = np.empty(self.hosts, dtype=dtype)
+        row[:step] = values[2]
+        row[step:] = values[1] if step == 0 else values[0]
+        return row
+
     def _lookup(self, table: np.ndarray, step: int) -> np.ndarray:
         if table.ndim == 2:
             return table[np.arange(self.hosts), self.kv_owner(step)]
-        # table[sign(owner - h) + 1] without per-host arithmetic (the timer calls this P times
-        # for P hosts): owner (h - step) mod P is h itself at step 0, comes after h for
-        # h < step and before h for h >= step > 0.
-        row = np.empty(self.hosts)
-        row[:step] = table[2]
-        row[step:] = table[1] if step == 0 else table[0]
-        return row
+        return self.spread(table, step)
 
     def work_at(self, step: int) -> np.ndarray:
         """``(P,)`` fraction of the ``c x c`` block each host computes at ``step``.

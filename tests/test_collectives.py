@@ -1,17 +1,22 @@
 """NCCL-like transfers: protocol by message size, duplex links, SMs taken from compute, and the
 timer using them for a real implementation."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import kv_block_bytes
 from ringsim.timer.machine.collectives import (
+    ACHIEVED,
+    ACHIEVED_P2P,
     IDEAL,
     INFINIBAND,
     NVLINK,
     LinkModel,
     achieved_bandwidth,
+    achieved_p2p,
     exchange_seconds,
     link_model,
     overlap_efficiency,
@@ -75,16 +80,37 @@ def test_bad_message_arguments():
         sm_share(0)
 
 
-def test_the_timer_sends_like_nccl_under_a_real_implementation():
+@pytest.mark.parametrize("end", ["low", "point", "high"])
+def test_the_timer_sends_at_the_achieved_p2p_bandwidth_under_a_real_implementation(end):
     cfg = RingConfig(hosts=4, seq_len=4 * 4096, hardware=H100, heads=32, kv_heads=8,
-                     implementation="fa2", overlap_efficiency=1.0)  # fmt: skip
+                     implementation="fa2", overlap_efficiency=1.0,
+                     assume={"p2p_bandwidth": end})  # fmt: skip
     timeline = simulate(cfg).timeline  # f = 1: the message is not stretched by contention
     sent = timeline.send_end[0] - timeline.send_start[0]
     nbytes = kv_block_bytes(4096, 8, 128, "bf16")
-    expected = float(p2p_seconds(nbytes, H100.link_bandwidth, H100.link_latency))
+    achieved = achieved_p2p(H100).at(end)
+    expected = float(p2p_seconds(nbytes, achieved, H100.link_latency, link=ACHIEVED))
     assert sent[0] == pytest.approx(expected)
     ideal = simulate(cfg.replace(implementation="ideal")).timeline
     assert sent[0] > (ideal.send_end - ideal.send_start)[0, 0]
+
+
+def test_achieved_p2p_is_well_below_the_line_rate_and_sourced():
+    for name, r in ACHIEVED_P2P.items():
+        hw = PRESETS[name]
+        assert r.low < r.point < r.high <= NVLINK.efficiency * hw.link_bandwidth
+        assert r.slow == "low" and "nccl-tests" in r.source
+    assert achieved_p2p(PRESETS["a100-ib"]) is None  # off NVLink: efficiency x line rate
+
+
+def test_hops_without_an_achieved_range_send_like_nccl():
+    hw = dataclasses.replace(PRESETS["h100-nvlink"], name="h100-own")  # no achieved range
+    cfg = RingConfig(hosts=4, seq_len=4 * 4096, hardware=hw, heads=32, kv_heads=8,
+                     implementation="fa2", overlap_efficiency=1.0)  # fmt: skip
+    timeline = simulate(cfg).timeline
+    sent = timeline.send_end[0] - timeline.send_start[0]
+    nbytes = kv_block_bytes(4096, 8, 128, "bf16")
+    assert sent[0] == pytest.approx(float(p2p_seconds(nbytes, hw.link_bandwidth, 5e-6)))
 
 
 def test_overlap_efficiency_override_beats_the_nccl_default():

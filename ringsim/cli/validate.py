@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             r["key"],
             _value(r["published"]),
             _value(r["predicted"]),
+            format_interval(r),
             f"{r['ratio']:.3f}",
             format_error(r),
             "yes" if r["in_band"] else "NO",
@@ -70,11 +71,25 @@ def run(args: argparse.Namespace) -> int:
         )
         for r in results
     ]
-    header = ("row", "published", "predicted", "ratio", "error", "in band", "model")
+    header = ("row", "published", "predicted", "interval", "ratio", "error", "in band", "model")
     print_table("published measurements, predicted (nothing fitted)", header, rows)
+    print(
+        "predicted: every parameter known only as a range at its point; interval: over the "
+        "ranges' ends (achieved send/recv bandwidth, host time per call, a lone thread block's "
+        "speed); in band: the interval meets the target band; error: of the point"
+    )
     print()
     for name, s in summarize(results).items():
         print(
-            f"{name}: {s['in_band']}/{s['rows']} in band, largest |error| {s['max_abs_error']:.3g}"
+            f"{name}: {s['in_band']}/{s['rows']} in band ({s['point_in_band']} by the point), "
+            f"largest |error| {s['max_abs_error']:.3g}"
         )
     return 0
+
+
+def format_interval(r: dict) -> str:
+    """``low-high`` of a result's interval, ``-`` for a point prediction."""
+    low, high = r["interval"]
+    if low == high:
+        return "-"
+    return f"{_value(low)}-{_value(high)}"

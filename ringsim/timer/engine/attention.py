@@ -33,9 +33,12 @@ class CallTimer:
     def __init__(self, config):
         self.config = config
         family, kernel = config.family, config.kernel
-        M = kernel.tile if kernel.tile is not None else family.tile[0]
-        N = kernel.tile_n if kernel.tile_n is not None else (kernel.tile or family.tile[1])
-        self.tile = (M, N)
+        self.tile = None  # the family's own tile for each pass (``Launch``), unless set
+        if kernel.tile is not None or kernel.tile_n is not None:
+            M = kernel.tile if kernel.tile is not None else family.tile[0]
+            N = kernel.tile_n if kernel.tile_n is not None else (kernel.tile or family.tile[1])
+            self.tile = (M, N)
+        self.lone_cta_speed = kernel.end("lone_cta_speed")
         self.cache: dict[tuple, float] = {}
 
     def seconds(
@@ -72,6 +75,7 @@ class CallTimer:
                 batch=cfg.batch,
                 visible=visible if mask == "documents" else None,
                 peak=cfg.attention_rate,
+                lone_cta_speed=self.lone_cta_speed,
             )
         return self.cache[key]
 

@@ -13,9 +13,21 @@ import numpy as np
 from ringsim.schedule import BlockKind, Schedule
 from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
 from ringsim.timer.engine.config import RingConfig
-from ringsim.timer.engine.ring_steps import StepModel
-from ringsim.timer.machine.collectives import link_model, overlap_efficiency, p2p_seconds
+from ringsim.timer.engine.ring_steps import (
+    StepModel,
+    gqa_backward_seconds,
+    grad_seconds,
+    merge_seconds,
+)
+from ringsim.timer.machine.collectives import (
+    ACHIEVED,
+    achieved_p2p,
+    link_model,
+    overlap_efficiency,
+    p2p_seconds,
+)
 from ringsim.timer.machine.families import SMS, arch_of
+from ringsim.timer.machine.kernel_model import decode_call_seconds
 
 
 class HostClock:
@@ -45,11 +57,17 @@ class HostClock:
         self.overlap_f = config.hardware.overlap_efficiency if f is None else f
         self.rng = np.random.default_rng(config.seed)
         self._steps = None  # the run's StepModel (its calls), made on first use
+        self._hop_seconds: dict[tuple, np.ndarray] = {}  # transfer() on the ring's hops
         # the hop of each host to h + 1: one hardware link, or per host on a cluster
         hw = config.hardware
         bw, lat = config.hop_bandwidth, config.hop_latency
         self.link_bandwidth = hw.link_bandwidth if bw is None else np.asarray(bw)
         self.link_latency = hw.link_latency if lat is None else np.asarray(lat)
+        self.hop_link = self.link
+        achieved = achieved_p2p(hw) if self.link is not None and bw is None else None
+        if achieved is not None:  # NCCL send/recv at its achieved rate on this machine
+            self.hop_link = ACHIEVED
+            self.link_bandwidth = achieved.at(config.kernel.end("p2p_bandwidth"))
 
     def jitter(self, seconds: np.ndarray) -> np.ndarray:
         """``(P,)`` durations times a fresh ``1 + jitter * u`` each (unchanged without jitter)."""
@@ -115,12 +133,18 @@ class HostClock:
         on a topology). Equal hops give the very floats of one hardware link."""
         if nbytes == 0 and messages == 0:
             return np.zeros(self.hosts)
+        if links is None and (nbytes, messages) in self._hop_seconds:  # a ring's every step
+            return self.jitter(self._hop_seconds[(nbytes, messages)].copy())
         bandwidth, latency = (self.link_bandwidth, self.link_latency) if links is None else links
-        if self.link is None:
+        link = self.hop_link if links is None else self.link
+        if link is None:
             seconds = messages * latency + nbytes / bandwidth
         else:  # NCCL-like: protocol by message size, achieved fraction of the line rate
-            seconds = p2p_seconds(nbytes, bandwidth, latency, link=self.link, messages=messages)
-        return self.jitter(np.broadcast_to(seconds, (self.hosts,)).astype(float))
+            seconds = p2p_seconds(nbytes, bandwidth, latency, link=link, messages=messages)
+        seconds = np.broadcast_to(seconds, (self.hosts,)).astype(float)
+        if links is None:
+            self._hop_seconds[(nbytes, messages)] = seconds.copy()
+        return self.jitter(seconds)
 
 
 class Costs:
@@ -133,7 +157,10 @@ class Costs:
         self.flops_total = 0.0
         shape = (config.block_tokens, config.kv_heads, config.head_dim, config.dtype)
         self.kv_bytes = kv_block_bytes(*shape, batch=config.batch)
-        self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=config.grad_dtype)
+        grad_dtype = config.grad_dtype  # as given, else the ring code's (fp32 accumulators)
+        if config.shape.grad_dtype is None and self.clock.family.grad_wire_dtype is not None:
+            grad_dtype = self.clock.family.grad_wire_dtype
+        self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=grad_dtype)
         family = self.clock.family
         # ideal, and the calibrated CPU torch family, whose terms are the hardware profile's
         # (HostClock.block applies them, lone-host speed included)
@@ -185,7 +212,21 @@ class Costs:
 
 def decode_seconds(config: RingConfig, tokens: int) -> float:
     """Seconds to attend one query to ``tokens`` cached tokens on one host: the larger of the
-    FLOP time and the time to stream the cache from memory (decode is memory bound)."""
+    FLOP time and the time to stream the cache from memory (decode is memory bound). Under a
+    real kernel family: its call of one query on ``tokens`` keys (``attention_call_seconds``:
+    its fixed cost, its rate, its memory floor), not the peak rate."""
+    if not config.family.ideal and config.family.name != "torch":
+        return decode_call_seconds(
+            config.family,
+            config.hardware,
+            tokens=tokens,
+            heads=config.heads,
+            kv_heads=config.kv_heads,
+            head_dim=config.head_dim,
+            dtype=config.dtype,
+            batch=config.batch,
+            peak=config.attention_rate,
+        )
     hw = config.hardware
     flops = attention_flops(
         1, tokens, config.heads, config.head_dim, pass_="decode", batch=config.batch
@@ -197,3 +238,52 @@ def decode_seconds(config: RingConfig, tokens: int) -> float:
         )
         time = max(time, cache / hw.memory_bandwidth)
     return time
+
+
+_OVERLAP_CACHE: dict[tuple, float] = {}
+
+
+def family_overlap_block(config: RingConfig, pass_: str) -> float:
+    """Under a real kernel family: the smallest block ``c`` (tokens) above which a step on a
+    full ``c x c`` block takes at least as long as the block's transfer on the ring's hop (the
+    clock's NCCL-like send; backward: ``k, v`` and then ``dk, dv``), every range at the run's
+    assumed end. The step: the call at the family's long-row rate (its curve's ``fraction``
+    and head-dim factor, its fixed cost; no tile or wave terms, so the answer moves smoothly
+    with ``c``) and the merge or gradient sums after it, as ``StepModel`` times them. 1 when
+    every block hides (e.g. a GQA forward, whose fp32 merge over the query heads outweighs
+    sending the fewer key/value heads). Bisection below the largest power of two that fails."""
+    key = (repr(config.kernel), repr(config.shape), config.hardware.name, config.hosts, pass_)
+    if key not in _OVERLAP_CACHE:
+        steps, clock = StepModel(config, config.family), HostClock(config)
+        fam, hbm, cfg = steps.family, config.hardware.memory_bandwidth, config
+        shape = dict(heads=cfg.heads, head_dim=cfg.head_dim, batch=cfg.batch)
+        costs_grad = Costs(config).grad_bytes / cfg.block_tokens  # bytes per token of dk, dv
+        curve = fam.curve(cfg.hardware, pass_)
+        rate = cfg.attention_rate
+        if "cpu" not in {arch for arch, _ in fam.curves}:
+            rate *= curve.fraction * curve.head_dim_factor(cfg.head_dim)
+
+        def hides(c: int) -> bool:
+            flops = attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=pass_, batch=cfg.batch)
+            compute = fam.call_overhead_s + flops / rate
+            kv = kv_block_bytes(c, cfg.kv_heads, cfg.head_dim, cfg.dtype, batch=cfg.batch)
+            if pass_ == "forward":
+                compute += merge_seconds(fam, hbm, op="merge", rows=c, **shape)
+                transfer = clock.transfer(kv)[0]
+            else:
+                compute += grad_seconds(fam, hbm, op="accumulate", q_rows=c, kv_rows=c,
+                                        kv_heads=cfg.kv_heads, **shape)  # fmt: skip
+                compute += gqa_backward_seconds(fam, hbm, kv_rows=c, kv_heads=cfg.kv_heads,
+                                                **shape)  # fmt: skip
+                transfer = clock.transfer(kv)[0] + clock.transfer(costs_grad * c)[0]
+            return compute >= transfer
+
+        c = 2**24
+        while c > 1 and hides(c // 2):
+            c //= 2
+        lo, hi = c // 2, c
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if hides(mid) else (mid, hi)
+        _OVERLAP_CACHE[key] = float(hi)
+    return _OVERLAP_CACHE[key]

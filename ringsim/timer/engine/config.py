@@ -30,6 +30,7 @@ from ringsim.layouts import check_layout, check_seq_len
 from ringsim.schedule import Schedule, build_schedule
 from ringsim.timer.machine.families import KernelFamily, for_hardware, get_family
 from ringsim.timer.machine.hardware import Hardware, check_dtype
+from ringsim.timer.machine.ranges import check_assume, end_of
 
 PASSES = ("forward", "backward", "train-step", "decode")
 ENGINES = ("vectorized", "heap")
@@ -160,7 +161,9 @@ class Kernel:
     ``tile`` set, both also set the schedule's tile granularity); ``overlap_efficiency``
     overrides the hardware's (or the NCCL model's) ``f``; ``attention_flops``/``linear_flops``
     the FLOP/s of attention and of the projections + MLP (e.g. TF32 attention beside bf16
-    matmuls). All neutral by default: the paper's model."""
+    matmuls); ``assume`` which end of each parameter known only as a range the run takes
+    (``{"p2p_bandwidth": "low"}``; ``ringsim.timer.machine.ranges``; default: every range's
+    point). All neutral by default: the paper's model."""
 
     implementation: str | KernelFamily = "ideal"
     tile: int | None = None
@@ -168,6 +171,7 @@ class Kernel:
     overlap_efficiency: float | None = None
     attention_flops: float | None = None
     linear_flops: float | None = None
+    assume: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         get_family(self.implementation)  # refuses an unknown name
@@ -183,6 +187,11 @@ class Kernel:
         for name in ("attention_flops", "linear_flops"):
             if getattr(self, name) is not None:
                 _put(self, name, _check_real(name, getattr(self, name), positive=True))
+        _put(self, "assume", check_assume(self.assume))
+
+    def end(self, name: str) -> str:
+        """The end of range ``name`` this run assumes (``ringsim.timer.machine.ranges``)."""
+        return end_of(self.assume, name)
 
 
 @dataclass(frozen=True)

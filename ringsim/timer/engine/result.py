@@ -22,7 +22,7 @@ import numpy as np
 from ringsim.masks import documents_are_runs
 from ringsim.schedule import Schedule
 from ringsim.timer.cost import attention_working_set_bytes, kv_block_bytes, overlap_threshold
-from ringsim.timer.engine.clock import decode_seconds
+from ringsim.timer.engine.clock import decode_seconds, family_overlap_block
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.timeline import Timeline
 
@@ -265,9 +265,13 @@ def grad_rows(timeline: Timeline) -> np.ndarray:
 def min_block_for_overlap(config: RingConfig) -> float | None:
     """``overlap_threshold`` for the config's pass, latency included, for a full block (a causal
     zigzag or striped ring needs about twice it); a training step takes the larger of forward
-    and backward; ``None`` for decode, where no block moves."""
+    and backward; ``None`` for decode, where no block moves. Under a real kernel family the
+    family's own step against its own transfer (``family_overlap_block``), not peak rates."""
     if config.pass_ == "decode":
         return None
+    passes = ("forward", "backward") if config.pass_ == "train-step" else (config.pass_,)
+    if not config.family.ideal and config.family.name != "torch":
+        return max(family_overlap_block(config, p) for p in passes)
     kw = dict(
         heads=config.heads,
         kv_heads=config.kv_heads,
@@ -276,7 +280,6 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
         batch=config.batch,
         grad_dtype=config.grad_dtype,
     )
-    passes = ("forward", "backward") if config.pass_ == "train-step" else (config.pass_,)
     return max(overlap_threshold(config.hardware, pass_=p, **kw) for p in passes)
 
 

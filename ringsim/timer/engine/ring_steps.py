@@ -22,6 +22,23 @@ rows merged (``rows x heads x head_dim``):
   accumulator: 10 per element (and no slice copy).
 
 Each op also costs ``family.elementwise_overhead_s``.
+
+The host's side (``family.host_call_s``: seconds per PyTorch call, a range): a Python ring loop
+issues every step's calls from the host, which runs ahead of the GPU while the GPU's step is
+longer and holds it back when it is shorter, so a step takes ``max(GPU seconds, calls x
+host_call_s)``. The calls per step (``HOST_CALLS``), counted in zhuzilin/ring-flash-attention
+@8996282 (``ring_flash_attn.py``, ``zigzag_ring_flash_attn.py``, ``stripe_flash_attn.py``,
+``utils.py``):
+
+* a transfer: ``send_recv_kv`` (two ``empty_like``, one ``batch_isend_irecv``) and the
+  ``wait`` on its four works: 7; the backward's ``dk, dv`` transfer: ``batch_isend_irecv`` and
+  four waits: 5;
+* the call: 1, and 3 views of ``q, k, v`` when it runs on part of the block (``q[:, 1:]``,
+  ``k[:, :block_seq_len]``, ...);
+* forward: the first merge 3 (cast, transpose, unsqueeze), each later one 11 (the scripted
+  ``_update_out_and_lse``), a sliced one 4 more (two reads and two writes of the slice), the
+  end 3; backward: the first step's 3 casts, each later step's ``dq``/``dk``/``dv`` sums 3 (4
+  more sliced), the end 3 casts and the last 4 waits.
 """
 
 from __future__ import annotations
@@ -38,6 +55,39 @@ FORWARD_BYTES = {"first": 6, "merge": 38, "slice": 8, "final": 6}
 FUSED_FORWARD_BYTES = {"first": 6, "merge": 10, "slice": 0, "final": 6}
 FORWARD_KERNELS = {"first": 2, "merge": 9, "slice": 2, "final": 2}
 GRAD_BYTES = {"first": 6, "accumulate": 10, "final": 6}
+HOST_CALLS = {
+    "transfer": 7,
+    "grad_transfer": 5,
+    "call": 1,
+    "views": 3,
+    "first": 3,
+    "merge": 11,
+    "slice": 4,
+    "final": 3,
+    "accumulate": 3,
+    "final_wait": 4,
+}
+
+
+def host_calls(pass_: str, call: KernelCall | None, c: int, *, first: bool, last: bool) -> int:
+    """PyTorch calls the host makes in one ring step (``HOST_CALLS``, module docstring):
+    ``call`` the step's kernel call (``None``: skipped) on blocks of ``c`` tokens; ``last``:
+    no ``k, v`` travel after it."""
+    n = HOST_CALLS
+    calls = 0 if last else n["transfer"]
+    if pass_ == "backward":
+        calls += n["grad_transfer"] + (n["final"] + n["final_wait"] if last else 0)
+    elif last:
+        calls += n["final"]
+    if call is not None:
+        q, k, _, _, sliced = call
+        calls += n["call"] + (n["views"] if (q, k) != (c, c) else 0)
+        if first:
+            calls += n["first"]
+        else:
+            calls += n["merge" if pass_ == "forward" else "accumulate"]
+            calls += n["slice"] if sliced else 0
+    return calls
 
 
 def merge_seconds(
@@ -111,6 +161,8 @@ class StepModel:
         self.config, self.family = config, for_hardware(family, config.hardware)
         self.cache: dict[tuple, float] = {}
         self.calls = CallTimer(config)
+        host = self.family.host_call_s
+        self.host_call_s = 0.0 if host is None else host.at(config.kernel.end("host_call_s"))
 
     def seconds(self, schedule: Schedule, s: int) -> np.ndarray:
         """``(P,)`` seconds of step ``s`` (before the host's speed and jitter)."""
@@ -133,17 +185,31 @@ class StepModel:
 
     def _per_cell(self, schedule: Schedule, s: int, cell, tag: tuple) -> np.ndarray:
         """``cell(kind, relation, work)`` for each host at step ``s``, computed once per distinct
-        key of the run and shared."""
+        key of the run and shared. A schedule whose cells depend on the relation alone
+        (``Schedule.by_relation``) is laid out in ``O(P)`` array operations, no per-host
+        Python (the timer asks ``P`` steps of ``P`` hosts)."""
+        if getattr(schedule, "by_relation", False):  # (a double ring's rounds are not)
+            values = [0.0, 0.0, 0.0]
+            for relation in schedule.relations_at(s):
+                kind, work = schedule.relation_cell(relation)
+                key = (kind, relation, work)
+                values[relation + 1] = self._value(schedule.pass_, key, tag, cell)
+            return schedule.spread(values, s)
         relation = schedule.relation_at(s)
         kind, work = schedule.kind_at(s), np.round(schedule.work_at(s), 12)
-        out = np.empty(schedule.hosts)
-        for key in set(zip(kind.tolist(), relation.tolist(), work.tolist(), strict=True)):
-            full_key = (schedule.pass_, *key, *tag)
-            if full_key not in self.cache:
-                self.cache[full_key] = cell(*key)
-            hit = (kind == key[0]) & (relation == key[1]) & (work == key[2])
-            out[hit] = self.cache[full_key]
-        return out
+        keys, inverse = np.unique(
+            np.column_stack([kind, relation, work]), axis=0, return_inverse=True
+        )
+        values = [
+            self._value(schedule.pass_, (int(k), int(r), float(w)), tag, cell) for k, r, w in keys
+        ]
+        return np.asarray(values, dtype=float)[inverse.reshape(-1)]
+
+    def _value(self, pass_: str, key: tuple, tag: tuple, cell) -> float:
+        full_key = (pass_, *key, *tag)
+        if full_key not in self.cache:
+            self.cache[full_key] = cell(*key)
+        return self.cache[full_key]
 
     def call(self, kind: int, relation: int, work: float) -> KernelCall | None:
         """``(q, k, mask, visible, sliced)`` of the call a host makes, or ``None`` (skipped):
@@ -173,11 +239,14 @@ class StepModel:
                                       kv_heads=cfg.kv_heads, **shape)  # fmt: skip
                 total += gqa_backward_seconds(fam, hbm, kv_rows=k, kv_heads=cfg.kv_heads,
                                               **shape)  # fmt: skip
+        c = cfg.block_tokens
         if last:
-            c = cfg.block_tokens
             if pass_ == "forward":
                 total += merge_seconds(fam, hbm, op="final", rows=c, **shape)
             else:
                 total += grad_seconds(fam, hbm, op="final", q_rows=c, kv_rows=c,
                                       kv_heads=cfg.kv_heads, **shape)  # fmt: skip
+        if self.host_call_s and cfg.hosts > 1:  # the host issues the step's calls
+            calls = host_calls(pass_, call, c, first=first, last=last)
+            total = max(total, calls * self.host_call_s)
         return total

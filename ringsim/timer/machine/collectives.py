@@ -17,6 +17,12 @@ for free. NCCL does neither:
   ``(1 - f) min(compute, transfer)``) that is ``f = 1 - channels / SMs``
   (``overlap_efficiency``).
 
+* **achieved point-to-point bandwidth**: what NCCL's send/recv between two GPUs reaches is well
+  below the line rate and below the collectives' bus bandwidth, and differs from machine to
+  machine (message size, NCCL version, channels): a machine property known only as a range
+  (``achieved_p2p``, a ``ringsim.timer.machine.ranges.Range`` per preset), which a ring's hop
+  transfers use in place of ``efficiency x`` the line rate.
+
 Every function takes plain numbers (bytes, bytes/s, seconds), so a topology
 (``ringsim.timer.machine.topology``) can hand in each hop's own link.
 """
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.timer.machine.hardware import Hardware
+from ringsim.timer.machine.ranges import Range, middle
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,51 @@ IDEAL = LinkModel(
     channels=0,
     source="the ideal link: line rate, no SMs taken",
 )
+
+
+_HOPPER_P2P = (
+    "NVIDIA/nccl-tests#268: sendrecv_perf between 2 NVLink H100s reaches ~80 GB/s at the "
+    "default sizes, rising to a ~180 GB/s plateau for messages up to 4 GB (nvbandwidth on "
+    "the same pair: 260 GB/s)"
+)
+ACHIEVED_P2P: dict[str, Range] = {
+    "h100-nvlink": Range(80e9, middle(80e9, 180e9), 180e9, "low", _HOPPER_P2P),
+    "h200-nvlink": Range(
+        80e9, middle(80e9, 180e9), 180e9, "low", f"{_HOPPER_P2P}; NVLink4 as the H100's"
+    ),
+    "h800-nvlink": Range(
+        80e9,
+        middle(80e9, 160e9),
+        160e9,
+        "low",
+        f"{_HOPPER_P2P}; the high end capped by the H800's link: ~160 of 200 GB/s one-way "
+        "measured by DeepSeek (deepseek-ai/DeepSeek-V3#28)",
+    ),
+    "a100-nvlink": Range(
+        72e9,
+        middle(72e9, 230e9),
+        230e9,
+        "low",
+        "NVIDIA/nccl-tests#331: sendrecv_perf between 2 A100s over NVLink3 tops at 72 GB/s; "
+        "high end the collective bus bandwidth of an 8xA100 NVSwitch box, ~230 GB/s "
+        "(all_reduce_perf busbw, NVIDIA/nccl-tests#149), which point-to-point does not exceed",
+    ),
+}
+"""Achieved NCCL send/recv bytes/s on one ring hop, by hardware preset (NVLink presets; the
+others keep ``efficiency x`` the line rate)."""
+
+ACHIEVED = LinkModel(
+    "achieved p2p",
+    1.0,
+    source="NCCL send/recv at a measured achieved bandwidth (ACHIEVED_P2P): no further "
+    "protocol efficiency on large messages; LL below 16 KiB at half of it; channels as NVLink",
+)
+
+
+def achieved_p2p(hardware: Hardware) -> Range | None:
+    """The achieved send/recv bandwidth range of ``hardware`` (``None``: not known; its hops
+    move at ``link_model(hardware).efficiency`` of the line rate)."""
+    return ACHIEVED_P2P.get(hardware.name)
 
 
 def link_model(hardware: Hardware) -> LinkModel:

@@ -16,8 +16,10 @@ import math
 from dataclasses import dataclass, field
 
 from ringsim.timer.machine.hardware import Hardware
+from ringsim.timer.machine.ranges import Range, middle
 
 MERGES = ("none", "torch", "fused")
+LOOPS = ("keys", "queries")
 
 #: GPU architecture of a hardware preset, by the preset's name prefix.
 ARCH_OF_PREFIX = {"a100": "ampere", "h100": "hopper", "h800": "hopper", "h200": "hopper"}
@@ -59,6 +61,34 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """How a kernel runs one pass on one architecture: ``tile = (M, N)`` the queries x keys a
+    thread block (CTA) handles per iteration; ``loop`` what a CTA loops over (``"keys"``: one
+    CTA per query tile, as FA2's forward; ``"queries"``: one per key tile, as FA2's backward);
+    ``ctas_per_sm`` how many CTAs an SM holds at once (its shared memory, registers and warps
+    allow); ``longest_first``: the kernel hands out the longest CTAs first (a persistent
+    scheduler), else the hardware dispatches them in grid order (the looped index fastest,
+    then batch, then head); ``split_kv``: a call with too few CTAs to fill the GPU splits its
+    keys among more CTAs (FA2's ``num_splits_heuristic``, ``split_count``); ``source`` where
+    the numbers come from."""
+
+    tile: tuple[int, int]
+    loop: str = "keys"
+    ctas_per_sm: int = 1
+    longest_first: bool = False
+    split_kv: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.loop not in LOOPS:
+            raise ValueError(f"loop must be one of {', '.join(LOOPS)}, got {self.loop!r}")
+        if isinstance(self.ctas_per_sm, bool) or not isinstance(self.ctas_per_sm, int):
+            raise ValueError(f"ctas_per_sm must be a positive integer, got {self.ctas_per_sm!r}")
+        if self.ctas_per_sm < 1:
+            raise ValueError(f"ctas_per_sm must be a positive integer, got {self.ctas_per_sm!r}")
+
+
+@dataclass(frozen=True)
 class KernelFamily:
     """A named kernel and the ring code around it.
 
@@ -70,7 +100,15 @@ class KernelFamily:
     ``gqa_expand_backward``: the backward writes ``dk, dv`` for every query head and sums them
     per kv head afterwards; ``collectives``: transfers behave like NCCL (``collectives.py``:
     protocol efficiency, SMs taken from compute) instead of the ideal link; ``calibrated``: the
-    curves were measured on the machine itself (else they are published figures)."""
+    curves were measured on the machine itself (else they are published figures).
+
+    How the calls run on the GPU: ``launches[(arch, pass)]`` the kernel's ``Launch`` (tile,
+    CTAs per SM, dispatch order; without one, the family's ``tile``, one CTA per SM, grid
+    order; ``wave_tail=False`` leaves occupancy and the tail out, as the waterfall's first
+    steps do); ``lone_cta_speed`` the rate of a CTA alone on an SM that could hold
+    ``ctas_per_sm`` of them, relative to the SM's rate when full (a ``Range``). The host's side
+    of a Python ring loop: ``host_call_s`` seconds per PyTorch call (a ``Range``; ``None``: no
+    host model), the calls per step counted in ``ringsim.timer.engine.ring_steps``."""
 
     name: str
     description: str
@@ -83,10 +121,20 @@ class KernelFamily:
     collectives: bool = False
     dtypes: tuple[str, ...] = ("bf16", "fp16")
     calibrated: bool = False
+    launches: dict[tuple[str, str], Launch] = field(default_factory=dict)
+    wave_tail: bool = True
+    lone_cta_speed: Range | None = None
+    host_call_s: Range | None = None
+    grad_wire_dtype: str | None = None
 
     @property
     def ideal(self) -> bool:
         return self.name == "ideal"
+
+    def launch(self, hardware: Hardware, pass_: str) -> Launch:
+        """The ``Launch`` of this family's kernel for ``pass_`` on ``hardware``."""
+        own = self.launches.get((arch_of(hardware), pass_))
+        return own if own is not None else Launch(self.tile)
 
     def curve(self, hardware: Hardware, pass_: str) -> Curve:
         """The curve of this family on ``hardware`` (by its architecture) for ``pass_``."""
@@ -102,6 +150,21 @@ class KernelFamily:
         return self.curves[(arch, pass_)]
 
 
+def split_count(ctas: int, sms: int, key_tiles: int, max_splits: int = 128) -> int:
+    """How many parts FA2 splits a forward call's keys into (``flash_api.cpp``
+    ``num_splits_heuristic``): none (1) when its ``ctas`` (64-row query tiles x heads x batch)
+    fill 80% of ``2 x sms`` slots; else the fewest splits whose wave efficiency
+    ``n / ceil(n)`` (``n = ctas x splits / (2 sms)`` waves) is within 85% of the best."""
+    slots = 2 * sms
+    if ctas >= 0.8 * slots:
+        return 1
+    top = min(max_splits, slots, key_tiles)
+    eff = [(ctas * n / slots) / math.ceil(ctas * n / slots) for n in range(1, top + 1)]
+    best = max(eff)
+    eligible = lambda n: n == 1 or -(-key_tiles // n) != -(-key_tiles // (n - 1))
+    return next(n for n in range(1, top + 1) if eligible(n) and eff[n - 1] >= 0.85 * best)
+
+
 def arch_of(hardware: Hardware) -> str | None:
     """``"ampere"``/``"hopper"`` for a GPU preset (by name prefix), else ``None``."""
     return ARCH_OF_PREFIX.get(hardware.name.split("-")[0].lower())
@@ -114,6 +177,50 @@ def _hd(**factors: float) -> dict[int, float]:
 _HOPPER, _AMPERE = 989e12, 312e12  # dense bf16 peaks the benchmark figures divide by
 _LAUNCH = 5e-6  # CUDA kernel launch to start, a few microseconds (estimate, not fitted)
 _ELEMENTWISE = 3e-6  # one small PyTorch elementwise kernel's fixed cost (estimate)
+
+_FA2_REPO = "Dao-AILab/flash-attention csrc/flash_attn/src"
+#: FA2 hdim 128 on sm80/sm90 (A100, H100/H800), the traits every head dim is timed with
+FA2_FORWARD = Launch(
+    (128, 64),
+    "keys",
+    2,
+    source=f"{_FA2_REPO}/flash_fwd_launch_template.h run_mha_fwd_hdim128 (not sm86/89): "
+    "Flash_fwd_kernel_traits<128, 128, 64, 4 warps>; kernel_traits.h kSmemSize = Q 128x128 + "
+    "K, V 2 x 64x128 bf16 = 64 KiB; 255 registers a thread (ptxas, flash-attention#1630) x "
+    "128 threads = 32K of an SM's 64K registers: 2 CTAs per SM; grid (m blocks, batch, heads); "
+    "flash_api.cpp set_params_splitkv: a call of fewer than 0.8 x 2 x SMs CTAs (64-row "
+    "tiles) splits its keys",
+    split_kv=True,
+)
+FA2_BACKWARD = Launch(
+    (64, 128),
+    "queries",
+    1,
+    source=f"{_FA2_REPO}/flash_bwd_launch_template.h run_mha_bwd_hdim128 with >= 144 KiB of "
+    "shared memory per block (A100, H100): Flash_bwd_kernel_traits<128, 64, 128, 8 warps>; "
+    "kSmemSize1colblock = 3 Q/dO tiles 64x128 + K, V 128x128 + dS, P 64x128 bf16 = 144 KiB: "
+    "1 CTA per SM; grid (n blocks, batch, heads), each CTA loops over the query tiles",
+)
+LONE_CTA_SPEED = Range(
+    0.5,
+    middle(0.5, 1.0),
+    1.0,
+    "low",
+    "estimate, bounds: a CTA alone on an SM built to hold 2 runs at least at its share of a "
+    "full SM (0.5: nothing gained from the idle half) and at most at the whole SM's rate "
+    "(1.0); FA2 picks its tiles for 2 CTAs per SM (flash_fwd_launch_template.h comments), so "
+    "one alone hides less latency",
+)
+HOST_CALL_S = Range(
+    5e-6,
+    middle(5e-6, 25e-6),
+    25e-6,
+    "high",
+    "host time per PyTorch call, from Python through the dispatcher to cudaLaunchKernel: "
+    "~5-25 us (J. Lin, 'From PyTorch op to kernel launch', jiahuanglin.xyz GPU-kernel lesson "
+    "18); this project's torch ring on tiny tensors spends ~350 us per forward step of ~17 "
+    "calls on a loaded 2-core VM, ~20 us a call (benchmarks/bench_host_overhead.py)",
+)
 
 FA2 = KernelFamily(
     "fa2",
@@ -162,6 +269,16 @@ FA2 = KernelFamily(
     elementwise_overhead_s=_ELEMENTWISE,
     gqa_expand_backward=True,  # flash_api.cpp mha_bwd: dk_expanded, then at::sum_out per kv head
     collectives=True,
+    launches={
+        (arch, pass_): launch
+        for arch in ("ampere", "hopper")
+        for pass_, launch in (("forward", FA2_FORWARD), ("backward", FA2_BACKWARD))
+    },
+    lone_cta_speed=LONE_CTA_SPEED,
+    host_call_s=HOST_CALL_S,
+    # zhuzilin/ring-flash-attention @8996282: dk, dv accumulate in fp32 and travel so
+    # (zigzag/stripe/ring backward: dk = dk_buffer.to(float32); d_kv_comm.send_recv_kv(dk, dv))
+    grad_wire_dtype="fp32",
 )
 
 FA3 = KernelFamily(
@@ -191,6 +308,8 @@ FA3 = KernelFamily(
     merge="torch",
     elementwise_overhead_s=_ELEMENTWISE,
     collectives=True,
+    host_call_s=HOST_CALL_S,
+    grad_wire_dtype="fp32",
 )
 
 CUDNN = KernelFamily(
@@ -219,6 +338,8 @@ CUDNN = KernelFamily(
     merge="torch",
     elementwise_overhead_s=_ELEMENTWISE,
     collectives=True,
+    host_call_s=HOST_CALL_S,
+    grad_wire_dtype="fp32",
 )
 
 TRITON = KernelFamily(
@@ -263,6 +384,8 @@ TRITON = KernelFamily(
     merge="fused",  # the project's ring merges in the kernel's own (out, lse) update
     elementwise_overhead_s=_ELEMENTWISE,
     collectives=True,
+    host_call_s=HOST_CALL_S,
+    grad_wire_dtype="fp32",  # kernels/distributed/ring.py: fp32 dk/dv accumulators travel
 )
 
 

@@ -5,15 +5,25 @@ models (``attention_call_seconds``):
 
 * a **fixed cost per call** (``KernelFamily.call_overhead_s``: launch, allocation);
 * an **achieved rate** below peak that falls for **short rows** and **small head dims**. A flash
-  kernel gives each (query tile, head) to one thread block that loops over the key tiles;
-  loading ``Q``, the final rescale and writing ``O`` are a fixed cost per query tile, worth
-  ``keys_half`` keys of work. With ``n`` visible keys per row the rate is
-  ``fraction * peak * head_dim_factor * n / (n + keys_half)`` (a saturating curve: half the
-  asymptote at ``n = keys_half``). Few thread blocks (a short call on few heads) leave SMs idle:
-  the rate is scaled by the wave occupancy ``ctas / (ceil(ctas / SMs) SMs)`` relative to the
-  benchmark's own;
+  kernel gives each (query tile, head) to one thread block (CTA) that loops over the key tiles
+  (FA2's forward; its backward gives each key tile to a CTA that loops over the query tiles:
+  the family's ``Launch``); loading the CTA's own tile, the final rescale and writing the
+  result are a fixed cost per CTA, worth ``keys_half`` rows of the looped dimension. With
+  ``n`` visible keys per row the rate is ``fraction * peak * head_dim_factor * n / (n +
+  keys_half)`` (a saturating curve: half the asymptote at ``n = keys_half``);
+* **occupancy and the wave tail**: the CTAs run ``ctas_per_sm`` at a time on each SM
+  (``Launch``: from the kernel's tile, warps, shared memory and registers), handed out in grid
+  order as slots free up (``cta_makespan``: an SM shares its rate among its resident CTAs; one
+  alone runs at ``lone_cta_speed`` of the full SM's rate). A causal call's CTAs carry 1..n
+  tiles and the longest ones of the last head start last; a short call on few heads fills
+  part of one wave. The efficiency ``work / (slots x makespan)`` scales the rate relative to
+  the same efficiency of the benchmark the curve was fitted to (16K tokens, 16 heads, at the
+  call's query length), so a call shaped like the benchmark keeps the benchmark's rate;
 * **masked tiles** are slower than full ones (``masked_speed``: the mask is built and applied
-  per element), and a causal call loses ``causal_factor`` to the uneven work of its rows;
+  per element), and a causal call loses ``causal_factor`` to the uneven work of its rows. A
+  causal forward call whose lengths are not multiples of the tile leaves FA2's even-M/N path:
+  it masks one more key tile per query tile (``flash_fwd_kernel.h``: ``n_masking_steps =
+  ceil(M / N) + 1``);
 * a **memory floor**: the call takes at least its bytes (``Q, K, V, O``, and in backward
   ``dO, dQ, dK, dV`` and the fp32 ``dQ`` accumulator) over the achieved HBM bandwidth.
 
@@ -40,6 +50,8 @@ Mask names (``MASKS``), for a call of ``q`` query rows against ``k`` keys:
 
 from __future__ import annotations
 
+import functools
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -49,21 +61,28 @@ from ringsim.checks import check_positive_int
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.machine.families import (
     SMS,
+    Curve,
     KernelFamily,
+    Launch,
     arch_of,
     for_hardware,
     get_family,
+    split_count,
 )
 from ringsim.timer.machine.hardware import Hardware, check_dtype
 
 __all__ = [
-    "BENCHMARK_CTAS",
+    "BENCHMARK_TOKENS",
     "CALL_PASSES",
     "HBM_FRACTION",
     "MASKS",
     "TileWork",
     "attention_call_seconds",
     "call_bytes",
+    "cta_efficiency",
+    "cta_lengths",
+    "cta_makespan",
+    "decode_call_seconds",
     "kind_rate",
     "tile_work",
 ]
@@ -74,8 +93,13 @@ CALL_PASSES = ("forward", "backward")
 #: Achieved fraction of peak HBM bandwidth for streaming kernels (estimate: STREAM-like copies
 #: reach ~90% of the datasheet rate on A100/H100; not fitted to any ring measurement).
 HBM_FRACTION = 0.9
-#: The FA benchmarks' thread blocks: 16K tokens x 16 heads (head dim 128) / 128-row tiles.
-BENCHMARK_CTAS = 16384 // 128 * 16
+#: The FA papers' benchmarks: batch x seqlen = 16K tokens, hidden 2048 (16 heads of 128).
+BENCHMARK_TOKENS, BENCHMARK_HIDDEN = 16384, 2048
+#: Above this many CTAs a call's tail is under 1/100 of it: its efficiency is taken as 1.
+CTA_LIMIT = 2**15
+EXACT_WAVES = 16
+"""Waves of CTAs ``cta_efficiency`` schedules one by one (the earlier ones fill every slot)."""
+CAUSAL_MASKS = ("causal-diagonal", "offset-causal", "documents")
 
 
 @dataclass(frozen=True)
@@ -87,23 +111,188 @@ class TileWork:
     rows: int
 
 
-def tile_work(q: int, k: int, mask: str, tile: tuple[int, int], visible: float | None) -> TileWork:
-    """Tiles of an ``(M, N)``-tiled call of ``q`` queries on ``k`` keys under ``mask``."""
+def tile_work(
+    q: int,
+    k: int,
+    mask: str,
+    tile: tuple[int, int],
+    visible: float | None,
+    *,
+    uneven_mask: bool = False,
+) -> TileWork:
+    """Tiles of an ``(M, N)``-tiled call of ``q`` queries on ``k`` keys under ``mask``;
+    ``uneven_mask``: a causal query tile masks one more key tile when ``q`` or ``k`` is not a
+    multiple of the tile (FA2's forward off its even-M/N path)."""
+    full, masked = _row_tiles(q, k, mask, tile, visible, uneven_mask)
+    return TileWork(float(full.sum()), float(masked.sum()), int(full.size))
+
+
+def _row_tiles(q, k, mask, tile, visible, uneven_mask=False) -> tuple[np.ndarray, np.ndarray]:
+    """``(full, masked)`` ``(ceil(q / M),)`` key tiles each query tile visits."""
     M, N = tile
     nq, nk = -(-q // M), -(-k // N)
     if mask in ("full", "zigzag-half"):
-        return TileWork(float(nq * nk), 0.0, nq)
+        return np.full(nq, float(nk)), np.zeros(nq)
     if mask == "documents":
         if visible is None or not 0.0 <= visible <= 1.0:
             raise ValueError(f"visible must be a fraction in [0, 1] for documents, got {visible!r}")
-        return TileWork(0.0, float(math.ceil(visible * nq * nk)), nq)
+        masked = np.full(nq, math.ceil(visible * nq * nk) / nq)
+        return np.zeros(nq), masked
     shift = k - q - (1 if mask == "offset-causal" else 0)  # row r sees keys <= r + shift
     first = np.arange(nq, dtype=np.int64) * M
     last = np.minimum(first + M, q) - 1
     seen_by_all = np.clip((first + shift + 1) // N, 0, nk)
     seen_by_last = np.clip(-(-(last + shift + 1) // N), 0, nk)
-    full = int(seen_by_all.sum())
-    return TileWork(float(full), float(seen_by_last.sum() - full), nq)
+    full, masked = seen_by_all.astype(float), (seen_by_last - seen_by_all).astype(float)
+    if uneven_mask and (q % M or k % N):
+        extra = np.minimum(full, 1.0)
+        full, masked = full - extra, masked + extra
+    return full, masked
+
+
+def _column_tiles(q, k, mask, tile, visible) -> tuple[np.ndarray, np.ndarray]:
+    """``(full, masked)`` ``(ceil(k / N),)`` query tiles each key tile visits (a backward CTA's
+    loop): query row ``r`` sees key ``j`` iff ``j <= r + shift``."""
+    M, N = tile
+    nq, nk = -(-q // M), -(-k // N)
+    if mask in ("full", "zigzag-half"):
+        return np.full(nk, float(nq)), np.zeros(nk)
+    if mask == "documents":
+        masked = _row_tiles(q, k, mask, tile, visible)[1]
+        return np.zeros(nk), np.full(nk, masked.sum() / nk)
+    shift = k - q - (1 if mask == "offset-causal" else 0)
+    first = np.arange(nk, dtype=np.int64) * N
+    last = np.minimum(first + N, k) - 1
+    # query tiles whose last row sees the column's first key, and whose first row its last
+    seen_by_some = nq - np.clip((first - shift) // M, 0, nq)
+    seen_by_all = nq - np.clip(-(-(last - shift) // M), 0, nq)
+    seen_by_some = np.clip(seen_by_some, 0, nq)
+    seen_by_all = np.clip(seen_by_all, 0, nq)
+    return seen_by_all.astype(float), (seen_by_some - seen_by_all).astype(float)
+
+
+def cta_lengths(
+    q: int,
+    k: int,
+    mask: str,
+    launch: Launch,
+    visible: float | None,
+    curve: Curve | _Terms,
+    *,
+    pass_: str = "forward",
+) -> np.ndarray:
+    """Work of each CTA of one (batch, head) of a call, in full tiles of ``launch.tile``: its
+    visible tiles (a masked one ``1 / masked_speed``) and its fixed cost, ``keys_half`` rows of
+    the looped dimension."""
+    M, N = launch.tile
+    if launch.loop == "keys":
+        uneven = pass_ == "forward" and mask in ("causal-diagonal", "offset-causal")
+        full, masked = _row_tiles(q, k, mask, launch.tile, visible, uneven)
+        fixed = curve.keys_half / N
+    else:
+        full, masked = _column_tiles(q, k, mask, launch.tile, visible)
+        fixed = curve.keys_half / M
+    busy = (full + masked) > 0
+    return np.where(busy, full + masked / curve.masked_speed + fixed, 0.0)
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """The two curve terms a CTA's length needs (hashable, unlike a ``Curve``)."""
+
+    keys_half: float
+    masked_speed: float
+
+
+def cta_makespan(lengths: np.ndarray, sms: int, per_sm: int, lone_speed: float) -> float:
+    """When the last of the CTAs ``lengths`` (in dispatch order) finishes on ``sms`` SMs that
+    hold ``per_sm`` CTAs each, in units where a CTA on a full SM does one tile a unit.
+
+    Free slots take the next CTAs breadth-first: one per SM in turn (the first wave fills the
+    SMs so, and SMs whose CTAs end at the same moment get one new CTA each before any gets a
+    second). An SM shares its rate among its residents: with ``n`` of them it runs ``per_sm x
+    (lone + (1 - lone)(n - 1)/(per_sm - 1))`` tiles a unit (``per_sm`` when full, ``per_sm x
+    lone`` for one alone)."""
+    pending = [float(x) for x in lengths if x > 0][::-1]  # pop() takes the next CTA
+    if not pending:
+        return 0.0
+
+    def rate(n: int) -> float:
+        if per_sm == 1 or n == 0:
+            return 1.0
+        return per_sm * (lone_speed + (1.0 - lone_speed) * (n - 1) / (per_sm - 1)) / n
+
+    residents: list[list[float]] = [[] for _ in range(sms)]
+    since = [0.0] * sms
+    heap: list[tuple[float, int]] = []
+
+    def refill(freed: list[int], now: float) -> None:
+        """Give the SMs ``freed`` (their CTAs advanced to ``now``) one new CTA each in turn
+        while they have room, then schedule their next end."""
+        open_ = freed
+        while pending and open_:
+            open_ = [sm for sm in open_ if len(residents[sm]) < per_sm]
+            for sm in open_[: len(pending)]:
+                residents[sm].append(pending.pop())
+        for sm in freed:
+            left = residents[sm]
+            if left:
+                heapq.heappush(heap, (now + min(left) / rate(len(left)), sm))
+
+    refill(list(range(sms)), 0.0)
+    now = 0.0
+    while heap:
+        now, sm = heapq.heappop(heap)
+        ended = [sm]
+        while heap and heap[0][0] <= now * (1.0 + 1e-12):  # the SMs done at this moment
+            ended.append(heapq.heappop(heap)[1])
+        for sm in ended:
+            left = residents[sm]
+            done = rate(len(left)) * (now - since[sm])
+            left[:] = [x - done for x in left if x - done > 1e-9 * (1.0 + done)]
+            since[sm] = now
+        refill(ended, now)
+    return now
+
+
+def cta_efficiency(lengths: np.ndarray, sms: int, per_sm: int, lone_speed: float) -> float:
+    """``work / (slots x makespan)`` of one call's CTAs (1: every slot busy to the end).
+
+    Past ``EXACT_WAVES`` waves only the last ones are scheduled CTA by CTA: the earlier CTAs
+    keep every slot busy, so they add their work over the slots (within 0.6% of the full
+    schedule on FA2's grids; it keeps a planner's thousands of calls fast)."""
+    lengths = np.asarray(lengths, dtype=float)
+    work = float(np.sum(lengths))
+    if work == 0 or len(lengths) > CTA_LIMIT:
+        return 1.0
+    slots = sms * per_sm
+    head = max(0, len(lengths) - EXACT_WAVES * slots)
+    makespan = float(np.sum(lengths[:head])) / slots
+    makespan += cta_makespan(lengths[head:], sms, per_sm, lone_speed)
+    return work / (slots * makespan)
+
+
+@functools.lru_cache(maxsize=4096)
+def _grid_efficiency(
+    one: bytes, repeats: int, sms: int, per_sm: int, lone: float, longest_first: bool
+) -> float:
+    """``cta_efficiency`` of a grid that repeats one head's CTA lengths (``one``, float64
+    bytes) ``repeats`` times, remembered: a planner times the same call shape many times."""
+    ctas = np.tile(np.frombuffer(one), repeats)
+    if longest_first:
+        ctas = np.sort(ctas)[::-1]
+    return cta_efficiency(ctas, sms, per_sm, lone)
+
+
+@functools.lru_cache(maxsize=256)
+def _benchmark_efficiency(
+    launch: Launch, curve: _Terms, sms: int, lone_speed: float, seq: int, causal: bool, pass_: str
+) -> float:
+    """``cta_efficiency`` of the curve's own benchmark call at sequence length ``seq``."""
+    heads, batch = BENCHMARK_HIDDEN // 128, BENCHMARK_TOKENS // seq
+    mask = "causal-diagonal" if causal else "full"
+    one = cta_lengths(seq, seq, mask, launch, None, curve, pass_=pass_)
+    return cta_efficiency(np.tile(one, heads * batch), sms, launch.ctas_per_sm, lone_speed)
 
 
 def _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dtype, pass_, mask):
@@ -158,12 +347,15 @@ def attention_call_seconds(
     batch: int = 1,
     visible: float | None = None,
     peak: float | None = None,
+    lone_cta_speed: str | float = "point",
 ) -> float:
     """Seconds of one attention call (see the module docstring for the terms and masks).
 
-    ``tile=(M, N)`` overrides the family's tile; ``visible`` is the fraction of pairs computed
-    (``"documents"`` needs it; for ``"ideal"`` it replaces the mask's own fraction); ``peak``
-    overrides the hardware's FLOP/s for ``dtype`` (a per-kind rate, e.g. TF32 attention).
+    ``tile=(M, N)`` overrides the family's tile (of both passes); ``visible`` is the fraction
+    of pairs computed (``"documents"`` needs it; for ``"ideal"`` it replaces the mask's own
+    fraction); ``peak`` overrides the hardware's FLOP/s for ``dtype`` (a per-kind rate, e.g.
+    TF32 attention); ``lone_cta_speed`` the end of the family's range to assume
+    (``"low"``/``"point"``/``"high"``, ``ringsim.timer.machine.ranges``) or a value.
     ``"ideal"`` returns ``attention_flops(q, k, heads, head_dim, work=visible) / peak``."""
     family = for_hardware(get_family(family), hardware)
     _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dtype, pass_, mask)
@@ -175,7 +367,7 @@ def attention_call_seconds(
             q_tokens, k_tokens, heads, head_dim, work=visible, pass_=pass_, batch=batch
         )
         return flops / rate
-    tile = family.tile if tile is None else _check_tile(tile)
+    tile = None if tile is None else _check_tile(tile)
     curve = family.curve(hardware, pass_)
     if "cpu" in {arch for arch, _ in family.curves}:  # HostClock.block's calibrated rule
         if visible is None:
@@ -185,18 +377,30 @@ def attention_call_seconds(
         )
         masked = curve.masked_speed if mask != "full" and mask != "zigzag-half" else 1.0
         return family.call_overhead_s + flops / (rate * masked)
-    work = tile_work(q_tokens, k_tokens, mask, tile, visible)
-    M, N = tile
-    tile_flops = attention_flops(M, N, heads, head_dim, pass_=pass_, batch=batch)
+    launch = family.launch(hardware, pass_)
+    if tile is not None:
+        launch = Launch(tile, launch.loop, launch.ctas_per_sm, launch.longest_first)
+    one = cta_lengths(q_tokens, k_tokens, mask, launch, visible, curve, pass_=pass_)
+    M, N = launch.tile
+    tile_flops = attention_flops(M, N, 1, head_dim, pass_=pass_)
     tile_rate = rate * curve.fraction * curve.head_dim_factor(head_dim)
-    if mask in ("causal-diagonal", "offset-causal", "documents"):
+    if mask in CAUSAL_MASKS:
         tile_rate *= curve.causal_factor
-    tiles = work.full + work.masked / curve.masked_speed + work.rows * curve.keys_half / N
+    work = float(one.sum()) * heads * batch
     arch = arch_of(hardware)
-    if arch is not None:  # wave quantisation, relative to the benchmarks' own
-        ctas = (work.rows if pass_ == "forward" else -(-k_tokens // N)) * heads * batch
-        tile_rate *= _occupancy(ctas, SMS[arch]) / _occupancy(BENCHMARK_CTAS, SMS[arch])
-    compute = tiles * tile_flops / tile_rate if work.full + work.masked else 0.0
+    if arch is not None and work > 0 and family.wave_tail:  # relative to the benchmark's
+        lone = _lone_speed(family, lone_cta_speed)
+        if launch.split_kv:  # few CTAs: each query tile's keys shared among more CTAs
+            split = split_count(-(-q_tokens // 64) * heads * batch, SMS[arch], -(-k_tokens // 128))
+            one = np.repeat(one / split, split) if split > 1 else one
+        seq = int(min(max(2 ** round(math.log2(q_tokens)), 512), BENCHMARK_TOKENS))
+        terms = _Terms(curve.keys_half, curve.masked_speed)
+        bench = _benchmark_efficiency(
+            launch, terms, SMS[arch], lone, seq, mask in CAUSAL_MASKS, pass_
+        )
+        key = (one.tobytes(), heads * batch, SMS[arch], launch.ctas_per_sm, lone)
+        tile_rate *= _grid_efficiency(*key, launch.longest_first) / bench
+    compute = work * tile_flops / tile_rate
     floor = 0.0
     if hardware.memory_bandwidth > 0:
         moved = call_bytes(q_tokens, k_tokens, heads, kv_heads, head_dim, dtype, pass_, batch)
@@ -204,8 +408,44 @@ def attention_call_seconds(
     return family.call_overhead_s + max(compute, floor)
 
 
-def _occupancy(ctas: int, sms: int) -> float:
-    return min(1.0, ctas / (math.ceil(ctas / sms) * sms))
+def decode_call_seconds(
+    family: str | KernelFamily,
+    hardware: Hardware,
+    *,
+    tokens: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    batch: int = 1,
+    peak: float | None = None,
+) -> float:
+    """Seconds for one query to attend ``tokens`` cached keys under a real family: its fixed
+    cost per call plus the larger of the FLOPs at the family's long-row rate (its curve's
+    ``fraction`` and head-dim factor, no short-row or tile terms: a decode kernel splits the
+    keys over the SMs) and the cache streamed at the achieved HBM rate."""
+    family = for_hardware(get_family(family), hardware)
+    _check_call(family, 1, tokens, heads, kv_heads, head_dim, batch, dtype, "forward", "full")
+    rate = hardware.flops_for(dtype) if peak is None else float(peak)
+    if family.ideal:
+        raise ValueError("decode_call_seconds times a real family; 'ideal' is timer.decode_seconds")
+    flops = attention_flops(1, tokens, heads, head_dim, batch=batch)
+    if "cpu" not in {arch for arch, _ in family.curves}:
+        curve = family.curve(hardware, "forward")
+        rate *= curve.fraction * curve.head_dim_factor(head_dim)
+    compute = flops / rate
+    floor = 0.0
+    if hardware.memory_bandwidth > 0:
+        moved = call_bytes(1, tokens, heads, kv_heads, head_dim, dtype, "forward", batch)
+        floor = moved / (hardware.memory_bandwidth * HBM_FRACTION)
+    return family.call_overhead_s + max(compute, floor)
+
+
+def _lone_speed(family: KernelFamily, end: str | float) -> float:
+    """``lone_cta_speed`` at ``end`` of the family's range (1 where it has none)."""
+    if not isinstance(end, str):
+        return float(end)
+    return 1.0 if family.lone_cta_speed is None else family.lone_cta_speed.at(end)
 
 
 def _check_tile(tile: object) -> tuple[int, int]:

@@ -9,18 +9,26 @@ configured as its source ran it and handed to the library (``simulate`` for the 
 The real-implementation timer (kernel families, per-step merges, collectives; issue 10 items
 1-4) is used where ``RingConfig`` offers it (``implementation``); where it does not, the row is
 predicted with the ideal model and says so in ``implementation``.
+
+Where the prediction depends on parameters known only as ranges (``ringsim.timer.machine.
+ranges``: achieved send/recv bandwidth, host time per call, a lone thread block's speed), each
+row carries the prediction at every range's point and the interval over the ranges' corners
+(``ringsim.timer.engine.interval``); the row is in band when its band overlaps the interval.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
 import numpy as np
 
 from ringsim.layouts import layout_names
+from ringsim.schedule import build_schedule
 from ringsim.timer.cost import overlap_threshold
 from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.interval import Interval, interval, live_ranges
 from ringsim.timer.engine.run import simulate
 from ringsim.timer.machine.families import get_family
 from ringsim.timer.machine.hardware import get_hardware
@@ -56,9 +64,11 @@ def _ring(**fields) -> RingConfig:
     return RingConfig(**fields)
 
 
-def single_call_seconds(pass_: str, hosts_local: int, impl: str, hw, c: dict) -> float:
+def single_call_seconds(
+    pass_: str, hosts_local: int, impl: str, hw, c: dict, assume: dict | None = None
+) -> float:
     """One flash-attention call on one GPU's ``hosts_local`` causal tokens (the kernel
-    model's ``attention_call_seconds``)."""
+    model's ``attention_call_seconds``, at the ends of the ranges ``assume`` names)."""
     return attention_call_seconds(
         impl,
         hw,
@@ -71,6 +81,7 @@ def single_call_seconds(pass_: str, hosts_local: int, impl: str, hw, c: dict) ->
         pass_=pass_,
         mask="causal-diagonal",
         batch=c["batch"],
+        lone_cta_speed=(assume or {}).get("lone_cta_speed", "point"),
     )
 
 
@@ -131,44 +142,68 @@ def _zhuzilin_common(c: dict, impl: str) -> dict:
     )
 
 
-def _zhuzilin_seconds(c: dict, impl: str) -> tuple[float, float]:
+def _zhuzilin_ring(c: dict, impl: str, pass_: str, layout: str, assume: dict) -> RingConfig:
+    return _ring(
+        hosts=c["hosts"],
+        seq_len=c["seq_len"],
+        layout=layout,
+        pass_=pass_,
+        assume=assume,
+        **_zhuzilin_common(c, impl),
+    )
+
+
+def _zhuzilin_seconds(c: dict, impl: str, assume: dict | None = None) -> tuple[float, float]:
     """``(T_ring, T_single)`` of a zhuzilin row's configuration: the 8-GPU ring's makespan and
-    one flash-attention call on one GPU's 8K causal shard, summed over its passes."""
-    common = _zhuzilin_common(c, impl)
+    one flash-attention call on one GPU's 8K causal shard, summed over its passes, with the
+    ranges at the ends ``assume`` names (default: their points)."""
+    key = (tuple(sorted(c.items())), impl, tuple(sorted((assume or {}).items())))
+    return _zhuzilin_cached(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _zhuzilin_cached(key: tuple) -> tuple[float, float]:
+    items, impl, assume = key
+    c, assume = dict(items), dict(assume)
+    hw = get_hardware(c["hardware"])
     local = c["seq_len"] // c["hosts"]
     ring = single = 0.0
     for pass_ in _passes(c["pass"]):
         if c.get("layout") is not None:
-            ring += _seconds(
-                _ring(
-                    hosts=c["hosts"],
-                    seq_len=c["seq_len"],
-                    layout=c["layout"],
-                    pass_=pass_,
-                    **common,
-                )
-            )
-        single += single_call_seconds(pass_, local, impl, common["hardware"], c)
+            ring += _seconds(_zhuzilin_ring(c, impl, pass_, c["layout"], assume))
+        single += single_call_seconds(pass_, local, impl, hw, c, assume)
     return ring, single
 
 
-def predict_zhuzilin_its(row: Published, implementation: str | None = None) -> tuple[float, str]:
+def zhuzilin_ranges(c: dict, impl: str) -> tuple[str, ...]:
+    """The ranges a zhuzilin row depends on: its ring's (a single-GPU row: the call's)."""
+    names = live_ranges(_zhuzilin_ring(c, impl, "forward", c.get("layout") or "zigzag", {}))
+    return (
+        names if c.get("layout") is not None else tuple(n for n in names if n == "lone_cta_speed")
+    )
+
+
+def predict_zhuzilin_its(
+    row: Published, implementation: str | None = None, assume: dict | None = None
+) -> tuple[float, str]:
     """Iterations per second: ``1 / T_single`` for the README's single-GPU ``flash_attn``
     baseline, ``1 / T_ring`` for a ring variant (``_zhuzilin_seconds``)."""
     c = row.config
     impl = _implementation(c["kernel"], implementation)
-    ring, single = _zhuzilin_seconds(c, impl)
+    ring, single = _zhuzilin_seconds(c, impl, assume)
     return 1.0 / (single if c["layout"] is None else ring), impl
 
 
-def predict_zhuzilin(row: Published, implementation: str | None = None) -> tuple[float, str]:
+def predict_zhuzilin(
+    row: Published, implementation: str | None = None, assume: dict | None = None
+) -> tuple[float, str]:
     """Share of ideal = ``8 T_single / T_ring``: ``T_single`` is one flash-attention call on
     one GPU's 8K causal shard (the README's baseline), timed by the same kernel model as the
     ring (``single_call_seconds``); ``T_ring`` the 8-GPU ring's makespan. Forward+backward sums
-    the forward and the backward pass."""
+    the forward and the backward pass. Both at the same ends of the ranges (``assume``)."""
     c = row.config
     impl = _implementation(c["kernel"], implementation)
-    ring, single = _zhuzilin_seconds(c, impl)
+    ring, single = _zhuzilin_seconds(c, impl, assume)
     return c["hosts"] * single / ring, impl
 
 
@@ -212,6 +247,23 @@ def predict_striped(row: Published, implementation: str | None = None) -> tuple[
     ring = _seconds(_ring(layout="contiguous", **fields))
     striped = _seconds(_ring(layout="striped", **fields))
     return ring / striped, impl
+
+
+def striped_work_speedup(row: Published) -> float:
+    """The attention work model's speedup of striped over contiguous for a Striped Attention
+    row: per ring, the sum over steps of the busiest host's tile-granular work (the source's
+    ``tile`` queries x ``tile_n`` keys; every step waits for its slowest host), contiguous over
+    striped. Attention only, no communication, every tile at one rate: the most striping can
+    gain in the attention itself."""
+    c = row.config
+    M, N = c["tile"]
+    work = {}
+    for layout in ("contiguous", "striped"):
+        sched = build_schedule(
+            c["hosts"], layout, True, "forward", seq_len=c["seq_len"], tile=M, tile_n=N
+        )
+        work[layout] = sum(float(sched.work_at(s).max()) for s in range(sched.steps))
+    return work["contiguous"] / work["striped"]
 
 
 def predict_ring_t2(row: Published, implementation: str | None = None) -> tuple[float, str]:
@@ -391,6 +443,25 @@ PREDICTORS = {
 }
 
 
+RANGED = {predict_zhuzilin, predict_zhuzilin_its}
+
+
+def predict_interval(row: Published, implementation: str | None = None) -> Interval:
+    """The row's prediction at every range's point and its interval over the ranges'
+    corners (``ringsim.timer.engine.interval``; a row without ranges: a point)."""
+    predictor = PREDICTORS[row.experiment]
+    if predictor not in RANGED:
+        value, _ = predictor(row, implementation)
+        return Interval(value, value, value)
+    impl = _implementation(row.config["kernel"], implementation)
+    names = zhuzilin_ranges(row.config, impl)
+    return interval(lambda assume: predictor(row, implementation, assume)[0], names)
+
+
+def _row_implementation(row: Published, implementation: str | None) -> str:
+    return PREDICTORS[row.experiment](row, implementation)[1]
+
+
 def tensor_bound(row: Published) -> float | None:
     """For a Table 3 row: the pure tensor bound (no framework overhead), else None."""
     if row.experiment != "ring-t3":
@@ -425,7 +496,8 @@ def validate(
     for row in rows:
         if row.experiment not in wanted:
             continue
-        predicted, impl = PREDICTORS[row.experiment](row, implementation)
+        span = predict_interval(row, implementation)
+        predicted, impl = span.point, _row_implementation(row, implementation)
         result = {
             "key": row.key,
             "experiment": row.experiment,
@@ -434,13 +506,18 @@ def validate(
             "config": dict(row.config),
             "published": row.value,
             "predicted": predicted,
+            "interval": [span.low, span.high],
+            "ranges": list(span.ranges),
             "ratio": predicted / row.value if row.value else math.nan,
             "error": _error(row, predicted),
             "band": list(row.band),
             "below": row.below,
-            "in_band": row.in_band(predicted),
+            "in_band": row.overlaps(span.low, span.high),
+            "point_in_band": row.in_band(predicted),
             "implementation": impl,
         }
+        if row.experiment.startswith("striped-"):
+            result["work_speedup"] = striped_work_speedup(row)
         bound = tensor_bound(row)
         if bound is not None:
             result["tensor_bound"] = bound
@@ -450,14 +527,29 @@ def validate(
 
 
 def summarize(results: list[dict]) -> dict[str, dict]:
-    """Per experiment: rows, rows in band, and the largest absolute error."""
+    """Per experiment: rows, rows whose interval overlaps the band (``in_band``), rows whose
+    point prediction is in it (``point_in_band``), the largest absolute error of the point and
+    the widest interval (in the error's unit: points for a share, relative otherwise)."""
     out: dict[str, dict] = {}
     for r in results:
-        s = out.setdefault(r["experiment"], {"rows": 0, "in_band": 0, "max_abs_error": 0.0})
+        s = out.setdefault(
+            r["experiment"],
+            {"rows": 0, "in_band": 0, "point_in_band": 0, "max_abs_error": 0.0, "max_width": 0.0},
+        )
         s["rows"] += 1
         s["in_band"] += int(r["in_band"])
+        s["point_in_band"] += int(r["point_in_band"])
         s["max_abs_error"] = max(s["max_abs_error"], abs(r["error"]))
+        s["max_width"] = max(s["max_width"], interval_width(r))
     return out
+
+
+def interval_width(r: dict) -> float:
+    """A result's interval width in its error's unit (points for a share of ideal)."""
+    low, high = r["interval"]
+    if r["experiment"] in SHARE_EXPERIMENTS:
+        return 100.0 * (high - low)
+    return (high - low) / r["published"] if r["published"] else math.nan
 
 
 def describe(results: list[dict]) -> list[str]:

@@ -15,9 +15,11 @@ from ringsim.timer.engine.run import simulate
 WATERFALL_TERMS = (
     "ideal ring",
     "+ kernel efficiency",
+    "+ occupancy and wave tail",
     "+ per-step merge",
     "+ collective contention",
     "+ launch overhead",
+    "+ host overhead",
 )
 
 
@@ -25,13 +27,17 @@ def waterfall(config: RingConfig) -> list[tuple[str, float]]:
     """The makespan of ``config`` (a ``RingConfig`` with a real ``implementation``) going from
     the ideal ring to the real one, one term at a time, each by running the timer:
     ``[(term, seconds), ...]`` in ``WATERFALL_TERMS`` order, the last the full model's time.
+    Parameters known only as ranges at the run's assumed ends (their points by default).
 
     * ideal ring: peak rate, free merges, ideal links, perfect overlap;
     * + kernel efficiency: the family's achieved-rate curves (short rows, masks, memory floor);
+    * + occupancy and wave tail: CTAs per SM and the last, partly filled wave of each call;
     * + per-step merge: the ``(out, lse)`` merges, ``dq, dk, dv`` accumulation and casts;
-    * + collective contention: NCCL-like transfers (protocol, achieved bandwidth) and the SMs
-      they take from compute;
-    * + launch overhead: the fixed cost of each kernel call and elementwise op."""
+    * + collective contention: NCCL-like transfers (protocol, achieved send/recv bandwidth,
+      ``dk, dv`` in fp32 on the wire) and the SMs they take from compute;
+    * + launch overhead: the fixed cost of each kernel call and elementwise op;
+    * + host overhead: the host's time to issue each step's PyTorch calls, when it exceeds
+      the GPU's time for the step."""
     family = config.family
     bare = replace(
         family,
@@ -40,12 +46,19 @@ def waterfall(config: RingConfig) -> list[tuple[str, float]]:
         collectives=False,
         call_overhead_s=0.0,
         elementwise_overhead_s=0.0,
+        wave_tail=False,
+        host_call_s=None,
+        grad_wire_dtype=None,
     )
+    waves = replace(bare, wave_tail=family.wave_tail)
+    merges = replace(waves, merge=family.merge, gqa_expand_backward=family.gqa_expand_backward)
     stages = [
         "ideal",
         bare,
-        replace(bare, merge=family.merge, gqa_expand_backward=family.gqa_expand_backward),
-        replace(family, call_overhead_s=0.0, elementwise_overhead_s=0.0),
+        waves,
+        merges,
+        replace(family, call_overhead_s=0.0, elementwise_overhead_s=0.0, host_call_s=None),
+        replace(family, host_call_s=None),
         family,
     ]
     return [
