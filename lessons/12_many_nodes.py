@@ -301,7 +301,8 @@ caption(
 # - $U$ is capped by the key/value heads in this model (real code can repeat them); any
 #   $U > 1$ costs the all-to-all's buffers, here the same for every $U$.
 #
-# Next: [planning a long-context run](13_planning.py).
+# Next: [planning a whole training step](13_planning.py), where the attention layer is one
+# part of a step among GEMMs, recompute and collectives.
 
 # %% tags=["remove-input"]
 inside = [r for r in rows if r["placement"] in ("ulysses-inner", "-")]

@@ -15,8 +15,8 @@
 #
 # "How do I spread one training step of my model over my cluster at this length?" Lesson 12
 # timed the attention layer on its own. A real step has much more in it: the projections
-# and the MLP as GEMMs at the rate their shapes allow, elementwise kernels bound by memory
-# bandwidth, tensor-parallel collectives, recomputed activations, the data-parallel
+# and the feed-forward network as GEMMs (matrix multiplies) at the rate their shapes allow,
+# elementwise kernels bound by memory bandwidth, tensor-parallel collectives, recomputed activations, the data-parallel
 # gradient traffic, the pipeline's bubble, the optimizer. The planner
 # (`ringsim plan`, `ringsim.timer.studies.planner.plan`) searches tensor parallelism (TP) x
 # context parallelism (CP, a Ulysses degree times a ring degree, with every strategy and
@@ -27,13 +27,17 @@
 # **You will be able to**
 #
 # - read a plan: the ranking, where each step's time goes, how much memory is left;
-# - explain why context parallelism wins at 128K tokens, with the planner's own numbers;
+# - explain why context parallelism wins at 128K tokens, with the planner's own numbers and
+#   lesson 6's causal threshold $2F/B$;
 # - say which parts of a step the model gets right and which it misses, from published
 #   measurements set beside it.
 
 # %%
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 
+from ringsim.timer import cost
 from ringsim.timer.machine.topology import get_cluster
 from ringsim.timer.step.flops import model_tflops_per_gpu
 from ringsim.timer.step.models import get_model
@@ -42,7 +46,9 @@ from ringsim.timer.studies.validate import published_configuration, validate
 from ringsim.views.lessons_support import (
     Exercise,
     Markdown,
+    caption,
     exercises,
+    notation,
     references,
     table,
     use_lesson_style,
@@ -50,20 +56,29 @@ from ringsim.views.lessons_support import (
 from ringsim.views.planning import plot_breakdown, plot_plan
 
 use_lesson_style()
+TERMS = ("DP, TP, PP", "context parallelism (CP)", "GEMM", "checkpointing", "NCCL")
+TERMS += ("Ulysses", "hybrid, double ring", "all-gather", "striped, zigzag, contiguous")
+TERMS += ("GQA, MHA", "NIC, InfiniBand", "NVLink, NVSwitch", "FLOP, GFLOP, TFLOP")
+TERMS += ("TransformerEngine (TE)", "bf16", "1M, 1K (tokens)")
+notation(*("P", "N", "c", "H", "H_{kv}", "F", "B", "c^*", "L"), terms=TERMS)
 
 
+# %%
 def top(result, n=5):
+    """The first ``n`` candidates of a plan, the label last and left-aligned."""
+    shown = result.candidates[:n]
+    wide = max(len(c.label) for c in shown)
     rows = [
         {
             "#": i + 1,
-            "configuration": c.label,
             "s/step": c.step_time_s,
             "GB": c.bytes_per_host / 1e9,
+            "configuration": c.label,
         }
-        for i, c in enumerate(result.candidates[:n])
+        for i, c in enumerate(shown)
     ]
-    formats = {"#": "{}", "configuration": "{}", "s/step": "{:.2f}", "GB": "{:.1f}"}
-    return table(rows, formats)
+    formats = {"#": "{}", "s/step": "{:.2f}", "GB": "{:.1f}"}
+    return table(rows, formats | {"configuration": f"{{:<{wide}}}"})
 
 
 # %% [markdown]
@@ -108,7 +123,7 @@ plt.show()
 # against its memory per GPU; the dashed line is what PyTorch leaves of the device. The
 # crosses on the floor do not fit and were never timed. The circled point is the best.
 
-# %%
+# %% tags=["remove-input"]
 spare = best.headroom_bytes / 1e9
 longer = best_no_cp.step_time_s / best.step_time_s
 Markdown(
@@ -122,9 +137,10 @@ Markdown(
 # ## Where the time of a 128K step goes
 #
 # Each bar is one GPU's critical path through a step, part by part: attention (the
-# context-parallel communication it could not hide is inside it), the GEMMs and the LM
-# head, the elementwise kernels, the recomputed forward passes, the tensor- and
-# data-parallel collectives, the pipeline bubble and the optimizer.
+# context-parallel communication it could not hide is inside it), the GEMMs, the output
+# head (the projection to the vocabulary) and the loss, the elementwise kernels, the
+# recomputed forward passes, the tensor- and data-parallel collectives, the pipeline
+# bubble and the optimizer.
 
 # %%
 distinct = {}
@@ -135,6 +151,7 @@ plot_breakdown(step, candidates=shown, title="where a 128K step goes, one GPU")
 plt.show()
 
 
+# %% tags=["remove-input"]
 def share(c, key):
     return c.breakdown[key] / c.step_time_s
 
@@ -146,33 +163,70 @@ none_no_cp = min(no_recompute, key=lambda c: c.bytes_per_host)
 need, usable = none_no_cp.bytes_per_host / 1e9, none_no_cp.memory_bytes / 1e9
 attention, gemms = share(best, "attention_s"), share(best, "gemm_s")
 redo, tp_comm = share(best_no_cp, "recompute_s"), share(best_no_cp, "tp_comm_s")
-Markdown(
-    f"*Figure 13.2. What to notice:* attention is {attention:.0%} of the best step "
-    f"and the GEMMs {gemms:.0%}. Without context parallelism the leanest "
-    f"configuration that skips recompute, {none_no_cp.label}, needs {need:.0f} GB "
-    f"per GPU (of {usable:.0f} GB usable), so the fastest one that fits recomputes "
-    f"every layer: recompute is {redo:.0%} of its step and its tensor-parallel "
-    f"collectives {tp_comm:.0%}."
+caption(
+    "Figure 13.2",
+    f"attention is {attention:.0%} of the best step and the GEMMs {gemms:.0%}. Without "
+    f"context parallelism the leanest configuration that skips recompute, "
+    f"{none_no_cp.label}, needs {need:.0f} GB per GPU (of {usable:.0f} GB usable), so "
+    f"the fastest one that fits recomputes every layer: recompute is {redo:.0%} of its "
+    f"step and its tensor-parallel collectives {tp_comm:.0%}.",
 )
 
 # %% [markdown]
 # That is why context parallelism wins at long lengths. Attention grows with the square
 # of the length and everything else with the length, so at 128K tokens attention takes
-# the largest share of the step; its FLOPs are the same however it is split. What differs
-# is the rest: a context-parallel group shares the activations of a sequence, so the
-# stored activations per GPU shrink with the number of ranks and no recompute is needed,
-# and it moves only keys and values (8 heads here), much of it hidden behind the
-# attention's own compute.
+# the largest share of the step, and its FLOPs are the same however it is split. What
+# differs is the rest. A context-parallel group shares the activations of a sequence, so
+# the activations each GPU stores shrink with the number of ranks and no recompute is
+# needed. And it moves only keys and values, of $H_{kv}$ heads against $H$ query heads,
+# which hide behind the attention's own compute once a rank's block $c$ is long enough:
+# lesson 6's causal threshold $c \geq 2F/B$, lowered by $H / H_{kv}$ for grouped-query
+# attention (lesson 14 works it through for every link). The two nodes meet at one NIC
+# per GPU, the slowest hop of the ring:
+
+# %%
+model = get_model("llama3-8b")
+nic = replace(cluster.hardware, link_bandwidth=cluster.inter_bandwidth)
+gqa = dict(heads=model.heads, kv_heads=model.n_kv_heads, head_dim=model.head_dim)
+threshold = 2 * cost.overlap_threshold(nic, **gqa, dtype="bf16", include_latency=False)
+ring = next(c for c in step.candidates if c.strategy == "ring")
+ring_comm = ring.breakdown["cp_exposed_comm_s"]
+print(
+    f"H = {model.heads} query heads, H_kv = {model.n_kv_heads}; "
+    f"F = {nic.flops_for('bf16') / 1e12:.0f} TFLOP/s (peak bf16), "
+    f"B = {nic.link_bandwidth / 1e9:.0f} GB/s (NIC)"
+)
+print(f"2F/B with GQA: {threshold:,.0f} tokens")
+print(f"{ring.label}: c = {ring.block_tokens:,} tokens")
+print(f"  CP communication exposed: {ring_comm:.2f} s of {ring.step_time_s:.2f} s")
+
+# %% tags=["remove-input"]
+Markdown(
+    f"The best ring's blocks of {ring.block_tokens:,} tokens are "
+    f"{ring.block_tokens / threshold:.1f} times the {threshold:,.0f} tokens a block "
+    f"needs to hide its transfer across the NIC, so the ring leaves only "
+    f"{ring_comm:.2f} s of its {ring.step_time_s:.2f} s step to communication "
+    f"({ring_comm / ring.step_time_s:.0%}). The threshold takes the H100's peak rate; "
+    "cuDNN's kernels, which the planner times, run below it, which lowers the threshold "
+    "further. The best configuration "
+    f"({best.step_time_s:.2f} s) beats the plain ring by "
+    f"{1 - best.step_time_s / ring.step_time_s:.0%}: with Ulysses inside, its ring "
+    f"passes blocks of {best.block_tokens:,} tokens, so a GPU makes one "
+    f"attention call and merge where the ring makes {best.block_tokens // ring.block_tokens},"
+    " and cuDNN runs longer calls closer to its peak (lesson 11)."
+)
 
 # %% [markdown]
 # ## How far to trust it: published steps
 #
-# NVIDIA published the training throughput of Llama 2 7B in FP8 on DGX H100 at 4K to 1M
-# tokens, with the tensor, pipeline, data and context parallel degrees of each row (NeMo
-# 24.03). `ringsim validate` runs each published configuration through the same step
+# NeMo's documentation gives the training throughput of Llama 2 7B in FP8 on DGX H100
+# at 4K to 1M tokens, with the tensor, pipeline, data and context parallel degrees of
+# each row. `ringsim validate` runs each published configuration through the same step
 # model (the recompute choice, which the table does not give, is the fastest one that
-# fits) and compares model TFLOPS per GPU, counted as NeMo counts them: attention as if
-# no causal mask hid half of it. Nothing in the model was set from these numbers.
+# fits) and compares model TFLOP/s per GPU, counted as NeMo counts them: attention as if
+# no causal mask hid half of it. The Llama 3 paper's Table 4 adds its 405B model at 8K
+# tokens and at 128K with context parallelism (the last rows of the table below).
+# Nothing in the model was set from these numbers.
 
 # %%
 rows = validate(experiments=["nemo-long", "llama3-t4"])
@@ -180,7 +234,7 @@ nemo = [r for r in rows if r["experiment"] == "nemo-long"]
 seq_k = [r["config"]["seq_len"] // 1024 for r in nemo]
 fig, ax = plt.subplots(figsize=(7.0, 4.2))
 published = [r["published"] for r in nemo]
-ax.plot(seq_k, published, "o-", color="#0072B2", label="published (NeMo 24.03)")
+ax.plot(seq_k, published, "o-", color="#0072B2", label="published (NeMo)")
 ax.fill_between(
     seq_k,
     [0.85 * p for p in published],
@@ -192,38 +246,17 @@ ax.fill_between(
 predicted = [r["predicted"] for r in nemo]
 ax.plot(seq_k, predicted, "s--", color="#D55E00", label="ringsim")
 ax.set_xscale("log", base=2)
-ax.set_xticks(seq_k, [f"{k}K" for k in seq_k])
+ax.set_xticks(seq_k, [f"{k}K" if k < 1024 else f"{k // 1024}M" for k in seq_k])
 ax.set_xlabel("sequence length")
-ax.set_ylabel("model TFLOPS per GPU")
+ax.set_ylabel("model TFLOP/s per GPU")
 ax.set_ylim(0, 1.1 * max(r["predicted"] for r in nemo))
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, frameon=False)
 ax.set_title("Llama 2 7B, FP8, DGX H100: published and predicted", fontsize=11)
 ax.grid(alpha=0.3)
 fig.tight_layout()
 plt.show()
-print(
-    table(
-        [
-            {
-                "row": r["key"].split("/")[2],
-                "TP/PP/DP/CP": "{tp}/{pp}/{dp}/{cp}".format(**r["config"]),
-                "published": r["published"],
-                "predicted": r["predicted"],
-                "error": r["error"],
-            }
-            for r in rows
-        ],
-        {
-            "row": "{}",
-            "TP/PP/DP/CP": "{}",
-            "published": "{:.0f}",
-            "predicted": "{:.0f}",
-            "error": "{:+.0%}",
-        },
-    )
-)
 
-# %%
+# %% tags=["remove-input"]
 inside = sum(r["in_band"] for r in nemo)
 short = [r for r in nemo if r["config"]["seq_len"] <= 8192]
 longer_rows = [r for r in nemo if r not in short]
@@ -235,15 +268,53 @@ def errors(rows):
 
 low = min(r["error"] for r in longer_rows)
 high = max(r["error"] for r in longer_rows)
-Markdown(
-    f"*Figure 13.3. What to notice:* {inside} of {len(nemo)} rows are inside the "
-    f"band. The short rows ({errors(short)}) are close; from 16K on the prediction "
-    f"is {low:+.0%} to {high:+.0%} too fast. The flat trend with context "
-    "parallelism is there; the level is not."
+fall = 1 - longer_rows[-1]["published"] / longer_rows[0]["published"]
+drift = longer_rows[-1]["predicted"] / longer_rows[0]["predicted"] - 1
+caption(
+    "Figure 13.3",
+    f"{inside} of {len(nemo)} rows are inside the band. The short rows "
+    f"({errors(short)}) are close; from 16K on the prediction is {low:+.0%} to "
+    f"{high:+.0%} too fast, and while the published rate falls by {fall:.0%} from 16K "
+    f"to 1M, the predicted one changes by {drift:+.0%}: both the level and the slope "
+    "are missed.",
 )
 
 
 # %%
+def run_name(row):
+    config = row["config"]
+    length = config["seq_len"] // 1024
+    length = f"{length}K" if length < 1024 else f"{length // 1024}M"
+    name = "Llama 2 7B fp8" if row["experiment"] == "nemo-long" else "Llama 3 405B"
+    return f"{name}, {length}"
+
+
+print(
+    table(
+        [
+            {
+                "run": run_name(r),
+                "GPUs": r["config"]["gpus"],
+                "TP/PP/DP/CP": "{tp}/{pp}/{dp}/{cp}".format(**r["config"]),
+                "published": r["published"],
+                "predicted": r["predicted"],
+                "error": r["error"],
+            }
+            for r in rows
+        ],
+        {
+            "run": "{:<20}",
+            "GPUs": "{:,}",
+            "TP/PP/DP/CP": "{}",
+            "published": "{:.0f}",
+            "predicted": "{:.0f}",
+            "error": "{:+.0%}",
+        },
+    )
+)
+
+
+# %% tags=["remove-input"]
 def recompute_of(row):
     chosen = published_configuration(row["config"])["candidate"]
     return chosen.parallel.recompute
@@ -257,25 +328,47 @@ def recomputes(rows):
 llama_8k = [
     r for r in rows if r["experiment"] == "llama3-t4" and r["config"]["cp"] == 1
 ]
+llama_128k = [
+    r for r in rows if r["experiment"] == "llama3-t4" and r["config"]["cp"] > 1
+]
 Markdown(
     "A miss that always goes one way is a missing mechanism, not noise. The short "
     f"rows run with {recomputes(short)} recompute: by the model's own memory count "
     "nothing leaner fits there. From 16K on the model picks "
-    f"{recomputes(longer_rows)} recompute, and its steps are too fast by about what "
-    "a recomputed forward costs (exercise 4). So either NeMo recomputed there too "
+    f"{recomputes(longer_rows)} recompute, and at 16K its step is too fast by about "
+    "what a recomputed forward costs (exercise 4). So either NeMo recomputed there too "
     "(the table does not say), or something of that size is missing: work of "
     "Transformer Engine's context-parallel attention beyond the kernel benchmarks, "
-    "or a lower clock sustained over a long run. The Llama 3 8K rows miss the other "
-    f"way ({errors(llama_8k)}), with {recomputes(llama_8k)} recompute, although the "
-    "paper trained them without it: the memory count is the part to check there."
+    "or a lower clock sustained over a long run. The Llama 3 rows miss the other "
+    f"way: at 8K ({errors(llama_8k)}) the model picks {recomputes(llama_8k)} "
+    "recompute, although the paper (Sec. 3.3.2) trained them without activation "
+    "checkpointing, so the memory count is the part to check there; at 128K, with "
+    f"context parallelism {llama_128k[0]['config']['cp']}, by "
+    f"{errors(llama_128k)}."
 )
 
+# %% [markdown]
+# ## Takeaways
+#
+# - A plan ranks whole steps, not attention layers: GEMMs, recompute, collectives and
+#   memory decide as much as the attention strategy does.
+# - At long lengths context parallelism wins twice: the activations per GPU shrink with
+#   its ranks (no recompute), and it moves only keys and values, which hide once a rank's
+#   block passes $2F/B$ with grouped-query attention.
+# - Among configurations whose transfers hide, the kernel decides: longer attention calls
+#   run closer to the peak.
+# - Hold the model to published runs, row by row: here it matches the short NeMo rows and
+#   is too fast from 16K on, a miss in one direction that points at a missing mechanism.
+#
+# Next: [the capstone](14_capstone.py), everything at once: Llama 3 8B at 1M tokens on 64
+# H100s.
 
 # %% tags=["remove-input"]
 llama3_step = rows[-1]["config"]
 p, v = llama3_step["pp"], llama3_step["virtual_stages"]
 m = llama3_step["global_batch"] // llama3_step["dp"]
 bubble = (p - 1) / (v * m + p - 1)
+row_16k = nemo[2]
 full_only = plan(
     "7b",
     nemo[2]["config"]["seq_len"],
@@ -316,10 +409,12 @@ exercises(
         "chunks per stage shrink it; more stages grow it.",
     ),
     Exercise(
-        "In Figure 13.2, the best step reports its model TFLOPS per GPU in the Megatron "
-        "convention. What would it report if attention were counted causally (only the "
-        "half of the scores the mask keeps)?",
-        f"{best.model_tflops_per_gpu:.0f} TFLOPS per GPU counted the Megatron way, "
+        "The planner reports the best 128K step's model TFLOP/s per GPU "
+        "(`model_tflops_per_gpu`) in the Megatron convention, which counts attention as "
+        "if no mask hid any of it. What would it report if attention were counted "
+        "causally (only the half of the scores the mask keeps)? "
+        '(`ringsim.timer.step.flops.model_tflops_per_gpu` with `"causal"`.)',
+        f"{best.model_tflops_per_gpu:.0f} TFLOP/s per GPU counted the Megatron way, "
         f"{causal:.0f} counted causally ({1 - causal / best.model_tflops_per_gpu:.0%} "
         "less): at 128K tokens attention dominates the count, so the convention moves the "
         "number a lot. Always say which one you use.",
@@ -334,15 +429,16 @@ exercises(
     ),
     Exercise(
         "Plan NeMo's 16K row (TP2 x DP8, 16 GPUs, fp8) twice: once free to choose "
-        "recompute, once "
-        "with `recompute='full'`. How far apart are the two, and what does that say about "
-        "the miss in Figure 13.3?",
-        f"{free.step_time_s:.2f} s ({free.label.split(', ')[-1]}) against "
-        f"{full_only.step_time_s:.2f} s with full recompute: "
-        f"{full_only.step_time_s / free.step_time_s:.2f} times as long, while the "
-        f"prediction is {low:+.0%} to {high:+.0%} too fast from 16K on. If NeMo "
-        "recomputed, the gap would shrink to what is left; the table does not say, so the "
-        "planner may not assume it.",
+        "recompute, once with `recompute='full'`. How far apart are the two, and what "
+        "would the second predict for the row in Figure 13.3?",
+        f"{free.step_time_s:.2f} s ({free.label}) against "
+        f"{full_only.step_time_s:.2f} s with full recompute, "
+        f"{full_only.step_time_s / free.step_time_s:.2f} times as long. With full "
+        f"recompute the row's prediction is {full_only.model_tflops_per_gpu:.0f} TFLOP/s "
+        f"per GPU against the published {row_16k['published']:.0f} "
+        f"({full_only.model_tflops_per_gpu / row_16k['published'] - 1:+.0%}, instead of "
+        f"{row_16k['error']:+.0%}): recompute would close the 16K miss. The table does not "
+        "say whether NeMo recomputed, so the planner may not assume it.",
     ),
 )
 

@@ -378,20 +378,6 @@ LAYOUT_PROBE = """
 """
 
 
-# Lesson 13 is being rewritten around a whole training step (issue 24, another slice): its
-# figures and captions are checked once that lands. Remove it from here at the merge.
-PENDING = {"13_planning.html": "lesson 13 is rewritten for issue 24"}
-
-
-def _layout_pages() -> list:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(reason=PENDING[name], strict=False))
-        if name in PENDING
-        else name
-        for name in _lesson_pages()
-    ]
-
-
 @pytest.fixture(scope="module")
 def layouts(book_html: Path) -> dict[str, dict[int, dict]]:
     """Each lesson page measured at 1280 px and on a phone."""
@@ -423,7 +409,7 @@ def _figure_report(figure: dict) -> dict | None:
     return json.loads(text) if text else None
 
 
-@pytest.mark.parametrize("name", _layout_pages())
+@pytest.mark.parametrize("name", _lesson_pages())
 def test_figure_text_is_readable_at_the_book_width(layouts: dict, name: str) -> None:
     """No figure text under 9 px as a 1280-px window shows it: the PNG's smallest font (in
     its own pixels) times the shown/natural width ratio."""
@@ -444,7 +430,7 @@ def test_figure_text_is_readable_at_the_book_width(layouts: dict, name: str) -> 
     assert not small, f"{name}: figure text under {MIN_TEXT_PX} px:\n" + "\n".join(small)
 
 
-@pytest.mark.parametrize("name", _layout_pages())
+@pytest.mark.parametrize("name", _lesson_pages())
 def test_no_legend_covers_data(layouts: dict, name: str) -> None:
     covering = [
         (figure["src"][-40:], report["legends_over_data"])
@@ -454,7 +440,7 @@ def test_no_legend_covers_data(layouts: dict, name: str) -> None:
     assert not covering, f"{name}: legends drawn over data (first label): {covering}"
 
 
-@pytest.mark.parametrize("name", _layout_pages())
+@pytest.mark.parametrize("name", _lesson_pages())
 def test_captions_are_short(layouts: dict, name: str) -> None:
     long = [c for c in layouts[name][1280]["captions"] if c["lines"] > MAX_CAPTION_LINES]
     assert layouts[name][1280]["captions"], f"{name}: no figure caption found"

@@ -52,9 +52,6 @@ GIVEN: dict[str, dict[str, str]] = {
         "308": "FlashAttention-2 paper, H100 forward at head dim 128: 308-335 TFLOP/s",
         "989": "H100/H800 SXM dense bf16 peak, NVIDIA datasheet (the h800-nvlink preset)",
     },
-    # lesson 13 is being rewritten (issue 24): its "about 9K" is 2F/B with GQA on a 50 GB/s
-    # NIC, which the lesson should print (9,890 tokens, cost.overlap_threshold x 2)
-    "13_planning": {"9K": "2F/B with GQA on a 50 GB/s NIC; to be printed by lesson 13"},
 }
 
 
@@ -111,6 +108,9 @@ CLAIMS = [
     ("12_many_nodes", "The lines under the figure print by how much", "1.20x its all-NVLink"),
     ("12_many_nodes", "costs memory for the all-to-all's", "438 MB for every $U > 1$"),
     ("12_many_nodes", "leave its PCIe switch", "6 of each GPU's 7 shares leave"),
+    # the causal threshold 2F/B with GQA on a DGX H100 NIC, the same in lessons 13 and 14
+    ("13_planning", "needs to hide its transfer across the NIC", "2F/B with GQA: 9,890 tokens"),
+    ("14_capstone", "a causal block needs to hide its transfer across", "4,945        9,890"),
 ]
 
 # Sentences that contradicted what the cells print (issue 25) and must not come back.

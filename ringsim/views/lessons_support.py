@@ -511,6 +511,8 @@ GLOSSARY = {
     "layer's matrices split over devices), pipeline parallelism (layers split).",
     "FA2, FA3 (FA)": "the FlashAttention-2 and FlashAttention-3 kernels (FA: FlashAttention).",
     "FFN": "the feed-forward network of a transformer layer, position-wise.",
+    "GEMM": "general matrix multiply: the matmuls of a layer's projections and "
+    "feed-forward network and of the output head; its rate depends on its shape.",
     "FLOP, GFLOP, TFLOP": "floating-point operations; GFLOP = $10^9$ and TFLOP = $10^{12}$ "
     "of them, and per second (GFLOP/s, TFLOP/s) the rate a device sustains.",
     "FSDP": "Fully Sharded Data Parallel: weights, gradients and optimizer state are "

@@ -17,7 +17,7 @@ COLOURS = {  # Okabe-Ito
 PARTS = (  # breakdown key, label, colour (Okabe-Ito and greys)
     ("attention_s", "attention (CP comm. inside)", "#0072B2"),
     ("gemm_s", "GEMMs", "#E69F00"),
-    ("lm_head_s", "LM head + loss", "#F0E442"),
+    ("lm_head_s", "output head + loss", "#F0E442"),
     ("elementwise_s", "elementwise", "#009E73"),
     ("recompute_s", "recompute", "#CC79A7"),
     ("tp_comm_s", "TP collectives", "#D55E00"),
