@@ -80,7 +80,7 @@ pairs = {
         int((plots.pair_owners(layout, 4, 32, causal=True) == r).sum())
         for r in range(4)
     ]
-    for layout in ("contiguous", "striped", "zigzag")
+    for layout in ringsim.layout_names()
 }
 span = {
     layout: f"{min(n)}" if min(n) == max(n) else f"{min(n)} to {max(n)}"

@@ -32,6 +32,7 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 
+from ringsim.layouts import layout_names
 from ringsim.timer import RingConfig, cost
 from ringsim.timer.machine.topology import get_cluster
 from ringsim.timer.step.models import get_model
@@ -213,7 +214,7 @@ base = RingConfig(
     causal=True,
 )
 runs = {}
-for layout in ("contiguous", "striped", "zigzag"):
+for layout in layout_names():
     runs[f"ring, {layout}"] = simulate_strategy(
         base.replace(layout=layout), "ring", cluster=cluster
     )

@@ -23,7 +23,7 @@ import pytest
 import test_book  # the DevTools client (Browser) and the book's build module
 
 import ringsim
-from ringsim.layouts import LAYOUTS
+from ringsim.layouts import layout_names
 from ringsim.numerics.ring import RingRecord
 from ringsim.numerics.rounding import relative_error
 from ringsim.schedule import PASSES
@@ -201,7 +201,7 @@ def test_data_file_is_small(data_path: Path) -> None:
 def test_data_covers_every_ring_and_slider_stop(data: dict) -> None:
     lab = data["lab"]
     assert data["hosts"] == list(range(2, 17))
-    assert len(data["rings"]) == 15 * len(LAYOUTS) * 2 * len(PASSES)
+    assert len(data["rings"]) == 15 * len(layout_names()) * 2 * len(PASSES)
     assert set(data["timing"]) == set(data["rings"])
     shape = {(len(g), len(g[0])) for g in data["timing"].values()}
     assert shape == {(len(lab["block_tokens"]), len(lab["bandwidths"]))}
@@ -391,7 +391,7 @@ def walk(browser, book_html: Path) -> list[dict]:
         return [
             ring
             for p in range(2, 17)
-            for layout in LAYOUTS
+            for layout in layout_names()
             for ring in t.run(WALK.replace("HOSTS", str(p)).replace("LAYOUT", layout))
         ]
     finally:
@@ -410,7 +410,7 @@ def _counts(status: str) -> dict[str, int]:
 
 
 def test_walk_shows_every_ring_to_its_end(walk: list[dict], data: dict) -> None:
-    assert len(walk) == 15 * len(LAYOUTS) * 2 * len(PASSES)
+    assert len(walk) == 15 * len(layout_names()) * 2 * len(PASSES)
     problems = []
     for ring in walk:
         hosts = int(ring["name"].split("/")[0])
