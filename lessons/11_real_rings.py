@@ -36,6 +36,7 @@ import textwrap
 
 import matplotlib.pyplot as plt
 
+import ringsim
 from ringsim.timer import RingConfig
 from ringsim.timer.machine.hardware import get_hardware
 from ringsim.timer.studies.published import DATASET, ZHUZILIN_SOURCE
@@ -165,6 +166,12 @@ plt.show()
 # prints how far each is from the published cells.
 
 # %%
+contiguous = ringsim.build_schedule(8, "contiguous", causal=True, seq_len=8 * 1024)
+per_host = sum(contiguous.exact_work_at(s) for s in range(contiguous.steps))
+print(
+    f"contiguous, 8 hosts: host 7 computes {per_host[-1]:.1f} blocks, the average "
+    f"{per_host.mean():.1f}; ideal share {per_host.mean() / per_host.max():.0%}"
+)
 ideal_cells = validate(experiments=["zhuzilin"], implementation="ideal")
 for layout in ("ring_attn", "zigzag_ring", "stripe_attn"):
     cells = [r for r in ideal_cells if r["key"].endswith(f"/{layout}")]
@@ -323,14 +330,14 @@ widest = max(100 * (r["interval"][1] - r["interval"][0]) for r in ranged)
 print(f"{inside} of {len(ranged)} published shares inside their interval;")
 print(f"widest interval {widest:.1f} points.")
 
-fig, ax = plt.subplots(figsize=(8, 4.2))
+fig, ax = plt.subplots(figsize=(8, 4.8))
 for i, r in enumerate(ranged):
     low, high = (100 * x for x in r["interval"])
     color = "C4" if r["experiment"] == "zhuzilin-issue55" else "C0"
     ax.plot([low, high], [i, i], color=color, lw=4, alpha=0.5)
     ax.plot(100 * r["predicted"], i, "o", color=color)
     ax.plot(100 * r["published"], i, "x", color="k")
-ax.set_yticks(range(len(ranged)), [x["row"] for x in rows], fontsize=7)
+ax.set_yticks(range(len(ranged)), [x["row"] for x in rows], fontsize=8)
 ax.invert_yaxis()
 ax.set_xlabel("share of ideal (%)")
 ax.set_title("5-head rows: published (x), point (o) and interval over the ranges")

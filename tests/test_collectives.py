@@ -119,3 +119,21 @@ def test_overlap_efficiency_override_beats_the_nccl_default():
     perfect = simulate(RingConfig(**base, overlap_efficiency=1.0)).makespan
     none = simulate(RingConfig(**base, overlap_efficiency=0.0)).makespan
     assert perfect <= nccl <= none
+
+
+def test_only_hops_on_the_machines_own_link_send_at_the_achieved_rate():
+    """A ring given per-host hops (a cluster, a double ring's inner ring) sends at the achieved
+    rate on the hops at the machine's line rate and like NCCL on the others (a NIC, a shared
+    link)."""
+    nic = 25e9
+    hops = (H100.link_bandwidth, nic, H100.link_bandwidth, nic)
+    cfg = RingConfig(hosts=4, seq_len=4 * 4096, hardware=H100, heads=32, kv_heads=8,
+                     implementation="fa2", overlap_efficiency=1.0, hop_bandwidth=hops,
+                     hop_latency=(H100.link_latency,) * 4)  # fmt: skip
+    timeline = simulate(cfg).timeline
+    sent = timeline.send_end[0] - timeline.send_start[0]
+    nbytes = kv_block_bytes(4096, 8, 128, "bf16")
+    achieved = achieved_p2p(H100).at("point")
+    own = float(p2p_seconds(nbytes, achieved, H100.link_latency, link=ACHIEVED))
+    line = float(p2p_seconds(nbytes, nic, H100.link_latency, link=NVLINK))
+    assert sent == pytest.approx([own, line, own, line])

@@ -64,10 +64,19 @@ class HostClock:
         self.link_bandwidth = hw.link_bandwidth if bw is None else np.asarray(bw)
         self.link_latency = hw.link_latency if lat is None else np.asarray(lat)
         self.hop_link = self.link
-        achieved = achieved_p2p(hw) if self.link is not None and bw is None else None
-        if achieved is not None:  # NCCL send/recv at its achieved rate on this machine
+        self._own_hops = None  # hosts whose hop is the machine's own link, when only some are
+        achieved = achieved_p2p(hw) if self.link is not None else None
+        # a hop at the hardware's line rate is the machine's own link (as ``with_hops`` reads
+        # it: a double ring's inner ring, a ring inside one node); a shared or NIC hop is not
+        own = np.ones(1, bool) if bw is None else np.asarray(bw) == hw.link_bandwidth
+        if achieved is not None and own.any():  # NCCL send/recv at its achieved rate here
+            rate = achieved.at(config.kernel.end("p2p_bandwidth"))
             self.hop_link = ACHIEVED
-            self.link_bandwidth = achieved.at(config.kernel.end("p2p_bandwidth"))
+            if own.all():
+                self.link_bandwidth = rate if bw is None else np.full(self.hosts, rate)
+            else:
+                self._own_hops = own
+                self.link_bandwidth = np.where(own, rate, self.link_bandwidth)
 
     def jitter(self, seconds: np.ndarray) -> np.ndarray:
         """``(P,)`` durations times a fresh ``1 + jitter * u`` each (unchanged without jitter)."""
@@ -141,6 +150,9 @@ class HostClock:
             seconds = messages * latency + nbytes / bandwidth
         else:  # NCCL-like: protocol by message size, achieved fraction of the line rate
             seconds = p2p_seconds(nbytes, bandwidth, latency, link=link, messages=messages)
+            if links is None and self._own_hops is not None:  # the other hops: the line rate
+                line = p2p_seconds(nbytes, bandwidth, latency, link=self.link, messages=messages)
+                seconds = np.where(self._own_hops, seconds, line)
         seconds = np.broadcast_to(seconds, (self.hosts,)).astype(float)
         if links is None:
             self._hop_seconds[(nbytes, messages)] = seconds.copy()
