@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringsim.checks import check_positive_int
+from ringsim.checks import check_choice, check_memory, check_positive_int
 
 LAYOUTS = ("contiguous", "striped", "zigzag")
 
 
 def check_layout(layout: object) -> str:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    return str(layout)
+    return check_choice("layout", layout, LAYOUTS)
 
 
 def check_seq_len(seq_len: object, hosts: int, layout: str) -> int:
@@ -44,6 +42,7 @@ def host_positions(layout: str, hosts: int, seq_len: int) -> np.ndarray:
     layout = check_layout(layout)
     hosts = check_positive_int("hosts", hosts)
     seq_len = check_seq_len(seq_len, hosts, layout)
+    check_memory("seq_len", seq_len, 16 * seq_len, "the positions (two int64 per token)")
     tokens = np.arange(seq_len, dtype=np.int64)
     if layout == "contiguous":
         return tokens.reshape(hosts, -1)
@@ -65,12 +64,26 @@ def inverse_permutation(layout: str, hosts: int, seq_len: int) -> np.ndarray:
 
 def to_layout(x: np.ndarray, layout: str, hosts: int) -> np.ndarray:
     """Reorder ``x`` ``(..., N, d)`` along the sequence axis into layout order."""
+    x = _sequence_array(x)
     return np.take(x, permutation(layout, hosts, x.shape[-2]), axis=-2)
 
 
 def from_layout(x: np.ndarray, layout: str, hosts: int) -> np.ndarray:
     """Undo ``to_layout``: back to the original token order."""
+    x = _sequence_array(x)
     return np.take(x, inverse_permutation(layout, hosts, x.shape[-2]), axis=-2)
+
+
+def _sequence_array(x: object) -> np.ndarray:
+    """``x`` as an array ``(..., N, d)`` (any dtype: tokens are only moved)."""
+    try:
+        arr = np.asarray(x) if isinstance(x, np.ndarray | list | tuple) else None
+    except ValueError:  # a ragged list
+        arr = None
+    if arr is None or arr.ndim < 2 or arr.dtype == object:
+        shown = f"shape {arr.shape}" if arr is not None else repr(x)[:80]
+        raise ValueError(f"x must be an array of shape (..., N, d), got {shown}")
+    return arr
 
 
 def positions_of_host(layout: str, hosts: int, seq_len: int, host: int) -> np.ndarray:

@@ -28,7 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ringsim.checks import check_bool, check_positive_int, check_segment_ids
+from ringsim.checks import check_bool, check_choice, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len, host_positions
 from ringsim.masks import count_visible, tile_shape
 
@@ -311,8 +311,7 @@ def build_schedule(
     """
     hosts = check_positive_int("hosts", hosts)
     layout = check_layout(layout)
-    if pass_ not in PASSES:
-        raise ValueError(f"pass must be one of {', '.join(PASSES)}, got {pass_!r}")
+    pass_ = check_choice("pass", pass_, PASSES)
     seq_len = check_seq_len(2 * hosts if seq_len is None else seq_len, hosts, layout)
     if tile is not None:
         tile = check_positive_int("tile", tile)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim.checks import check_positive_int
+from ringsim.checks import check_choice, check_instance, check_positive_int, check_real
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.machine.families import (  # the families, importable from here too
     ARCH_OF_PREFIX,
@@ -139,10 +139,8 @@ def _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dt
     ):  # fmt: skip
         check_positive_int(name, value)
     check_dtype(dtype)
-    if pass_ not in CALL_PASSES:
-        raise ValueError(f"pass must be one of {', '.join(CALL_PASSES)}, got {pass_!r}")
-    if mask not in MASKS:
-        raise ValueError(f"mask must be one of {', '.join(MASKS)}, got {mask!r}")
+    check_choice("pass", pass_, CALL_PASSES)
+    check_choice("mask", mask, MASKS)
     if dtype not in family.dtypes:
         raise ValueError(
             f"dtype {dtype!r} is not run by implementation {family.name!r} "
@@ -186,9 +184,12 @@ def attention_call_seconds(
     (``"documents"`` needs it; for ``"ideal"`` it replaces the mask's own fraction); ``peak``
     overrides the hardware's FLOP/s for ``dtype`` (a per-kind rate, e.g. TF32 attention).
     ``"ideal"`` returns ``attention_flops(q, k, heads, head_dim, work=visible) / peak``."""
+    check_instance("hardware", hardware, Hardware, "a Hardware (ringsim.get_hardware(name))")
     family = for_hardware(get_family(family), hardware)
     _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dtype, pass_, mask)
-    rate = hardware.flops_for(dtype) if peak is None else float(peak)
+    rate = hardware.flops_for(dtype) if peak is None else check_real("peak", peak, positive=True)
+    if visible is not None and not 0.0 <= check_real("visible", visible) <= 1.0:
+        raise ValueError(f"visible must be a fraction in [0, 1], got {visible!r}")
     if family.ideal:
         if visible is None:
             visible = _visible_fraction(q_tokens, k_tokens, mask)

@@ -65,7 +65,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ringsim.checks import check_positive_int
+from ringsim.checks import check_choice, check_instance, check_positive_int
 from ringsim.timer.cost import DTYPE_BYTES, kv_block_bytes, partial_bytes
 from ringsim.timer.machine.hardware import Hardware, check_dtype, get_hardware
 from ringsim.timer.step.frameworks import Framework, default_framework, get_framework
@@ -97,9 +97,7 @@ def _check_dtype(dtype: object) -> int:
 
 
 def _check_method(method: object) -> str:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    return str(method)
+    return check_choice("method", method, METHODS)
 
 
 def ulysses_degree(model: str | ModelSpec, hosts: int) -> int:
@@ -241,6 +239,7 @@ def memory_report(
     ``bytes_per_param``, ``hosts``, ``model``, ``hardware``, ``dtype``, ``batch``.
     """
     m = get_model(model)
+    check_instance("hardware", hardware, Hardware | str, "a Hardware or a preset name")
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     hosts = check_positive_int("hosts", hosts)
     _check_dtype(dtype)
@@ -306,8 +305,7 @@ def attention_working_set_bytes(
     head_dim = check_positive_int("head_dim", head_dim)
     batch = check_positive_int("batch", batch)
     e = _check_dtype(dtype)
-    if pass_ not in WORKING_SET_PASSES:
-        raise ValueError(f"pass must be one of {', '.join(WORKING_SET_PASSES)}, got {pass_!r}")
+    check_choice("pass", pass_, WORKING_SET_PASSES)
     q_like = c * heads * head_dim * e  # q, out or dout block
     row_stat = c * heads * 4  # one fp32 number per query row and head
     acc = c * heads * head_dim * 4

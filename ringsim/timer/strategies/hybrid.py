@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ringsim.checks import check_choice, check_instance
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree, heads_per_host
 from ringsim.timer.cost import DTYPE_BYTES, attention_flops, grad_block_bytes, kv_block_bytes
 from ringsim.timer.engine.clock import HostClock
@@ -69,10 +70,11 @@ def simulate_hybrid(
     """Time ``config`` (``hosts = U x R``, ``pass_`` forward or backward) as ``U``-way Ulysses
     by ``R``-way ``method`` placed on ``cluster`` (see the module docstring); returns a
     ``StrategyResult`` whose timeline has one column per rank."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    check_choice("method", method, METHODS)
+    check_choice("placement", placement, PLACEMENTS)
+    check_instance("cluster", cluster, Cluster | type(None), "a Cluster (get_cluster) or None")
+    if method != "double-ring" and window is not None:
+        raise ValueError(f"window is for the double ring only, got window={window!r}")
     P = config.hosts
     U = check_ulysses_degree(P, config.kv_heads, ulysses_degree)
     cluster = Cluster.switch(config.hardware, P) if cluster is None else cluster

@@ -59,9 +59,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ringsim.checks import check_choice
 from ringsim.timer import RingConfig, SimResult
 from ringsim.timer.cost import DTYPE_BYTES, attention_flops, hiding_block, kv_block_bytes
 from ringsim.timer.strategies.hybrid import simulate_hybrid
+from ringsim.timer.strategies.sizes import check_strategy_fits
 
 STRATEGIES = ("ring", "ulysses", "allgather")
 """The three flat strategies (every host in one group)."""
@@ -72,9 +74,7 @@ PEER_PASSES = ("forward", "backward")
 
 
 def check_strategy(strategy: object) -> str:
-    if strategy not in ALL_STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(ALL_STRATEGIES)}, got {strategy!r}")
-    return str(strategy)
+    return check_choice("strategy", strategy, ALL_STRATEGIES)
 
 
 def check_ulysses_hosts(hosts: int, heads: int, kv_heads: int) -> None:
@@ -110,6 +110,8 @@ def simulate_strategy(
     if not isinstance(config, RingConfig):
         raise ValueError(f"config must be a RingConfig, got {config!r}")
     kw = dict(cluster=cluster, placement=placement, engine=engine)
+    sizes = dict(ulysses_degree=ulysses_degree, window=window, cluster=cluster, placement=placement)
+    check_strategy_fits(config, strategy, **sizes)
     if strategy == "ring":
         if ulysses_degree not in (None, 1):
             raise ValueError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ringsim.checks import check_instance
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.run import simulate
 from ringsim.timer.machine.kernel_model import for_hardware, get_family
@@ -33,6 +34,7 @@ def waterfall(config: RingConfig) -> list[tuple[str, float]]:
     * + collective contention: NCCL-like transfers (protocol, achieved bandwidth) and the SMs
       they take from compute;
     * + launch overhead: the fixed cost of each kernel call and elementwise op."""
+    check_instance("config", config, RingConfig, "a RingConfig")
     family = for_hardware(get_family(config.implementation), config.hardware)
     bare = replace(
         family,
