@@ -13,8 +13,8 @@ import pytest
 
 from kernels.gpu import aot as aot_check
 
-# one xdist worker runs this module, so its fixture compiles once
-pytestmark = [pytest.mark.torch, pytest.mark.xdist_group("aot")]
+pytestmark = pytest.mark.torch  # one xdist worker runs this module (its group, conftest.py)
+SLOW = pytest.mark.slow  # the tests that compile (or reuse the kept report)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,11 +28,13 @@ def _variant(r: dict) -> tuple:
     return aot_check._record_key(r)
 
 
+@SLOW
 def test_every_variant_compiles_within_the_limits(report):
     assert report["failures"] == [], "\n" + aot_check.summary_table({"records": report["failures"]})
     assert report["kernels"] == len(report["records"]) > 100
 
 
+@SLOW
 def test_the_compiled_set_covers_what_the_gpu_paths_launch(report):
     import torch
 
@@ -58,6 +60,7 @@ def test_the_compiled_set_covers_what_the_gpu_paths_launch(report):
             assert searched == {tuple(vars(t).values()) for t in tile_candidates(d, arch)}
 
 
+@SLOW
 def test_the_committed_results_list_the_same_variants(report):
     """results/aot-triton-<version>.json is this run's (rerun ``python -m kernels.gpu.aot
     --out results/aot-triton-3.9.json`` after changing a kernel, a tile or a plan)."""

@@ -22,8 +22,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-# every test here starts rank processes: xdist runs them one group at a time (see conftest)
-pytestmark = pytest.mark.xdist_group("ranks")
+# every test here starts rank processes (or a launcher that does)
+pytestmark = pytest.mark.ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 
