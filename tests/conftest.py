@@ -2,14 +2,18 @@
 profiles ``ci`` (default, fast) and ``thorough`` (HYPOTHESIS_PROFILE=thorough), and the groups
 that parallel runs keep together (``pytest -n 2 --dist loadgroup``, as ``make test`` runs).
 
-Groups (pytest-xdist sends a group's tests to one worker, one after another):
+Groups (``GROUPS``, by node id: a module, or one test of it): a group's tests run on one
+pytest-xdist worker, one after another, while the other workers share the rest.
 
-* ``ranks``: every test marked ``ranks`` starts rank processes (gloo on loopback) or times a
-  real ring; two of them at once would oversubscribe the cores their timings and deadlines
-  assume. The book and the lessons join it: lesson 10 measures a real ring as it executes.
-* ``aot``: the Triton compile check's module fixture compiles (or reuses) every kernel once.
+* ``ranks``: tests that start rank processes (gloo on loopback) or time a real ring; two at
+  once would oversubscribe the cores their timings assume. The book and the lessons join them:
+  lesson 10 measures a real ring as it executes. Every ``ranks`` test is ``slow`` too.
+* ``aot``: the Triton compile check, whose module fixture compiles (or reuses) every kernel once.
 
-A ``ranks`` test is also ``slow``: ``make test-fast`` (``-m "not slow"``) leaves the groups out.
+``make test-fast`` (``-m "not slow"``) leaves out the slow tests: the ranks, the book and the
+lessons, the compile. The groups are kept by a scheduler of this file
+(``pytest_xdist_make_scheduler``): pytest-xdist 3.8's own ``xdist_group`` marks rename node ids
+through an attribute pytest 9 no longer reads, so its scheduler never sees them.
 """
 
 import os
@@ -44,16 +48,45 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# modules whose tests share one expensive fixture or start ranks, by group (see the docstring)
-GROUPS = {"test_book": "ranks", "test_lessons": "ranks", "test_aot_compile": "aot"}
+GROUPS = {
+    "tests/test_kernels_launch.py": "ranks",
+    "tests/test_kernels_ring.py": "ranks",
+    "tests/test_kernels_hybrid.py": "ranks",
+    "tests/test_calibrate.py::test_real_calibration_and_measurement_on_gloo": "ranks",
+    "tests/test_calibrate.py::test_overlap_probe_moves_the_runs_message": "ranks",
+    "tests/test_calibration_robust.py::test_a_real_measurement_reports_progress_on_stderr": "ranks",
+    "tests/test_calibration_robust.py::test_the_link_probe_sends_k_and_v_as_the_ring_does": "ranks",
+    "tests/test_hostile.py::test_real_ring_refuses_a_nan_and_a_failed_local_check_on_every_rank": (
+        "ranks"
+    ),
+    "tests/test_book.py": "ranks",
+    "tests/test_lessons.py": "ranks",
+    "tests/test_aot_compile.py": "aot",
+}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist names the groups
+def group_of(nodeid: str) -> str | None:
+    """The group of a test (``GROUPS``: its own entry, else its module's), or None."""
+    path, _, rest = nodeid.partition("::")
+    name = rest.split("[", 1)[0].split("::", 1)[0]
+    return GROUPS.get(f"{path}::{name}", GROUPS.get(path))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = GROUPS.get(item.module.__name__ if item.module else "")
-        if item.get_closest_marker("ranks"):
-            group = "ranks"
+        if group_of(item.nodeid) == "ranks":
             item.add_marker(pytest.mark.slow)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadgroup``: pytest-xdist's scope scheduler with ``GROUPS`` as the scopes
+    (every other test its own), the largest scopes first (``--loadscope-reorder``)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return GroupScheduling(config, log)

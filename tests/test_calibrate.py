@@ -221,7 +221,6 @@ def test_step_durations_take_the_slowest_host_and_the_arrival():
     np.testing.assert_allclose(steps, [2.5, 1.5])  # host 0 waits for its block until 2.5
 
 
-@pytest.mark.ranks
 def test_real_calibration_and_measurement_on_gloo():
     """Tiny sizes, two local ranks: the pipeline runs, the profile is valid, the ring is exact
     and the prediction is in the right range (not the 10% target: this runs beside other CI
@@ -279,7 +278,6 @@ def _overlap_rows(rank, hosts):
     return measure_overlap(16, **shape), measure_overlap(16, **shape, kv_heads=1)
 
 
-@pytest.mark.ranks
 def test_overlap_probe_moves_the_runs_message():
     from kernels.distributed.launch import launch
 

@@ -212,7 +212,6 @@ def test_measure_main_is_quiet_under_json_unless_asked(monkeypatch, capsys):
     assert seen == [False, True]
 
 
-@pytest.mark.ranks
 def test_a_real_measurement_reports_progress_on_stderr(capsys):
     """Two gloo ranks, one repeat: the ranks' progress reaches stderr through the queue;
     the report carries the intervals and the probe quality."""
@@ -272,7 +271,6 @@ def _exchange_rows(rank, hosts):
     return pair, single, batches
 
 
-@pytest.mark.ranks
 def test_the_link_probe_sends_k_and_v_as_the_ring_does():
     """The exchange moves the size in two messages each way (a step's k and v), and its bytes
     are the whole size; one message when asked."""

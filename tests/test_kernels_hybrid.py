@@ -85,7 +85,6 @@ def _check_against_reference(results, config, ulysses: int, placement: str) -> N
             np.testing.assert_allclose(res[name], want[..., pos[rank], :], **TOL, err_msg=name)
 
 
-@pytest.mark.ranks
 def test_four_ranks_against_float64_and_the_all_to_alls():
     per_rank = launch(_everything, 4, args=(RUNS,), timeout_s=30)
     results = [r[1] for r in per_rank]

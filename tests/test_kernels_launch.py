@@ -22,9 +22,6 @@ import pytest
 
 pytest.importorskip("torch")
 
-# every test here starts rank processes (or a launcher that does)
-pytestmark = pytest.mark.ranks
-
 ROOT = Path(__file__).resolve().parents[1]
 
 LAUNCHER = """

@@ -26,7 +26,6 @@ from kernels.distributed.launch import (
 from kernels.distributed.ring import RingError, merge_out_lse, ring_attention, shard, unshard
 
 pytestmark = pytest.mark.torch
-RANKS = pytest.mark.ranks  # the tests that start ranks (the rest are quick, in-process)
 TOL = dict(atol=2e-5, rtol=2e-5)
 
 
@@ -72,7 +71,6 @@ def _configs_then_mismatch(rank, hosts, configs):
     return results
 
 
-@RANKS
 def test_two_ranks_every_layout_causal_or_not_gqa():
     configs = [
         RunConfig(24, heads=4, kv_heads=2, head_dim=8, layout=layout, causal=causal, seed=i)
@@ -92,7 +90,6 @@ def test_two_ranks_every_layout_causal_or_not_gqa():
 DOCUMENTS = tuple(int(i) for i in np.repeat(np.arange(4), [5, 11, 3, 13]))
 
 
-@RANKS
 def test_four_ranks_causal_layouts_and_timelines():
     configs = [
         RunConfig(32, heads=2, kv_heads=1, head_dim=8, layout="zigzag", causal=True, seed=7),
@@ -123,7 +120,6 @@ def _lonely(rank, hosts):
     return "unreachable"
 
 
-@RANKS
 def test_rank_that_never_joins_fails_fast():
     """The joined ranks give up at the rendezvous' own 4 s timeout (each says so), not at the
     launcher's far later limits (start-up allowance, then the deadline)."""
@@ -149,7 +145,6 @@ def _dies_mid_ring(rank, hosts):
     return ring_attention(x, x, x, ring=ring, check=False)
 
 
-@RANKS
 def test_rank_that_dies_mid_ring_fails_fast():
     """Rank 0's first transfer with the dead rank 1 fails at the ring's 5 s timeout (rank 0
     says which step), and the launcher stops at once, as both ranks are then done."""
@@ -202,7 +197,6 @@ def _affinity(rank, hosts):
     return sorted(os.sched_getaffinity(0)), torch.get_num_threads(), time.perf_counter() - t0
 
 
-@RANKS
 def test_launched_ranks_run_on_the_cores_planned_for_them_and_line_up_settled():
     planned = rank_cores(2, 1, "gloo")
     everything = sorted(os.sched_getaffinity(0))

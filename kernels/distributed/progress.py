@@ -221,7 +221,10 @@ class Progress:
         if not self.enabled:
             return
         self._stop.set()
-        self._thread.join(timeout=2.0)
+        # the thread ends once the queue is empty (its ``get`` waits 0.1 s at a time): what the
+        # ranks said before they ended is all shown, however slowly a busy machine runs it;
+        # the limit only bounds a failure
+        self._thread.join(timeout=60.0)
         self.channel.close()
         self.channel.cancel_join_thread()
         if self._bar is not None:

@@ -1,0 +1,23 @@
+"""The suite's own scaffolding: every test ``conftest.GROUPS`` keeps together still exists (a
+renamed test would silently leave its group and run beside the others)."""
+
+from pathlib import Path
+
+from conftest import GROUPS, group_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_grouped_module_and_test_exists():
+    for key in GROUPS:
+        path, _, name = key.partition("::")
+        assert (ROOT / path).is_file(), key
+        if name:
+            assert f"\ndef {name}(" in (ROOT / path).read_text(), key
+
+
+def test_a_test_takes_its_own_group_else_its_modules():
+    assert group_of("tests/test_kernels_ring.py::test_shard_unshard_roundtrip[zigzag]") == "ranks"
+    assert group_of("tests/test_calibrate.py::test_real_calibration_and_measurement_on_gloo")
+    assert group_of("tests/test_calibrate.py::test_bad_arguments") is None
+    assert group_of("tests/test_aot_compile.py::test_ptxas_log_is_parsed") == "aot"
