@@ -204,25 +204,31 @@ def test_a_rank_alive_past_the_deadline_runs_on_and_a_silent_one_is_given_up(tmp
     assert stall_s <= given_up - silent_since < stall_s + 30.0
 
 
-def _slow_starter(rank: int, hosts: int) -> int:
+def _joins_and_returns(rank: int, hosts: int) -> int:
+    """A rank that joins, lines up with the other (so neither leaves while the other is still
+    connecting) and answers."""
+    import torch.distributed as dist
+
+    dist.barrier()
     return rank
 
 
 def test_start_up_does_not_count_against_the_deadline(monkeypatch):
-    """Slots made long before the ranks join (here: the launcher's clock is 10 s ahead when it
-    makes them, as if start-up took 10 s) do not eat into a 2 s deadline: it counts from the
-    rank's own join."""
+    """Slots made long before the ranks join (here: 1000 s before, as if start-up took that
+    long; the start-up allowance is raised to match) do not eat into a 30 s deadline: it counts
+    from each rank's own join. Counted from the slots, the ranks would be given up at once."""
+    from kernels.distributed import launch as launcher
     from kernels.distributed import progress
-    from kernels.distributed.launch import launch
 
     real = progress.Pulses.__init__
 
     def made_early(self, ctx, n):
         real(self, ctx, n)
-        self.created -= 10.0
+        self.created -= 1000.0
 
     monkeypatch.setattr(progress.Pulses, "__init__", made_early)
-    assert launch(_slow_starter, 2, timeout_s=30, deadline_s=2.0) == [0, 1]
+    monkeypatch.setattr(launcher, "STARTUP_S", 2000.0)
+    assert launcher.launch(_joins_and_returns, 2, timeout_s=30, deadline_s=30.0) == [0, 1]
 
 
 def test_limits_count_from_the_join_and_bound_a_rank_that_never_joins():
