@@ -5,9 +5,12 @@ that parallel runs keep together (``pytest -n 2 --dist loadgroup``, as ``make te
 Groups (``GROUPS``, by node id: a module, or one test of it): a group's tests run on one
 pytest-xdist worker, one after another, while the other workers share the rest.
 
-* ``ranks``: tests that start rank processes (gloo on loopback) or time a real ring; two at
-  once would oversubscribe the cores their timings assume. The book and the lessons join them:
-  lesson 10 measures a real ring as it executes. Every ``ranks`` test is ``slow`` too.
+* ``ranks``: tests that start rank processes (gloo on loopback) or time a real ring. Each also
+  holds ``ranks_lock`` (a file lock every worker shares) while it runs, and so does the book's
+  build while it executes a lesson that starts ranks (``RING_LESSONS``): two sets of ranks never
+  run at once, so none oversubscribes the cores another's timings assume. Every ``ranks`` test
+  is ``slow``.
+* ``book``: the book and the lessons, which share the executed lessons (``book/_build``).
 * ``aot``: the Triton compile check, whose module fixture compiles (or reuses) every kernel once.
 
 ``make test-fast`` (``-m "not slow"``) leaves out the slow tests: the ranks, the book and the
@@ -16,6 +19,8 @@ lessons, the compile. The groups are kept by a scheduler of this file
 through an attribute pytest 9 no longer reads, so its scheduler never sees them.
 """
 
+import contextlib
+import fcntl
 import os
 
 import pytest
@@ -48,6 +53,9 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# lessons that start rank processes as they execute (they hold ranks_lock meanwhile)
+RING_LESSONS = ("10_simulated_vs_measured",)
+
 GROUPS = {
     "tests/test_kernels_launch.py": "ranks",
     "tests/test_kernels_ring.py": "ranks",
@@ -59,8 +67,8 @@ GROUPS = {
     "tests/test_hostile.py::test_real_ring_refuses_a_nan_and_a_failed_local_check_on_every_rank": (
         "ranks"
     ),
-    "tests/test_book.py": "ranks",
-    "tests/test_lessons.py": "ranks",
+    "tests/test_book.py": "book",
+    "tests/test_lessons.py": "book",
     "tests/test_aot_compile.py": "aot",
 }
 
@@ -90,3 +98,33 @@ def pytest_xdist_make_scheduler(config, log):
             return group_of(nodeid) or nodeid
 
     return GroupScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def ranks_lock(tmp_path_factory):
+    """``with ranks_lock():`` holds a lock that every xdist worker of this run shares (a file
+    beside the workers' temporary folders; one process's own without xdist). Waiting for it is
+    waiting for an event: the holder's ranks have ended."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "ranks.lock"
+
+    @contextlib.contextmanager
+    def hold():
+        with open(path, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    return hold
+
+
+@pytest.fixture(autouse=True)
+def _one_set_of_ranks_at_a_time(request):
+    """Every ``ranks`` test holds ``ranks_lock`` while it runs."""
+    if group_of(request.node.nodeid) != "ranks":
+        yield
+        return
+    with request.getfixturevalue("ranks_lock")():
+        yield

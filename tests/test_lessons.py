@@ -8,6 +8,7 @@ cell's traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from pathlib import Path
@@ -40,8 +41,12 @@ def test_the_lessons_are_numbered_from_one_without_gaps() -> None:
 
 
 @pytest.fixture(scope="module", params=LESSONS, ids=lambda p: p.stem)
-def executed(request) -> dict:
-    path = build.execute_lesson(request.param)
+def executed(request, ranks_lock) -> dict:
+    from conftest import RING_LESSONS
+
+    lock = ranks_lock if request.param.stem in RING_LESSONS else contextlib.nullcontext
+    with lock():  # a lesson that starts ranks waits for the ranks tests' turn
+        path = build.execute_lesson(request.param)
     return json.loads(path.read_text())
 
 
