@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ringsim-installed
+# Tests run in parallel, one pytest-xdist worker per core (at most 4); tests/conftest.py keeps
+# the tests that start rank processes in one group, run one at a time (--dist loadgroup).
+JOBS   ?= $(shell $(PYTHON) -c "import os; print(max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1)))")
+PYTEST := $(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup
+RUNS   ?= 2
 
-.PHONY: setup browser demo test test-thorough lint bench book lab clean
+.PHONY: setup browser demo test test-fast test-busy test-thorough lint bench book lab clean
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,10 +35,18 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 test: setup lint browser
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
+
+# the developer's loop: everything but the slow tests (ranks, the book, the Triton compile)
+test-fast: setup
+	$(PYTEST) -m "not slow"
+
+# the whole suite RUNS times beside two CPU-bound processes: pass/fail, times, load average
+test-busy: setup browser
+	$(BIN)/python benchmarks/busy_suite.py --runs $(RUNS) -- -n $(JOBS) --dist loadgroup
 
 test-thorough: setup browser
-	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q
+	HYPOTHESIS_PROFILE=thorough $(PYTEST)
 
 book: setup
 	$(BIN)/python book/build.py

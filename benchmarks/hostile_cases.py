@@ -117,3 +117,123 @@ PLAN_BAD = [
     (["--seq-len", "64K", "--hosts", "8", "--plot", "/etc/passwd/x.png"], "--plot"),
     (["--seq-len", "64K", "--hosts", "8", "--plot", "plan.txt"], "--plot"),
 ]
+
+
+# Issue 26: what the strategies cannot run (refused up front, naming the size), flags that would
+# change nothing, and output paths where nothing can be written; each ``ringsim argv``, exit 2
+# with one line naming the text given (``simulate`` at 1M hosts answered in seconds).
+SIM = ["simulate", "--hosts", "8", "--seq-len", "64K"]
+HUGE = ["simulate", "--hosts", "1048576", "--seq-len", "1G"]
+HYBRID = [*SIM, "--strategy", "hybrid"]
+STRATEGY_BAD = [
+    ([*HUGE, "--strategy", "double-ring", "--window", "1024"], "hosts=1048576"),  # case 3
+    ([*HUGE, "--strategy", "allgather"], "hosts=1048576"),  # case 4
+    ([*HUGE, "--strategy", "ulysses", "--heads", "1048576"], "hosts=1048576"),
+    ([*HUGE, "--strategy", "hybrid", "--ulysses-degree", "8", "--kv-heads", "8"], "hosts=1048576"),
+    (["simulate", "--hosts", "16384", "--seq-len", "1M", "--strategy", "double-ring"], "memory"),
+    ([*SIM, "--window", "4"], "--window"),
+    ([*SIM, "--strategy", "allgather", "--window", "4"], "--window"),
+    ([*SIM, "--recompute"], "--recompute"),
+    ([*SIM, "--pass", "backward", "--recompute"], "--recompute"),
+    ([*SIM, "--placement", "ring-inner"], "--placement"),
+    ([*HYBRID, "--ulysses-degree", "8", "--placement", "ring-inner"], "--placement"),
+    ([*SIM, "--implementation", "torch"], "--implementation torch"),
+    ([*SIM, "--implementation", "torch", "--hardware", "h100-nvlink"], "--implementation torch"),
+]
+OUTPUT_BAD = [
+    (["validate", "--plot", "/proc/v.png"], "--plot"),
+    (["validate", "--plot", "/sys/v.png"], "--plot"),
+    (["validate", "--plot", "/proc/new/v.png"], "--plot"),
+    ([*SIM, "--trace", "/proc/t.json"], "--trace"),
+    ([*SIM, "--plot", "/sys/t.png"], "--plot"),
+    (["sweep", "--vary", "block", "--plot", "/proc/s.png"], "--plot"),
+    (["memory", "--model", "7b", "--hosts", "8", "--json"], ""),  # writes nothing: exit 0
+    (["demo", "--plot", "/proc/d.png", "--json"], "/proc/d.png"),
+]
+
+
+def api_cases() -> list[tuple[str, object, tuple, dict, str]]:
+    """Issue 26's cases 11-16, ``(label, function, args, kwargs, what the ValueError says)``:
+    the Python API of the new strategies refusing what the ring refuses (NumPy and ringsim are
+    imported here, so the tables above stay free of them)."""
+    import numpy as np
+
+    import ringsim
+
+    x = np.random.default_rng(0).standard_normal((2, 8, 4))
+    qkv, grads = (x, x, x), (x, x, x, x)
+    out, lse = ringsim.ring_attention(*qkv, hosts=2, return_lse=True)
+    grid = {"hosts": 2, "ulysses_degree": 2}
+    zeros, big = np.zeros((64, 4), np.float16), np.full((64, 4), 6e4, np.float16)
+    return [
+        (
+            "hybrid causal='false'",
+            ringsim.hybrid_attention,
+            qkv,
+            {**grid, "causal": "false"},
+            "causal must be True or False",
+        ),
+        (
+            "ulysses causal='false'",
+            ringsim.ulysses_attention,
+            qkv,
+            {"hosts": 2, "causal": "false"},
+            "causal must be True or False",
+        ),
+        (
+            "allgather causal='false'",
+            ringsim.allgather_attention,
+            qkv,
+            {"hosts": 2, "causal": "false"},
+            "causal must be True or False",
+        ),
+        (
+            "double ring causal='false'",
+            ringsim.double_ring_attention,
+            qkv,
+            {"hosts": 2, "window": 1, "causal": "false"},
+            "causal must be True or False",
+        ),
+        (
+            "hybrid backward causal=0",
+            ringsim.hybrid_attention_backward,
+            grads,
+            {**grid, "causal": 0},
+            "causal must be True or False",
+        ),
+        (
+            "ring backward, out cut short",
+            ringsim.ring_attention_backward,
+            grads,
+            {"hosts": 2, "out": out[:, :4], "lse": lse},
+            "out must have the shape of q",
+        ),
+        (
+            "ring backward, lse cut short",
+            ringsim.ring_attention_backward,
+            grads,
+            {"hosts": 2, "out": out, "lse": lse[:, :3]},
+            "lse must be a float array of shape",
+        ),
+        (
+            "ring return_lse='no'",
+            ringsim.ring_attention,
+            qkv,
+            {"hosts": 2, "return_lse": "no"},
+            "return_lse must be True or False",
+        ),
+        (
+            "hybrid return_lse='no'",
+            ringsim.hybrid_attention,
+            qkv,
+            {**grid, "return_lse": "no"},
+            "return_lse must be True or False",
+        ),
+        (
+            "float16 dv past 65504",
+            ringsim.allgather_attention_backward,
+            (zeros, zeros, big, big),
+            {"hosts": 2, "causal": True},
+            "dv overflowed in float16",
+        ),
+    ]

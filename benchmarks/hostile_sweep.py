@@ -1,4 +1,4 @@
-"""The hostile sweep of issue 14, repeatable: every case it found, one verdict line each.
+"""The hostile sweeps of issues 14 and 26, repeatable: every case they found, one verdict each.
 
     python benchmarks/hostile_sweep.py            (all cases; a few minutes on 2 loaded cores)
     python benchmarks/hostile_sweep.py --only measure,profile     (cases whose name has these)
@@ -34,7 +34,10 @@ from pathlib import Path
 from hostile_cases import (  # beside this file (one table, two users)
     CALIBRATE_BAD,
     MEASURE_BAD,
+    OUTPUT_BAD,
     PLAN_BAD,
+    STRATEGY_BAD,
+    api_cases,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,6 +230,11 @@ CLI_CASES = [
     Cli("--trace /dev/full", [*SIM, "--trace", "/dev/full"], named="/dev/full"),
     Cli("--plot <folder>", [*SIM, "--plot", "{tmp}"], named="folder"),
     Cli("--trace ''", [*SIM, "--trace", ""], named="--trace"),
+    # issue 26: sizes a strategy cannot run, flags that change nothing, unwritable outputs
+    *(
+        Cli(" ".join(a), a, exit=2 if n else 0, named=n, limit_s=30)
+        for a, n in (*STRATEGY_BAD, *OUTPUT_BAD)
+    ),
 ]
 
 
@@ -247,29 +255,48 @@ def _alive(pid: int) -> bool:
 
 
 def _launcher_killed_by(sig: int) -> str:
-    with tempfile.TemporaryDirectory() as tmp:
+    """The launcher (its own temporary directory) gets ``sig`` while its two ranks compute:
+    no rank may outlive it, and no rendezvous folder either (after a SIGKILL, which leaves no
+    chance to clean up, the next launcher's ``clean_stale_rendezvous`` must remove it)."""
+    from kernels.distributed.launch import clean_stale_rendezvous
+
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as temp:
         code = (
             f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'benchmarks')!r}]\n"
             "from kernels.distributed.launch import launch\n"
             "from hostile_sweep import sleeping_rank\n"
             f"launch(sleeping_rank, 2, args=({tmp!r},), timeout_s=300)\n"
         )
-        launcher = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+        env = {**os.environ, "TMPDIR": temp}
+        cmd = [sys.executable, "-c", code]
+        launcher = subprocess.Popen(cmd, stderr=subprocess.DEVNULL, env=env)
         pids: list[int] = []
         try:
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + 300  # start-up only bounds a failure
             while len(pids) < 2 and time.monotonic() < deadline and launcher.poll() is None:
                 pids = [int(p.read_text()) for p in sorted(Path(tmp).glob("rank[0-9]"))]
                 time.sleep(0.1)
             if len(pids) < 2:
                 return f"FAIL the ranks did not start (launcher exit {launcher.poll()})"
             launcher.send_signal(sig)
-            launcher.wait(timeout=10)
-            time.sleep(5)
+            launcher.wait(timeout=120)
+            gone_by = time.monotonic() + 60
+            while any(_alive(pid) for pid in pids) and time.monotonic() < gone_by:
+                time.sleep(0.1)
             alive = [pid for pid in pids if _alive(pid)]
             if alive:
-                return f"FAIL ranks {alive} alive 5 s after the launcher died"
-            return f"OK no rank alive 5 s after {signal.Signals(sig).name} to the launcher"
+                return f"FAIL ranks {alive} alive 60 s after the launcher died"
+            left = sorted(p.name for p in Path(temp).glob("ringsim-*"))
+            name = signal.Signals(sig).name
+            if sig == signal.SIGKILL:
+                removed = clean_stale_rendezvous(temp)
+                after = sorted(p.name for p in Path(temp).glob("ringsim-*"))
+                if len(left) != 1 or len(removed) != 1 or after:
+                    return f"FAIL after SIGKILL: left {left}, the next start removed {removed}"
+                return f"OK no rank alive after {name}; its {left[0]} removed by the next start"
+            if left:
+                return f"FAIL {name} left {left} in the temporary directory"
+            return f"OK no rank alive and no rendezvous folder left after {name}"
         finally:
             if launcher.poll() is None:
                 launcher.kill()
@@ -282,8 +309,64 @@ def case_launcher_sigterm() -> str:
     return _launcher_killed_by(signal.SIGTERM)
 
 
+def case_launcher_sighup() -> str:
+    return _launcher_killed_by(signal.SIGHUP)
+
+
 def case_launcher_sigkill() -> str:
     return _launcher_killed_by(signal.SIGKILL)
+
+
+def rank_sockets(rank: int, hosts: int) -> list[str]:
+    """This rank's TCP endpoints' local addresses (hex, as /proc/net/tcp writes them)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.ones(1))
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    local = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                local.append(fields[1].split(":")[0])
+    return local
+
+
+def case_gloo_loopback() -> str:
+    """Issue 26 hygiene: local gloo ranks listen and connect on loopback only."""
+    from kernels.distributed.launch import launch
+
+    loopback = {"0100007F", "00000000000000000000000001000000"}
+    per_rank = launch(rank_sockets, 2, timeout_s=60)
+    found = sorted({a for addresses in per_rank for a in addresses})
+    if not found or not set(found) <= loopback:
+        return f"FAIL rank sockets on {found} (hex, /proc/net/tcp), not loopback only"
+    return f"OK {sum(map(len, per_rank))} rank sockets, all on loopback ({', '.join(found)})"
+
+
+def case_api_issue26() -> str:
+    """Issue 26's cases 11-16: the new strategies' Python API refuses what the ring refuses."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    for label, function, args, kwargs, said in api_cases():
+        try:
+            function(*args, **kwargs)
+            return f"FAIL {label}: no error"
+        except ValueError as err:
+            if said not in str(err) or "\n" in str(err):
+                return f"FAIL {label}: {err}"
+        except Exception as err:
+            return f"FAIL {label}: {type(err).__name__}: {err}"
+    return f"OK {len(api_cases())} calls, each a one-line ValueError naming the argument"
 
 
 def case_tied_large_scores_dv() -> str:
@@ -456,7 +539,10 @@ def case_real_ring_nan_and_local_check() -> str:
 
 PY_CASES = [
     Py("launcher SIGTERM", "case_launcher_sigterm"),
+    Py("launcher SIGHUP", "case_launcher_sighup"),
     Py("launcher SIGKILL", "case_launcher_sigkill"),
+    Py("gloo ranks on loopback", "case_gloo_loopback"),
+    Py("API cases 11-16", "case_api_issue26"),
     Py("tied large scores dv", "case_tied_large_scores_dv"),
     Py("corrupt profiles", "case_corrupt_profiles"),
     Py("profile newest by content", "case_profile_newest_by_content"),

@@ -7,35 +7,139 @@ from deep inside NumPy.
 
 from __future__ import annotations
 
+import math
 import numbers
+import os
+from collections.abc import Sequence
 
 import numpy as np
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
 
-def check_positive_int(name: str, value: object) -> int:
-    """Return ``value`` as an int if it is a positive integer (bools and floats are refused)."""
+def check_positive_int(name: str, value: object, *, at_most: int | None = None) -> int:
+    """Return ``value`` as an int if it is a positive integer (bools and floats are refused),
+    and at most ``at_most`` when given (a size whose arrays could not exist)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be a positive integer, got {_show(value)}")
+    if at_most is not None and value > at_most:
+        raise ValueError(f"{name} must be at most {at_most:,}, got {value:,}")
     return int(value)
+
+
+def check_non_negative_int(name: str, value: object) -> int:
+    """Return ``value`` as an int if it is an integer >= 0 (a seed; bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {_show(value)}")
+    return int(value)
+
+
+def check_real(
+    name: str, value: object, *, positive: bool = False, non_negative: bool = False
+) -> float:
+    """Return ``value`` as a finite float (bools, strings, NaN and infinities refused), and
+    above zero (``positive``) or at least zero (``non_negative``) when asked."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {_show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float64
+        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if positive and number <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    if non_negative and number < 0:
+        raise ValueError(f"{name} must be at least 0, got {value!r}")
+    return number
+
+
+def check_choice(name: str, value: object, choices: Sequence[str], *, also: str = "") -> str:
+    """Return ``value`` if it is one of the strings ``choices`` (``also``: what else the
+    caller accepts, for the message), else a ``ValueError`` listing them. Anything but a string
+    (a list, an array) is refused the same way rather than compared."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}{also}, got {_show(value)}")
+    return value
+
+
+def check_instance(name: str, value: object, kind: type | tuple[type, ...], what: str) -> object:
+    """Return ``value`` if it is a ``kind``, else a ``ValueError``: ``{name} must be {what}``
+    (e.g. ``hardware must be a Hardware (ringsim.get_hardware(...))``)."""
+    if not isinstance(value, kind):
+        raise ValueError(f"{name} must be {what}, got {_show(value)}")
+    return value
+
+
+def check_memory(name: str, value: int, nbytes: float, what: str) -> None:
+    """Refuse up front a size whose arrays (``nbytes``: ``what``) exceed this machine's
+    physical memory: a ``ValueError`` naming ``name=value`` and the memory it would need,
+    instead of a ``MemoryError`` (or NumPy's "maximum allowed size exceeded") after work."""
+    have = physical_memory()
+    if nbytes > have:
+        raise ValueError(
+            f"{name}={value:,} needs {nbytes / 2**30:,.1f} GiB for {what}, more than this "
+            f"machine's {have / 2**30:,.1f} GiB of memory"
+        )
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (a generous 2^40 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**40
+
+
+def _show(value: object) -> str:
+    """A value as a message shows it: short, and an array by its dtype and shape."""
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype} and shape {value.shape}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def check_bool(name: str, value: object) -> bool:
     """Return ``value`` if it is a bool (or a NumPy bool); ``"false"``, ``0`` or ``None`` are
     refused: ``bool("false")`` is ``True``, so a string flag would silently mean its opposite."""
     if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
+        raise ValueError(f"{name} must be True or False, got {_show(value)}")
     return bool(value)
 
 
-def check_overflow(name: str, x: np.ndarray, dtype: object = np.float64) -> None:
-    """Refuse a non-finite result computed from finite inputs: the arithmetic overflowed."""
-    if not np.all(np.isfinite(x)):
+def check_overflow(
+    name: str, x: np.ndarray, dtype: object = np.float64, *, lse: np.ndarray | None = None
+) -> None:
+    """Refuse a non-finite result computed from finite inputs: the arithmetic overflowed.
+    ``lse``: the rows' log-sum-exp; in self-attention every query sees at least itself, so a
+    ``-inf`` there can only mean that all of its scores overflowed (the row would silently come
+    out as 0 under a mask)."""
+    if not np.all(np.isfinite(x)) or (lse is not None and not np.all(np.isfinite(lse))):
+        hint = "" if np.dtype(dtype) == np.float64 else "use float64 inputs or "
         raise ValueError(
             f"{name} overflowed in {np.dtype(dtype).name}: the scores q.k*scale (or the values) "
-            "are too large to represent; rescale them"
+            f"are too large to represent; {hint}rescale them"
         )
+
+
+def checked_result(
+    name: str, x: np.ndarray, dtype: object, *, lse: np.ndarray | None = None
+) -> np.ndarray:
+    """``x``, computed in its working precision, returned as the caller's ``dtype``: refused
+    (``check_overflow``) when it overflowed there, and when it does not fit ``dtype`` (a
+    float16 gradient beyond 65504 would silently become ``inf``). Every public attention
+    function, forward and backward, ends here, so all dtypes are checked alike."""
+    check_overflow(name, x, x.dtype, lse=lse)
+    with np.errstate(over="ignore"):
+        out = x.astype(dtype)
+    if not np.all(np.isfinite(out)):
+        largest = float(np.abs(x).max())
+        raise ValueError(
+            f"{name} overflowed in {np.dtype(dtype).name}: |{name}| reaches {largest:.3g}, past "
+            f"{np.dtype(dtype).name}'s largest {float(np.finfo(dtype).max):.3g}; use float32 "
+            "inputs or rescale them"
+        )
+    return out
 
 
 def check_finite_array(name: str, x: np.ndarray) -> None:
@@ -50,7 +154,12 @@ def check_finite_array(name: str, x: np.ndarray) -> None:
 
 def as_float_array(name: str, x: object) -> np.ndarray:
     """Convert to a floating ndarray of at least two dimensions ``(..., seq, dim)``."""
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as err:  # a ragged list
+        raise ValueError(
+            f"{name} must be an array (..., seq, dim), got {_show(x)}: {err}"
+        ) from None
     if arr.dtype.kind not in "f" or arr.dtype.type not in FLOAT_DTYPES:
         raise ValueError(
             f"{name} must be a float16, float32 or float64 array, got dtype {arr.dtype}"
@@ -65,17 +174,18 @@ def as_float_array(name: str, x: object) -> np.ndarray:
 
 
 def check_qkv(
-    q: object, k: object, v: object, *, finite: bool = True
+    q: object, k: object, v: object, *, finite: bool = True, names: Sequence[str] = "qkv"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Validate the shapes of an attention call.
 
     ``q``: ``(..., Hq, Nq, d)``; ``k``, ``v``: ``(..., Hkv, Nk, d)`` with ``Hq`` a multiple of
     ``Hkv`` (grouped-query attention). Leading batch dims must match exactly. Two-dimensional
-    arrays ``(N, d)`` have no head axis.
+    arrays ``(N, d)`` have no head axis. ``names``: the caller's names for the three arguments
+    (``q_block``, ...), for the messages about each alone.
     """
-    q = as_float_array("q", q)
-    k = as_float_array("k", k)
-    v = as_float_array("v", v)
+    q = as_float_array(names[0], q)
+    k = as_float_array(names[1], k)
+    v = as_float_array(names[2], v)
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(
             f"q, k and v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}"
@@ -96,27 +206,30 @@ def check_qkv(
                 f"kv heads={hkv}"
             )
     if finite:
-        for name, arr in (("q", q), ("k", k), ("v", v)):
+        for name, arr in zip(names, (q, k, v), strict=True):
             check_finite_array(name, arr)
     return q, k, v
 
 
-def check_scale(scale: float | None, head_dim: int) -> float:
-    """Default to 1/sqrt(d); refuse non-finite or zero scales."""
-    if scale is None:
+def check_scale(scale: float | None, head_dim: int, *, default: bool = True) -> float:
+    """Default to 1/sqrt(d) (where ``default``: else ``None`` is refused too); refuse
+    non-finite or zero scales."""
+    if scale is None and default:
         return 1.0 / float(np.sqrt(head_dim))
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise ValueError(f"scale must be a real number, got {scale!r}")
-    if not np.isfinite(scale) or scale == 0:
+    scale = check_real("scale", scale)
+    if scale == 0:
         raise ValueError(f"scale must be finite and non-zero, got {scale!r}")
-    return float(scale)
+    return scale
 
 
 def check_segment_ids(segment_ids: object, seq_len: int) -> np.ndarray | None:
     """Segment (document) ids: one integer per token, shape ``(seq,)``."""
     if segment_ids is None:
         return None
-    seg = np.asarray(segment_ids)
+    try:
+        seg = np.asarray(segment_ids)
+    except (TypeError, ValueError):
+        seg = np.asarray(None)
     if seg.dtype.kind not in "iu":
         raise ValueError(f"segment_ids must be integers, got dtype {seg.dtype}")
     if seg.shape != (seq_len,):

@@ -4,8 +4,9 @@ Every file ringsim writes (traces, figures, profiles, the JSON of ``measure``/``
 ``gpu_check``) goes through here:
 
 * ``check_output_path`` refuses, before any work, a path that cannot be written (empty, a
-  folder, a device such as ``/dev/full``, a folder that is not writable, a format nobody can
-  write), with a ``ValueError`` naming the flag or argument. A command checks *all* its outputs
+  folder, a device such as ``/dev/full``, a folder that is not writable, or where nothing can
+  be created such as ``/proc``, a format nobody can write), with a ``ValueError`` naming the
+  flag or argument. A command checks *all* its outputs
   first, so a bad second output never costs the first one.
 * ``atomic_open`` writes to a temporary file beside the target and renames it over the target
   (``os.replace``) only once complete: a write that fails half-way (disk full, a crash, an
@@ -66,7 +67,25 @@ def check_output_path(name: str, path: object, *, suffixes: Sequence[str] | None
         raise ValueError(f"{name} {text!r}: {str(parent)!r} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{name} {text!r}: the folder {str(parent)!r} is not writable")
+    _probe(name, text, parent, folder=parent != target.parent)
     return target
+
+
+def _probe(name: str, text: str, parent: Path, *, folder: bool) -> None:
+    """Create (and remove) a hidden file, or the missing folder's first level, in ``parent``:
+    ``os.access`` says yes to root everywhere, also in ``/proc`` or ``/sys``, where nothing
+    can be created. Only an attempt tells."""
+    try:
+        if folder:
+            os.rmdir(tempfile.mkdtemp(prefix=".ringsim-probe-", dir=parent))
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=".ringsim-probe-", dir=parent)
+            os.close(fd)
+            os.unlink(tmp)
+    except OSError as err:
+        raise ValueError(
+            f"{name} {text!r}: nothing can be written in {str(parent)!r} ({err.strerror})"
+        ) from None
 
 
 def _umask() -> int:
@@ -191,6 +210,17 @@ def read_json_object(path: str | os.PathLike, *, what: str = "JSON file") -> dic
 
 def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not strict JSON")
+
+
+def cache_dir(name: str) -> Path:
+    """Where ringsim keeps results that are slow to make and can be remade (``name``: one
+    folder per kind): ``$RINGSIM_CACHE_DIR/name``, else ``$XDG_CACHE_HOME/ringsim/name``, else
+    ``~/.cache/ringsim/name``. Nothing in it is needed: deleting it costs only time."""
+    root = os.environ.get("RINGSIM_CACHE_DIR")
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(xdg, "ringsim")
+    return Path(root) / name
 
 
 # output flags of the in-process subcommands: flag, and the formats it takes (None: any)

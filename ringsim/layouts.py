@@ -31,7 +31,13 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ringsim.checks import check_positive_int, check_segment_ids
+from ringsim.checks import (
+    check_bool,
+    check_choice,
+    check_memory,
+    check_positive_int,
+    check_segment_ids,
+)
 from ringsim.masks import BlockKind
 
 
@@ -102,6 +108,7 @@ class Layout:
         """Global token positions held by each host: int64 ``(hosts, seq_len // hosts)``, sorted."""
         hosts = check_positive_int("hosts", hosts)
         seq_len = self.check_seq_len(seq_len, hosts, segment_ids)
+        check_memory("seq_len", seq_len, 16 * seq_len, "the positions (two int64 per token)")
         pos = self.deal(hosts, seq_len, check_segment_ids(segment_ids, seq_len))
         shape = (hosts, seq_len // hosts)
         if pos.shape != shape or np.any(pos[:, 1:] <= pos[:, :-1]):
@@ -408,9 +415,7 @@ def get_layout(layout: object) -> Layout:
     """The ``Layout`` named ``layout`` (or ``layout`` itself if it is one)."""
     if isinstance(layout, Layout):
         return layout
-    if isinstance(layout, str) and layout in LAYOUTS:
-        return LAYOUTS[layout]
-    raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    return LAYOUTS[check_choice("layout", layout, tuple(LAYOUTS))]
 
 
 def check_layout(layout: object) -> str:
@@ -424,6 +429,7 @@ def check_layout(layout: object) -> str:
 def layout_names(*, documents: bool = False) -> tuple[str, ...]:
     """Names of the registered layouts that can deal a sequence: without ``documents`` (the
     default) those that need none; with them, every layout."""
+    documents = check_bool("documents", documents)
     return tuple(name for name, lay in LAYOUTS.items() if documents or not lay.needs_documents)
 
 
@@ -482,6 +488,7 @@ def to_layout(
     x: np.ndarray, layout: object, hosts: int, segment_ids: np.ndarray | None = None
 ) -> np.ndarray:
     """Reorder ``x`` ``(..., N, d)`` along the sequence axis into layout order."""
+    x = _sequence_array(x)
     return np.take(x, permutation(layout, hosts, x.shape[-2], segment_ids), axis=-2)
 
 
@@ -489,4 +496,17 @@ def from_layout(
     x: np.ndarray, layout: object, hosts: int, segment_ids: np.ndarray | None = None
 ) -> np.ndarray:
     """Undo ``to_layout``: back to the original token order."""
+    x = _sequence_array(x)
     return np.take(x, inverse_permutation(layout, hosts, x.shape[-2], segment_ids), axis=-2)
+
+
+def _sequence_array(x: object) -> np.ndarray:
+    """``x`` as an array ``(..., N, d)`` (any dtype: tokens are only moved)."""
+    try:
+        arr = np.asarray(x) if isinstance(x, np.ndarray | list | tuple) else None
+    except ValueError:  # a ragged list
+        arr = None
+    if arr is None or arr.ndim < 2 or arr.dtype == object:
+        shown = f"shape {arr.shape}" if arr is not None else repr(x)[:80]
+        raise ValueError(f"x must be an array of shape (..., N, d), got {shown}")
+    return arr

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ringsim.checks import check_bool, check_positive_int, check_segment_ids
+from ringsim.checks import check_bool, check_choice, check_positive_int, check_segment_ids
 from ringsim.layouts import Layout, get_layout
 from ringsim.masks import BlockKind, count_visible, tile_shape
 
@@ -295,8 +295,7 @@ def build_schedule(
     """
     hosts = check_positive_int("hosts", hosts)
     layout = get_layout(layout)
-    if pass_ not in PASSES:
-        raise ValueError(f"pass must be one of {', '.join(PASSES)}, got {pass_!r}")
+    pass_ = check_choice("pass", pass_, PASSES)
     seq_len = layout.check_seq_len(2 * hosts if seq_len is None else seq_len, hosts, segment_ids)
     if tile is not None:
         tile = check_positive_int("tile", tile)

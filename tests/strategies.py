@@ -29,9 +29,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from ringsim.layouts import get_layout, layout_names
+
+
+def examples(ci: int) -> int:
+    """Examples for a property that runs ``ci`` of them under the fast ``ci`` profile, scaled
+    by the profile loaded (``conftest.py``): ``thorough`` runs 1000 where ``ci`` runs 40, so
+    25 x ``ci`` here. A slow property asks for fewer than the profile's default this way and
+    still deepens with it."""
+    ratio = settings.default.max_examples / settings.get_profile("ci").max_examples
+    return max(1, round(ci * ratio))
+
 
 BASE_TOL = {np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-10}
 HOSTILE = ("none", "big_scores", "huge_v")

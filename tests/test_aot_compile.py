@@ -1,7 +1,9 @@
 """Every Triton kernel variant the GPU paths launch compiles for sm_80 and sm_90 without a GPU
 (``kernels.gpu.aot``): no compile error, shared memory within each architecture's limit, no
 register spills in bf16/fp16 (a few bytes at most in fp32). Compiling all of them takes a few
-minutes of CPU, split over two worker processes.
+minutes of CPU, split over two worker processes; the report is kept (``run_all(cache=True)``)
+and reused while every input it was compiled from is byte-identical, so a rerun checks the same
+compiled set in a second.
 """
 
 import json
@@ -11,25 +13,28 @@ import pytest
 
 from kernels.gpu import aot as aot_check
 
-pytestmark = pytest.mark.torch
+pytestmark = pytest.mark.torch  # one xdist worker runs this module (its group, conftest.py)
+SLOW = pytest.mark.slow  # the tests that compile (or reuse the kept report)
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def report():
-    return aot_check.run_all(aot_check.ARCHS, jobs=2)
+    return aot_check.run_all(aot_check.ARCHS, jobs=2, cache=True)
 
 
 def _variant(r: dict) -> tuple:
     return aot_check._record_key(r)
 
 
+@SLOW
 def test_every_variant_compiles_within_the_limits(report):
     assert report["failures"] == [], "\n" + aot_check.summary_table({"records": report["failures"]})
     assert report["kernels"] == len(report["records"]) > 100
 
 
+@SLOW
 def test_the_compiled_set_covers_what_the_gpu_paths_launch(report):
     import torch
 
@@ -55,6 +60,7 @@ def test_the_compiled_set_covers_what_the_gpu_paths_launch(report):
             assert searched == {tuple(vars(t).values()) for t in tile_candidates(d, arch)}
 
 
+@SLOW
 def test_the_committed_results_list_the_same_variants(report):
     """results/aot-triton-<version>.json is this run's (rerun ``python -m kernels.gpu.aot
     --out results/aot-triton-3.9.json`` after changing a kernel, a tile or a plan)."""
@@ -64,6 +70,32 @@ def test_the_committed_results_list_the_same_variants(report):
 
 
 # ---- the pieces, without compiling ---------------------------------------------------------
+
+
+def test_a_kept_report_is_reused_only_while_its_inputs_are_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setenv("RINGSIM_CACHE_DIR", str(tmp_path / "cache"))
+    source = tmp_path / "kernel.py"
+    source.write_text("v1")
+    compiled = []
+
+    def compile_all(archs, jobs):
+        compiled.append(list(archs))
+        return {"kernels": 0, "records": [], "failures": []}, [str(source)]
+
+    monkeypatch.setattr(aot_check, "_compile_all", compile_all)
+    assert aot_check.run_all([80], jobs=1, cache=True)["cached"] is False
+    assert aot_check.run_all([80], jobs=1, cache=True)["cached"] is True
+    assert compiled == [[80]]
+    aot_check.run_all([90], jobs=1, cache=True)  # another set of archs: its own report
+    source.write_text("v2")  # a source changed: compiled again
+    assert aot_check.run_all([80], jobs=1, cache=True)["cached"] is False
+    monkeypatch.setattr(aot_check, "_versions", lambda: {"triton": "other"})
+    assert aot_check.run_all([80], jobs=1, cache=True)["cached"] is False
+    aot_check.run_all([80], jobs=1)  # without the cache: always compiled
+    assert compiled == [[80], [90], [80], [80], [80]]
+    (tmp_path / "cache" / "aot" / "aot-80.json").write_text("{not json")
+    assert aot_check.run_all([80], jobs=1, cache=True)["cached"] is False  # a broken entry
+
 
 PTXAS_LOG = """\
 ptxas info    : 11 bytes gmem

@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import brute_mask, dense_lse, expand_kv, random_segments, seeds, sum_groups
+from strategies import (
+    brute_mask,
+    dense_lse,
+    examples,
+    expand_kv,
+    random_segments,
+    seeds,
+    sum_groups,
+)
 
 from ringsim import (
     Partial,
@@ -75,7 +83,7 @@ def test_reference_equals_per_row_softmax(problem) -> None:
         np.testing.assert_allclose(out[h], want, rtol=1e-12, atol=1e-12 * np.abs(v).max())
 
 
-@settings(max_examples=15)
+@settings(max_examples=examples(15))
 @given(tiny_problems(max_n=4))
 def test_reference_grad_equals_finite_differences(problem) -> None:
     """Central differences of ``L = sum(dout * out)``; error ``O(h^2) + O(eps / h)`` ~ 1e-10."""

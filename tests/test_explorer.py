@@ -31,6 +31,8 @@ from ringsim.timer.engine.result import kv_messages
 from ringsim.views import explorer as ex
 
 build = test_book.build
+
+pytestmark = pytest.mark.slow  # executes the lessons (once: the book build shares the cache)
 ROOT = test_book.ROOT
 TIMEOUT_S = 120  # generous: a busy 2-core machine; the waits end as soon as the page is ready
 MAX_DATA_BYTES = 1.5e6
@@ -42,7 +44,12 @@ MAX_DATA_BYTES = 1.5e6
 
 
 @pytest.fixture(scope="module")
-def book_html() -> Path:
+def book_html(ranks_lock) -> Path:
+    from conftest import RING_LESSONS
+
+    with ranks_lock():  # the lessons that start ranks first, in the ranks tests' turn
+        for stem in RING_LESSONS:
+            build.execute_lesson(ROOT / "lessons" / f"{stem}.py")
     return build.build(jobs=2).parent
 
 

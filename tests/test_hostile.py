@@ -1,6 +1,10 @@
-"""Issue 14, tried as a hostile user would: bad flags to measure/calibrate refused before any
-rank starts, corrupt profiles named, output files atomic and strict, extreme inputs refused,
-and the small holes (zero heads, string bools, overflow, a NaN on one rank) closed."""
+"""Issues 14 and 26, tried as a hostile user would: bad flags to measure/calibrate refused
+before any rank starts, corrupt profiles named, output files atomic and strict, extreme inputs
+refused, and the small holes (zero heads, string bools, overflow, a NaN on one rank) closed;
+strategies that cannot run at a size refused up front, flags that would change nothing refused,
+output paths where nothing can be written refused before the work, and the new strategies'
+Python API refusing what the ring refuses (``benchmarks/hostile_cases.py`` holds the cases the
+hostile sweep runs too)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,14 @@ from ringsim.timer.machine import hardware
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from hostile_cases import CALIBRATE_BAD, MEASURE_BAD, PLAN_BAD  # noqa: E402  (shared with the sweep)
+from hostile_cases import (  # noqa: E402  (shared with the sweep)
+    CALIBRATE_BAD,
+    MEASURE_BAD,
+    OUTPUT_BAD,
+    PLAN_BAD,
+    STRATEGY_BAD,
+    api_cases,
+)
 
 
 def one_line_error(capsys, argv: list[str], named: str) -> str:
@@ -396,3 +407,38 @@ def test_real_ring_refuses_a_nan_and_a_failed_local_check_on_every_rank():
 @pytest.mark.parametrize(("argv", "named"), PLAN_BAD, ids=[" ".join(a) for a, _ in PLAN_BAD])
 def test_plan_refuses_what_cannot_run_naming_the_flag(capsys, argv, named):
     one_line_error(capsys, ["plan", "--model", "7b", *argv], named)
+
+
+# -- issue 26: sizes, flags that change nothing, outputs, the new strategies' API ------------------
+@pytest.mark.parametrize(
+    ("argv", "named"), STRATEGY_BAD, ids=[" ".join(a) for a, _ in STRATEGY_BAD]
+)
+def test_what_a_strategy_cannot_run_or_a_flag_cannot_change_is_refused_up_front(
+    capsys, argv, named
+):
+    one_line_error(capsys, argv, named)
+
+
+@pytest.mark.parametrize(("argv", "named"), OUTPUT_BAD, ids=[" ".join(a) for a, _ in OUTPUT_BAD])
+def test_an_output_where_nothing_can_be_written_is_refused_before_the_work(
+    capsys, monkeypatch, argv, named
+):
+    from ringsim.timer.studies import validate
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started before the output path was checked")
+
+    monkeypatch.setattr(validate, "validate", no_work)
+    if named:
+        one_line_error(capsys, argv, named)
+    else:
+        assert cli.main(argv) == 0
+
+
+@pytest.mark.parametrize("case", api_cases(), ids=lambda case: case[0])
+def test_the_new_strategies_api_refuses_what_the_ring_refuses(case):
+    _, function, args, kwargs, said = case
+    with pytest.raises(ValueError) as info:
+        function(*args, **kwargs)
+    message = str(info.value)
+    assert said in message and "\n" not in message, message

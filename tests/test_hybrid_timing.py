@@ -4,6 +4,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from ringsim.grid import Grid, check_ulysses_degree
 from ringsim.timer import RingConfig, simulate
@@ -26,7 +27,7 @@ def summary(cfg, strategy, **kw) -> dict:
 
 
 # -- the special cases are the flat strategies, bit for bit ---------------------------------------
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(
     hosts=st.sampled_from([2, 4, 8]),
     layout=st.sampled_from(LAYOUTS),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from ringsim.layouts import layout_names
 from ringsim.timer import RingConfig, simulate
@@ -255,7 +256,7 @@ def test_bad_config_fields_name_themselves(field, value):
         RingConfig(hosts=2, seq_len=64, hardware=H100, **{field: value})
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     implementation=st.sampled_from(["fa2", "fa3", "cudnn", "triton"]),
     hosts=st.integers(1, 7),

@@ -123,10 +123,16 @@ def _lonely(rank, hosts):
 
 
 def test_rank_that_never_joins_fails_fast():
-    start = time.monotonic()
-    with pytest.raises(RingError, match="rendezvous"):
-        launch(_lonely, 3, ranks=[0, 1], timeout_s=4, deadline_s=20)
-    assert time.monotonic() - start < 20
+    """The joined ranks give up at the rendezvous' own 4 s timeout (each says so), not at the
+    launcher's far later limits (start-up allowance, then the deadline)."""
+    with pytest.raises(RingError) as info:
+        launch(_lonely, 3, ranks=[0, 1], timeout_s=4)
+    message = str(info.value)
+    for rank in (0, 1):
+        assert f"rank {rank}: RingError: rank {rank}: rendezvous of 3 ranks failed within 4 s" in (
+            message
+        ), message
+    assert "did not answer" not in message, message
 
 
 def _dies_mid_ring(rank, hosts):
@@ -142,13 +148,14 @@ def _dies_mid_ring(rank, hosts):
 
 
 def test_rank_that_dies_mid_ring_fails_fast():
-    start = time.monotonic()
+    """Rank 0's first transfer with the dead rank 1 fails at the ring's 5 s timeout (rank 0
+    says which step), and the launcher stops at once, as both ranks are then done."""
     with pytest.raises(RingError) as info:
-        launch(_dies_mid_ring, 2, timeout_s=5, deadline_s=20)
+        launch(_dies_mid_ring, 2, timeout_s=5)
     message = str(info.value)
-    assert "rank 0" in message and "step 0" in message
-    assert "[1] did not answer" in message
-    assert time.monotonic() - start < 20
+    assert "rank 0" in message and "step 0" in message, message
+    assert "[1] did not answer" in message, message
+    assert "last sign of life" not in message, message  # not given up by a launcher limit
 
 
 def test_merge_out_lse_is_the_online_softmax():

@@ -33,6 +33,8 @@ def _load_build():
 
 
 build = _load_build()
+
+pytestmark = pytest.mark.slow  # executes the lessons (once: the book build shares the cache)
 STEMS = [p.stem for p in build.lessons()]
 
 # Numbers a lesson may state without printing them: inputs from datasheets and papers, quotes
@@ -53,6 +55,16 @@ GIVEN: dict[str, dict[str, str]] = {
         "989": "H100/H800 SXM dense bf16 peak, NVIDIA datasheet (the h800-nvlink preset)",
     },
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ranks_lessons_first(ranks_lock) -> None:
+    """Execute the lessons that start ranks (if not cached) in the ranks tests' turn."""
+    from conftest import RING_LESSONS
+
+    with ranks_lock():
+        for stem in RING_LESSONS:
+            build.execute_lesson(build.LESSONS / f"{stem}.py")
 
 
 @pytest.fixture(scope="module", params=STEMS)

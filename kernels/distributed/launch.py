@@ -20,7 +20,9 @@ import json
 import math
 import os
 import queue
+import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -34,7 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from kernels.distributed.progress import Limits, Pulses, alive
+from kernels.distributed.progress import STARTUP_S, Limits, Pulses, joined
 from kernels.distributed.repeats import TimedRepeats, rank_device
 from kernels.distributed.ring import (
     DEFAULT_TIMEOUT_S,
@@ -101,24 +103,109 @@ def die_with_parent(parent_pid: int) -> None:
         threading.Thread(target=watch, name="ringsim-parent-watch", daemon=True).start()
 
 
+# Signals that end the launcher through Python (``SystemExit``), so its ``finally`` runs:
+# ``kill`` (SIGTERM) and a closed terminal (SIGHUP); Ctrl-C is Python's KeyboardInterrupt
+CLEAN_EXIT_SIGNALS = (signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
+
+
 @contextlib.contextmanager
 def _terminate_cleanly():
-    """While the ranks run, SIGTERM ends the launcher through Python (``SystemExit``), so its
-    ``finally`` kills the ranks and removes the rendezvous folder. Only from the main thread
-    and only over the default handler: a handler the caller installed is left alone."""
-    main = threading.current_thread() is threading.main_thread()
-    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    """While the ranks run, SIGTERM and SIGHUP end the launcher through Python
+    (``SystemExit``), so its ``finally`` kills the ranks and removes the rendezvous folder.
+    Only from the main thread and only over a signal's default handler: a handler the caller
+    installed is left alone."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum, frame):
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop)
+    mine = [s for s in CLEAN_EXIT_SIGNALS if signal.getsignal(s) is signal.SIG_DFL]
+    for sig in mine:
+        signal.signal(sig, stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig in mine:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+# The launcher's rendezvous folders in the temporary directory: ``ringsim-rdv-*``, each locked
+# (``flock``) by its launcher for as long as it lives
+RENDEZVOUS_PREFIX = "ringsim-rdv-"
+
+
+def clean_stale_rendezvous(folder: str | None = None) -> list[str]:
+    """Remove the rendezvous folders of launchers that are gone from ``folder`` (default: the
+    temporary directory); returns the paths removed.
+
+    A launcher holds an exclusive ``flock`` on its folder while it lives, and the kernel drops
+    it however the launcher ends; a folder nobody holds belongs to a launcher that could not
+    clean up (SIGKILL, a power cut) and is removed by the next one. Live launchers' folders,
+    and anything else in the temporary directory, are left alone."""
+    import fcntl
+
+    removed = []
+    base = tempfile.gettempdir() if folder is None else folder
+    try:
+        names = sorted(n for n in os.listdir(base) if n.startswith(RENDEZVOUS_PREFIX))
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its launcher is alive
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+@contextlib.contextmanager
+def rendezvous_folder():
+    """A fresh folder for the ranks' file rendezvous, removed when the ``with`` block ends
+    (an exception, Ctrl-C, SIGTERM and SIGHUP included: ``_terminate_cleanly``). It is made
+    under a hidden name, locked, then renamed to ``ringsim-rdv-*``, so no other launcher ever
+    sees it unlocked; stale ones (a SIGKILLed launcher's) are removed first
+    (``clean_stale_rendezvous``). Without ``fcntl`` (not POSIX): a plain temporary folder."""
+    try:
+        import fcntl
+    except ImportError:
+        with tempfile.TemporaryDirectory(prefix=RENDEZVOUS_PREFIX) as tmp:
+            yield tmp
+        return
+    clean_stale_rendezvous()
+    staging = tempfile.mkdtemp(prefix="." + RENDEZVOUS_PREFIX)
+    fd = os.open(staging, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        path = os.path.join(os.path.dirname(staging), os.path.basename(staging)[1:])
+        os.rename(staging, path)
+        staging = path
+        yield path
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        os.close(fd)
+
+
+def loopback_interface() -> str | None:
+    """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS), or
+    None when there is none to name."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        return None
+    return next((n for n in names if n in ("lo", "lo0")), None)
 
 
 def _worker_main(
@@ -127,13 +214,18 @@ def _worker_main(
 ):  # fmt: skip
     die_with_parent(parent_pid)
     pulses.attach(slot)
-    alive()
     try:
         if cores is not None:
             os.sched_setaffinity(0, cores)  # before torch starts its threads
         torch.set_num_threads(threads)
         if backend == "nccl":
             torch.cuda.set_device(rank % torch.cuda.device_count())
+        if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
+            # local ranks talk over loopback only: gloo would otherwise bind to the address the
+            # host name resolves to, which may face a network (or not resolve at all)
+            lo = loopback_interface()
+            if lo is not None:
+                os.environ["GLOO_SOCKET_IFNAME"] = lo
         try:
             dist.init_process_group(
                 backend,
@@ -147,6 +239,7 @@ def _worker_main(
                 f"rank {rank}: rendezvous of {hosts} ranks failed within {timeout_s:g} s "
                 f"(a rank never joined?): {err}"
             ) from err
+        joined()  # the deadline and the allowed silence count from here
         try:
             results.put((rank, "ok", fn(rank, hosts, *args)))
         finally:
@@ -174,21 +267,22 @@ def launch(
     threads and ``timeout_s`` for the rendezvous and every collective/transfer. ``ranks``
     starts only some ranks (to test a rank that never joins). Returns the results by rank;
     raises ``RingError`` naming every rank that failed, or that did not answer within
-    ``deadline_s`` (default: ``2 * timeout_s + 30``). ``stall_s``: a rank that says it is
-    alive (``kernels.distributed.progress.alive``, e.g. once per probe or repeat) keeps running past
-    ``deadline_s`` until it falls silent for ``stall_s`` (``stall_window`` sizes it from the
-    work). Once a rank failed, the others get ``timeout_s + 30`` more (their transfers with it
-    time out). ``pin``: give each gloo rank cores of its own when there are enough.
+    ``deadline_s`` (default: ``2 * timeout_s + 30``) of joining the process group (a rank's
+    start-up is not its work: ``STARTUP_S`` plus the rendezvous' ``timeout_s`` are allowed
+    for it). ``stall_s``: a rank that says it is alive (``kernels.distributed.progress.alive``,
+    e.g. once per probe or repeat) keeps running past ``deadline_s`` until it falls silent for
+    ``stall_s`` (``stall_window`` sizes it from the work). Once a rank failed, the others get
+    ``timeout_s + 30`` more (their transfers with it time out). ``pin``: give each gloo rank
+    cores of its own when there are enough. Local gloo ranks bind to the loopback interface.
     """
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.Queue()
     ranks = list(range(hosts)) if ranks is None else list(ranks)
-    limits = Limits(
-        time.monotonic() + (2 * timeout_s + 30 if deadline_s is None else deadline_s),
-        stall_s, timeout_s + 30, Pulses(ctx, len(ranks)),
-    )  # fmt: skip
+    deadline_s = 2 * timeout_s + 30 if deadline_s is None else deadline_s
+    pulses = Pulses(ctx, len(ranks))
+    limits = Limits(deadline_s, stall_s, timeout_s + 30, pulses, startup_s=STARTUP_S + timeout_s)
     cores = rank_cores(hosts, threads, backend) if pin else None
-    with tempfile.TemporaryDirectory(prefix="ringsim-") as tmp:
+    with rendezvous_folder() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         procs = [
             ctx.Process(
@@ -214,30 +308,46 @@ def launch(
         ]
         answers: dict[int, tuple[str, object]] = {}
         with _terminate_cleanly():
-            _run_ranks(procs, ranks, results, answers, limits)
+            ended = _run_ranks(procs, ranks, results, answers, limits)
     failures = [
         f"rank {r}: {answers[r][1]}" for r in ranks if r in answers and answers[r][0] != "ok"
     ]
     missing = [r for r in ranks if r not in answers]
     if missing:
         failures.append(f"ranks {missing} did not answer (died or hung) before the deadline")
-        now = time.monotonic()
-        failures += [
-            f"rank {r}: last sign of life {now - limits.pulses.last(i):.0f} s ago "
-            f"(allowed silence: {limits.stall_s:g} s)"
-            for i, r in enumerate(ranks) if r in missing and limits.stall_s is not None
-        ]  # fmt: skip
+        for i, r in enumerate(ranks):
+            if r in missing:  # ended by itself (its exit code), or given up by the launcher
+                code = ended[r]
+                failures.append(
+                    f"rank {r}: exited ({code})" if code is not None else _silence(limits, i, r)
+                )
     if failures:
         raise RingError("ring run failed:\n" + "\n".join(failures))
     return [answers[r][1] for r in ranks]
 
 
-def _run_ranks(procs, ranks, results, answers: dict, limits: Limits) -> None:
+def _silence(limits: Limits, slot: int, rank: int) -> str:
+    """Why rank ``rank`` (slot ``slot``) was given up: it never joined, or how long it was
+    silent."""
+    now, pulses = time.monotonic(), limits.pulses
+    if math.isnan(pulses.joined_at(slot)):
+        return (
+            f"rank {rank}: never joined the process group ({now - pulses.created:.0f} s after "
+            f"it was started; allowed: {limits.startup_s:g} s)"
+        )
+    said = f"rank {rank}: last sign of life {now - pulses.last(slot):.0f} s ago"
+    if limits.stall_s is None:
+        return f"{said} (deadline: {limits.deadline_s:g} s after joining)"
+    return f"{said} (allowed silence: {limits.stall_s:g} s)"
+
+
+def _run_ranks(procs, ranks, results, answers: dict, limits: Limits) -> dict[int, int | None]:
     """Start the ranks and collect their answers into ``answers`` until every rank answered,
     all died, or one was given up (``Limits``); on every way out (an exception, Ctrl-C,
     SIGTERM's ``SystemExit``) no rank is left running: the finished ones are joined, the rest
-    killed."""
+    killed. Returns each rank's exit code, ``None`` for those the launcher had to kill."""
     finished = False
+    ended: dict[int, int | None] = {}
     try:
         for p in procs:
             p.start()
@@ -260,9 +370,11 @@ def _run_ranks(procs, ranks, results, answers: dict, limits: Limits) -> None:
         for r, p in zip(ranks, procs, strict=True):
             if finished and r in answers:  # answered: give it time to leave the process group
                 p.join(timeout=5.0)
+            ended[r] = p.exitcode
             if p.is_alive():
                 p.kill()
                 p.join()
+    return ended
 
 
 @dataclass(frozen=True)

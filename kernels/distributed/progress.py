@@ -8,14 +8,17 @@ when the measurement returns or raises. On a terminal the progress is a ``rich``
 stderr is a file or a pipe, one plain line per thing that starts, with the steps done.
 
 Apart from the text, every rank of ``kernels.distributed.launch.launch`` calls ``alive()`` as it
-works: a
-time stamp in memory shared with the launcher (``Pulses``), so that a long run whose ranks keep
-progressing is not taken for a hung one, while a rank that stops (hung in a transfer, spinning
-outside the work) falls silent and is given up in bounded time.
+works: a time stamp in memory shared with the launcher (``Pulses``), so that a long run whose
+ranks keep progressing is not taken for a hung one, while a rank that stops (hung in a
+transfer, spinning outside the work) falls silent and is given up in bounded time. A rank's
+clock starts when it has joined the process group (``joined()``), not when the launcher
+created it: starting a rank (a fresh interpreter importing torch) takes seconds, more on a
+busy machine, and must not count as silence.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import queue as queue_module
 import sys
@@ -27,31 +30,51 @@ from ringsim.timer.cost import attention_flops
 
 
 class Pulses:
-    """The last sign of life of each of ``n`` ranks: ``time.monotonic()`` stamps (one clock for
-    every process of the machine) in shared memory, written by the ranks (``attach`` once, then
-    ``alive()``) and read by the launcher (``last``). Starts at its creation time."""
+    """When each of ``n`` ranks joined its process group and its last sign of life:
+    ``time.monotonic()`` stamps (one clock for every process of the machine) in shared memory,
+    written by the ranks (``attach`` once, then ``joined()`` and ``alive()``) and read by the
+    launcher (``joined_at``, ``last``). NaN until the rank has joined; ``created``: when the
+    launcher made the slots (a rank that never joins is measured from there)."""
 
     def __init__(self, ctx, n: int):
-        self.stamps = ctx.Array("d", [time.monotonic()] * n, lock=False)
+        self.joined = ctx.Array("d", [math.nan] * n, lock=False)
+        self.stamps = ctx.Array("d", [math.nan] * n, lock=False)
+        self.created = time.monotonic()
 
     def attach(self, index: int) -> None:
-        """In a rank process: make ``alive()`` stamp slot ``index``."""
+        """In a rank process: make ``joined()`` and ``alive()`` stamp slot ``index``."""
         global _PULSE
-        _PULSE = (self.stamps, index)
+        _PULSE = (self, index)
+
+    def joined_at(self, index: int) -> float:
+        """When rank ``index`` joined (NaN: not yet)."""
+        return self.joined[index]
 
     def last(self, index: int) -> float:
+        """Rank ``index``'s last sign of life (NaN: it has not joined yet)."""
         return self.stamps[index]
 
 
-_PULSE = None  # (stamps, index) in a launched rank; None elsewhere
+_PULSE = None  # (pulses, index) in a launched rank; None elsewhere
 
 
-def alive() -> None:
-    """From a launched rank: it is working (no-op outside one). Call it between units of work
-    shorter than the launcher's ``stall_s``; never from a thread that outlives a hung main one."""
+def joined() -> None:
+    """From a launched rank: it has joined its process group; its deadline and its silence
+    count from now (no-op outside one)."""
     if _PULSE is not None:
-        stamps, index = _PULSE
-        stamps[index] = time.monotonic()
+        pulses, index = _PULSE
+        pulses.stamps[index] = pulses.joined[index] = time.monotonic()
+
+
+def alive() -> float:
+    """From a launched rank: it is working (no-op outside one). Call it between units of work
+    shorter than the launcher's ``stall_s``; never from a thread that outlives a hung main one.
+    Returns the stamp it wrote (``time.monotonic()``)."""
+    now = time.monotonic()
+    if _PULSE is not None:
+        pulses, index = _PULSE
+        pulses.stamps[index] = now
+    return now
 
 
 def pulsing(fn):
@@ -81,23 +104,36 @@ def stall_window(
     return 2 * timeout_s + 30 + blocks * flops / SLOWEST_FLOPS
 
 
+# Seconds a launched rank may take to start (a fresh interpreter importing torch, pinned to
+# its cores) before it joins the process group, besides the rendezvous' own ``timeout_s``:
+# start-up took 2.4-2.8 s on this 2-core machine, 3.8-4.4 s beside two CPU-bound processes
+# (issue 26); 120 s holds on a machine 25x slower than that, and a rank that fails to start
+# (dies) is noticed at once anyway.
+STARTUP_S = 120.0
+
+
 @dataclass
 class Limits:
-    """When ``kernels.distributed.launch.launch`` gives up on a rank: at ``deadline``, or later
-    while the
-    rank's last sign of life (``pulses``) is under ``stall_s`` old; at most ``after_failure``
-    seconds after another rank failed."""
+    """When ``kernels.distributed.launch.launch`` gives up on a rank: ``deadline_s`` after it
+    joined, or later while its last sign of life (``pulses``) is under ``stall_s`` old; one that
+    has not joined, ``startup_s`` after the slots were made; at most ``after_failure`` seconds
+    after another rank failed."""
 
-    deadline: float
+    deadline_s: float
     stall_s: float | None
     after_failure: float
     pulses: Pulses
+    startup_s: float = STARTUP_S
     failed_at: float | None = None
 
     def give_up_at(self, slot: int) -> float:
-        at = self.deadline
-        if self.stall_s is not None:
-            at = max(at, self.pulses.last(slot) + self.stall_s)
+        joined = self.pulses.joined_at(slot)
+        if math.isnan(joined):
+            at = self.pulses.created + self.startup_s
+        else:
+            at = joined + self.deadline_s
+            if self.stall_s is not None:
+                at = max(at, self.pulses.last(slot) + self.stall_s)
         return at if self.failed_at is None else min(at, self.failed_at + self.after_failure)
 
 
@@ -185,7 +221,10 @@ class Progress:
         if not self.enabled:
             return
         self._stop.set()
-        self._thread.join(timeout=2.0)
+        # the thread ends once the queue is empty (its ``get`` waits 0.1 s at a time): what the
+        # ranks said before they ended is all shown, however slowly a busy machine runs it;
+        # the limit only bounds a failure
+        self._thread.join(timeout=60.0)
         self.channel.close()
         self.channel.cancel_join_thread()
         if self._bar is not None:

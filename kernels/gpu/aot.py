@@ -27,7 +27,15 @@ argument or a new default tile shows up here.
 
 One worker process per (architecture, shard): the interpreter switch (``TRITON_INTERPRET``, set
 by the test session) must be off before Triton's ``jit`` decorates the kernels, and each worker
-compiles into a fresh cache directory so ``ptxas`` runs (and logs) for every kernel.
+compiles into a fresh cache directory so ``ptxas`` runs (and logs) for every kernel. Each
+distinct kernel is compiled once per architecture (a later launch that specialises to the
+same kernel finds it in the worker's cache and adds no record).
+
+``run_all(..., cache=True)`` (the test's way; ``--cache`` here) keeps the whole report in
+``ringsim.files.cache_dir("aot")`` beside the SHA-256 of every source file of this repository
+the workers imported (kernels, tiles, plans, this file) and the Triton, torch and Python
+versions, and returns it while all of them are unchanged; any change compiles everything
+again. Compiling takes minutes of CPU; a report whose inputs are byte-identical would be too.
 
 Triton versions: written against Triton 3.9 (pinned for CI). The GPU machine has Triton 3.6;
 the APIs used here (``triton.backends.driver.DriverBase``, ``triton.runtime.driver.set_active``,
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -314,6 +323,22 @@ def problems(record: dict) -> list[str]:
 # ------------------------------------------------------------------------------------------
 
 
+def repo_sources() -> list[str]:
+    """The Python files of this repository that this process has imported, relative to it:
+    what a worker's compiles depend on besides Triton and torch (a virtual environment inside
+    the repository is not the repository's)."""
+    env = Path(sys.prefix).resolve()
+    found = set()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path or not os.path.isabs(path) or not path.endswith(".py"):
+            continue
+        path = Path(path).resolve()
+        if path.is_relative_to(REPO) and not path.is_relative_to(env):
+            found.add(path.relative_to(REPO).as_posix())
+    return sorted(found)
+
+
 def run_worker(arch: int, shard: int, shards: int) -> list[dict]:
     """Compile this shard's launches (every ``shards``-th one) in this process."""
     records = []
@@ -336,14 +361,70 @@ def _worker_env(cache_dir: str) -> dict:
     return env
 
 
-def run_all(archs: Sequence[int] = ARCHS, jobs: int = 2) -> dict:
-    """Compile everything in ``jobs`` worker processes (split by arch, then by launch)."""
+def _versions() -> dict:
+    """What else a compile depends on: the compiler, the host code's torch, the interpreter,
+    and the one environment switch the workers set."""
+    import torch
+    import triton
+
+    fusion = _worker_env("")["TRITON_DEFAULT_FP_FUSION"]
+    python = sys.version.split()[0]
+    return {
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "python": python,
+        "fp_fusion": fusion,
+    }
+
+
+def _digests(sources: Sequence[str]) -> dict[str, str | None]:
+    """SHA-256 of each source file (relative to the repository), None for a missing one."""
+    out: dict[str, str | None] = {}
+    for name in sources:
+        path = REPO / name
+        out[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return out
+
+
+def _cache_file(archs: Sequence[int]) -> Path:
+    from ringsim.files import cache_dir
+
+    return cache_dir("aot") / f"aot-{'-'.join(map(str, archs))}.json"
+
+
+def _cached_report(archs: Sequence[int]) -> dict | None:
+    """The stored report for ``archs`` if every input it was compiled from is unchanged."""
+    try:
+        entry = json.loads(_cache_file(archs).read_text())
+        same = entry["versions"] == _versions() and entry["sources"] == _digests(entry["sources"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {**entry["report"], "cached": True} if same else None
+
+
+def run_all(archs: Sequence[int] = ARCHS, jobs: int = 2, *, cache: bool = False) -> dict:
+    """Compile everything in ``jobs`` worker processes (split by arch, then by launch).
+    ``cache``: return the stored report while its inputs are unchanged, and store a new one
+    (see the module docstring); the report says ``"cached": true`` when it was reused."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     archs = list(archs)
     for arch in archs:
         if arch not in SHARED_LIMIT:
             raise ValueError(f"arch must be one of {sorted(SHARED_LIMIT)}, got {arch}")
+    if cache and (report := _cached_report(archs)) is not None:
+        return report
+    report, sources = _compile_all(archs, jobs)
+    if cache:
+        from ringsim.files import write_json
+
+        entry = {"versions": _versions(), "sources": _digests(sources), "report": report}
+        with contextlib.suppress(OSError):  # a cache that cannot be written is no cache
+            write_json(_cache_file(archs), entry, indent=None)
+    return {**report, "cached": False}
+
+
+def _compile_all(archs: list[int], jobs: int) -> tuple[dict, list[str]]:
     shards = max(1, -(-jobs // len(archs)))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ringsim-aot-") as tmp:
@@ -368,17 +449,19 @@ def run_all(archs: Sequence[int] = ARCHS, jobs: int = 2) -> dict:
                         stderr=subprocess.PIPE,
                     )
                 )
-        records = []
+        records, sources = [], set()
         for proc in procs:
             stdout, stderr = proc.communicate()
             if proc.returncode != 0:
                 raise RuntimeError(f"AOT worker {proc.args[-1]} failed:\n{stderr[-3000:]}")
-            records += json.loads(stdout.strip().splitlines()[-1])
+            said = json.loads(stdout.strip().splitlines()[-1])
+            records += said["records"]
+            sources.update(said["sources"])
     import triton
 
     for record in records:
         record["problems"] = problems(record)
-    return {
+    report = {
         "triton": triton.__version__,
         "archs": archs,
         "shared_limit_bytes": {str(a): SHARED_LIMIT[a] for a in archs},
@@ -388,6 +471,7 @@ def run_all(archs: Sequence[int] = ARCHS, jobs: int = 2) -> dict:
         "failures": [r for r in records if r["problems"]],
         "records": sorted(records, key=_record_key),
     }
+    return report, sorted(sources)
 
 
 def _record_key(r: dict):
@@ -436,15 +520,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--out", default=None, help="write the JSON report here")
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="reuse the stored report while its inputs are unchanged",
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         arch, shard, shards = (int(x) for x in args.worker.split(":"))
-        print(json.dumps(run_worker(arch, shard, shards)))
+        records = run_worker(arch, shard, shards)
+        print(json.dumps({"records": records, "sources": repo_sources()}))
         return 0
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    report = run_all(args.arch or ARCHS, args.jobs)
+    report = run_all(args.arch or ARCHS, args.jobs, cache=args.cache)
     print(summary_table(report))
     print(
         f"{report['kernels']} kernels compiled in {report['wall_s']} s with {report['jobs']} "

@@ -254,6 +254,7 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
             factors[host] = 1.0 / slowdown
         speed = tuple(factors)
     hardware = resolve_hardware(args)  # first: it fills in args.dtype when not given
+    check_flags_apply(args, hardware, hosts)
     fields = dict(
         hosts=hosts,
         seq_len=seq_len,
@@ -278,6 +279,45 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
     fields.update(_implementation_fields(args, fields["hardware"], fields["dtype"]))
     fields.update(overrides)
     return RingConfig(**fields)
+
+
+def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
+    """Refuse a flag that would change nothing in this run (``ValueError`` naming it and what
+    it needs): ``--window`` beside another strategy than the double ring, ``--recompute``
+    outside a training step, ``--placement`` without a Ulysses x ring grid, and
+    ``--implementation torch`` (torch's CPU kernels, from a calibrated profile) on a GPU."""
+    from ringsim.timer.machine.families import arch_of
+    from ringsim.timer.strategies import STRATEGIES, get_strategy
+
+    strategy = getattr(args, "strategy", "ring")
+    kind = get_strategy(strategy)
+    if getattr(args, "window", None) is not None and not kind.windowed:
+        windowed = " or ".join(n for n, s in STRATEGIES.items() if s.windowed)
+        raise ValueError(
+            f"--window sets the double ring's inner ring: it needs --strategy {windowed}, "
+            f"got --strategy {strategy}"
+        )
+    if getattr(args, "recompute", False) and args.pass_ != "train-step":
+        raise ValueError(
+            f"--recompute runs a training step's forward again: it needs --pass train-step, "
+            f"got --pass {args.pass_}"
+        )
+    degree = getattr(args, "ulysses_degree", None)
+    grid = degree and 1 < degree < hosts and kind.runs(degree, hosts // degree)
+    if getattr(args, "placement", None) is not None and not grid:
+        grids = ", ".join(n for n, s in STRATEGIES.items() if s.runs(2, 2))
+        raise ValueError(
+            f"--placement orders a grid of Ulysses groups and rings: it needs --strategy {grids} "
+            f"with 1 < --ulysses-degree < --hosts, got --strategy "
+            f"{strategy}" + (f" --ulysses-degree {degree}" if degree else "")
+        )
+    implementation = getattr(args, "implementation", "ideal")
+    if implementation == "torch" and arch_of(hardware) is not None:
+        raise ValueError(
+            f"--implementation torch times torch's CPU kernels from a calibrated profile "
+            f"(--hardware cpu-calibrated, see `ringsim calibrate`); {hardware.name} is a GPU: "
+            f"use --implementation fa2, fa3, cudnn or triton"
+        )
 
 
 def _implementation_fields(args: argparse.Namespace, hardware, dtype: str) -> dict:
@@ -336,8 +376,8 @@ def add_cluster_flags(p: argparse.ArgumentParser, *, strategy: bool = True) -> N
     p.add_argument(
         "--placement",
         choices=PLACEMENTS,
-        default="ulysses-inner",
-        help="which groups are consecutive ranks (share a node)",
+        help="with --ulysses-degree U (1 < U < hosts): which groups are consecutive ranks "
+        "(share a node); default ulysses-inner",
     )
     p.add_argument(
         "--window",
@@ -401,6 +441,6 @@ def _run_config(config, strategy: str, *, keep_timeline: bool | None, args):
         strategy,
         ulysses_degree=degree,
         cluster=cluster,
-        placement=getattr(args, "placement", "ulysses-inner"),
+        placement=getattr(args, "placement", None) or "ulysses-inner",
         window=getattr(args, "window", None),
     )

@@ -36,7 +36,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ringsim.checks import check_bool, check_overflow, check_qkv, check_scale, check_segment_ids
+from ringsim.checks import (
+    as_float_array,
+    check_bool,
+    check_finite_array,
+    check_instance,
+    check_overflow,
+    check_qkv,
+    check_scale,
+    check_segment_ids,
+)
 from ringsim.masks import visible_mask
 
 
@@ -86,6 +95,18 @@ def merge(a: Partial, b: Partial) -> Partial:
     Both are rescaled to the common ``row_max``; a row with ``row_max = -inf`` contributes
     ``exp(-inf) = 0`` (the subtraction is shifted so that ``-inf - -inf`` never happens).
     """
+    for name, part in (("a", a), ("b", b)):
+        check_instance(name, part, Partial, "a Partial (from block_attention)")
+    if a.acc.shape != b.acc.shape or a.row_max.shape != b.row_max.shape:
+        raise ValueError(
+            f"a and b must be partials of the same query rows, got acc shapes {a.acc.shape} "
+            f"and {b.acc.shape}"
+        )
+    return _merge(a, b)
+
+
+def _merge(a: Partial, b: Partial) -> Partial:
+    """``merge`` without the checks (the executors' inner loop)."""
     row_max = np.maximum(a.row_max, b.row_max)
     shift = np.where(np.isneginf(row_max), 0, row_max)
     alpha = np.exp(a.row_max - shift)
@@ -181,9 +202,57 @@ def block_attention(
     ``row_max = -inf``, ``row_sum = 0``, ``acc = 0`` (never NaN).
     Computes in float32 (float64 for float64 inputs).
     """
-    dtype = work_dtype(q_block.dtype)
+    q_block, k_block, v_block = check_qkv(q_block, k_block, v_block, names=BLOCK_NAMES)
+    scale = check_scale(scale, q_block.shape[-1], default=False)
+    mask = _check_mask(q_block, k_block, q_pos, k_pos, causal, q_seg, k_seg)
+    return _block_attention(q_block, k_block, v_block, scale=scale, **mask)
+
+
+BLOCK_NAMES = ("q_block", "k_block", "v_block")
+
+
+def _check_positions(name: str, pos: object, length: int) -> np.ndarray | None:
+    """Token positions (or document ids) of a block: ``None`` or ``length`` integers."""
+    if pos is None:
+        return None
+    try:
+        arr = np.asarray(pos)
+    except (TypeError, ValueError):
+        arr = np.asarray(None)
+    if arr.dtype.kind not in "iu" or arr.shape != (length,):
+        raise ValueError(
+            f"{name} must be {length} integers (one per token of the block), got {pos!r}"[:200]
+        )
+    return arr
+
+
+def _check_mask(q, k, q_pos, k_pos, causal, q_seg, k_seg) -> dict:
+    """The mask keywords of a block call, checked against the blocks' lengths."""
+    cq, ck = q.shape[-2], k.shape[-2]
+    causal = check_bool("causal", causal)
+    q_pos, k_pos = _check_positions("q_pos", q_pos, cq), _check_positions("k_pos", k_pos, ck)
     if causal and (q_pos is None or k_pos is None):
         raise ValueError("causal block attention needs q_pos and k_pos (global positions)")
+    q_seg, k_seg = _check_positions("q_seg", q_seg, cq), _check_positions("k_seg", k_seg, ck)
+    if (q_seg is None) != (k_seg is None):
+        raise ValueError("q_seg and k_seg (document ids) must be given together, got one of them")
+    return dict(q_pos=q_pos, k_pos=k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
+
+
+def _block_attention(
+    q_block,
+    k_block,
+    v_block,
+    *,
+    scale,
+    q_pos=None,
+    k_pos=None,
+    causal=False,
+    q_seg=None,
+    k_seg=None,
+) -> Partial:
+    """``block_attention`` without the checks (the executors' inner loop)."""
+    dtype = work_dtype(q_block.dtype)
     q_g = group_heads(q_block.astype(dtype, copy=False) * dtype(scale), kv_heads_of(k_block))
     k_g = _as_kv(k_block.astype(dtype, copy=False))
     v_g = _as_kv(v_block.astype(dtype, copy=False))
@@ -266,6 +335,63 @@ def block_attention_backward(
     Returns ``(dq_block, dk_block, dv_block)`` shaped like their inputs; ``dk``/``dv`` are
     summed over the query heads that share each kv head.
     """
+    q_block, k_block, v_block = check_qkv(q_block, k_block, v_block, names=BLOCK_NAMES)
+    dout_block = as_float_array("dout_block", dout_block)
+    if dout_block.shape != q_block.shape:
+        raise ValueError(
+            f"dout_block must have the shape of q_block {q_block.shape}, got {dout_block.shape}"
+        )
+    check_finite_array("dout_block", dout_block)
+    rows = q_block.shape[:-1]
+    given = {"lse": lse, "delta": delta, "row_max": row_max, "row_sum": row_sum}
+    stats = {name: _check_rows(name, value, rows) for name, value in given.items()}
+    if stats["delta"] is None:
+        raise ValueError(f"delta must be a float array of shape {rows}, got None")
+    if (stats["row_max"] is None) != (stats["row_sum"] is None):
+        raise ValueError("row_max and row_sum must be given together, got one of them")
+    if stats["lse"] is None and stats["row_max"] is None:
+        raise ValueError("lse must be given (or row_max and row_sum), got None")
+    scale = check_scale(scale, q_block.shape[-1], default=False)
+    mask = _check_mask(q_block, k_block, q_pos, k_pos, causal, q_seg, k_seg)
+    return _block_attention_backward(
+        q_block, k_block, v_block, dout_block, scale=scale, **stats, **mask
+    )
+
+
+def _check_rows(name: str, value: object, rows: tuple[int, ...]) -> np.ndarray | None:
+    """A per-query-row statistic (``lse``, ``delta``, ...): ``None`` or floats of ``rows``."""
+    if value is None:
+        return None
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):
+        arr = np.asarray(None)
+    if arr.dtype.kind != "f" or arr.shape != rows:
+        raise ValueError(
+            f"{name} must be a float array of shape {rows} (one number per query row), got "
+            f"{value!r}"[:200]
+        )
+    return arr
+
+
+def _block_attention_backward(
+    q_block,
+    k_block,
+    v_block,
+    dout_block,
+    lse,
+    delta,
+    *,
+    scale,
+    q_pos=None,
+    k_pos=None,
+    causal=False,
+    q_seg=None,
+    k_seg=None,
+    row_max=None,
+    row_sum=None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``block_attention_backward`` without the checks (the executors' inner loop)."""
     dtype = work_dtype(q_block.dtype)
     hkv = kv_heads_of(k_block)
     grouped = lambda x: group_heads(x[..., None].astype(dtype, copy=False), hkv)[..., 0]

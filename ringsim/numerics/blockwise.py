@@ -24,7 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim.checks import as_float_array, check_finite_array, check_positive_int
+from ringsim.checks import (
+    as_float_array,
+    check_finite_array,
+    check_instance,
+    check_memory,
+    check_non_negative_int,
+    check_positive_int,
+)
 from ringsim.layouts import Layout, get_layout
 from ringsim.numerics.attention import reference_attention, work_dtype
 from ringsim.numerics.ring import ring_attention
@@ -87,8 +94,10 @@ def init_params(
         raise ValueError(
             f"heads must be a multiple of kv_heads (GQA), got heads={heads}, kv_heads={kv_heads}"
         )
+    weights = 8 * (4 * d_model * d_model + 3 * d_model * d_ff)  # float64, at most
+    check_memory("d_model", d_model, weights, f"the weights (d_ff={d_ff:,})")
     head_dim = d_model // heads
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_non_negative_int("seed", seed))
 
     def dense(fan_in: int, fan_out: int) -> np.ndarray:
         return rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)
@@ -178,6 +187,7 @@ def blockwise_ffn(
 
 
 def _check_x(x: object, p: TransformerParams) -> np.ndarray:
+    check_instance("params", p, TransformerParams, "a TransformerParams (ringsim.init_params)")
     x = as_float_array("x", x)
     if x.shape[-1] != p.d_model:
         raise ValueError(f"x must have d_model={p.d_model} features, got shape {x.shape}")
@@ -213,6 +223,7 @@ def ring_block(
     ``ffn_hidden_peak_bytes`` (the largest feed-forward hidden any host built).
     """
     x = _check_x(x, params)
+    check_instance("stats", stats, dict | type(None), "a dict to fill, or None")
     hosts = check_positive_int("hosts", hosts)
     layout = get_layout(layout)
     seq_len = layout.check_seq_len(x.shape[-2], hosts)

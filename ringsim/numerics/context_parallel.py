@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.numerics.attention import (
-    block_attention,
-    block_attention_backward,
+    _block_attention,
+    _block_attention_backward,
+    _merge,
     empty_partial,
-    merge,
     work_dtype,
 )
 from ringsim.numerics.ring import KVBlock, _softmax_rows, ring_backward, ring_forward
@@ -123,8 +123,8 @@ def double_ring_forward(q, k, v, sched: Schedule, scale: float, *, window: int, 
         for h, blk in enumerate(held):
             if kinds[h] != BlockKind.SKIP:
                 args = _mask_args(sched, h, blk.owner, kinds[h])
-                part = block_attention(qs[h], blk.k, blk.v, scale=scale, **args)
-                states[h] = merge(states[h], part)
+                part = _block_attention(qs[h], blk.k, blk.v, scale=scale, **args)
+                states[h] = _merge(states[h], part)
     return _stats_out(states, sched, stats)
 
 
@@ -159,7 +159,7 @@ def double_ring_backward(
         for h, blk in enumerate(held):
             if kinds[h] == BlockKind.SKIP:
                 continue
-            dq, dk, dv = block_attention_backward(
+            dq, dk, dv = _block_attention_backward(
                 qs[h],
                 blk.k,
                 blk.v,
@@ -190,7 +190,7 @@ def allgather_forward(q, k, v, sched: Schedule, scale: float, *, stats=None):
     k_all, v_all, keys = _all_gather(k, v, pos)
     segs = lambda p: {} if seg is None else {"q_seg": seg[p], "k_seg": seg[keys]}
     states = [
-        block_attention(
+        _block_attention(
             _shard(q, p),
             k_all,
             v_all,
@@ -226,7 +226,7 @@ def allgather_backward(
     for p in pos:
         do = _shard(dout, p).astype(dtype)
         softmax = _softmax_rows(lse, row_max, row_sum, p)
-        dq, dk_all, dv_all = block_attention_backward(
+        dq, dk_all, dv_all = _block_attention_backward(
             _shard(q, p),
             k_all,
             v_all,

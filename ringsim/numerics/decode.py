@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringsim.checks import check_positive_int, check_qkv, check_scale
-from ringsim.numerics.attention import Partial, block_attention, merge, work_dtype
-from ringsim.numerics.ring import _raise_if_overflow
+from ringsim.checks import check_bool, check_positive_int, check_qkv, check_scale, checked_result
+from ringsim.numerics.attention import Partial, _block_attention, _merge
 
 
 def cache_shards(cache_len: int, hosts: int) -> list[tuple[int, int]]:
@@ -48,7 +47,7 @@ def tree_merge(partials: list[Partial]) -> tuple[Partial, int]:
         raise ValueError("partials must hold at least one Partial, got an empty list")
     level, depth = list(partials), 0
     while len(level) > 1:
-        pairs = [merge(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        pairs = [_merge(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
         level = pairs + level[len(pairs) * 2 :]
         depth += 1
     return level[0], depth
@@ -71,7 +70,10 @@ def ring_decode(
     ``return_partials`` also the list of per-host ``Partial`` (working dtype: float64 for
     float64 inputs, float32 otherwise), in host order.
     """
-    q_token, k_cache, v_cache = check_qkv(q_token, k_cache, v_cache)
+    q_token, k_cache, v_cache = check_qkv(
+        q_token, k_cache, v_cache, names=("q_token", "k_cache", "v_cache")
+    )
+    return_partials = check_bool("return_partials", return_partials)
     if q_token.shape[-2] != 1:
         raise ValueError(
             f"q_token must hold one token, shape (..., Hq, 1, d), got shape {q_token.shape}"
@@ -81,13 +83,11 @@ def ring_decode(
     # an overflow shows up as a non-finite output, refused below with a clear message
     with np.errstate(over="ignore", invalid="ignore"):
         partials = [
-            block_attention(
+            _block_attention(
                 q_token, k_cache[..., start:stop, :], v_cache[..., start:stop, :], scale=scale
             )
             for start, stop in cache_shards(k_cache.shape[-2], hosts)
         ]
         merged, _ = tree_merge(partials)
-    out = merged.out
-    _raise_if_overflow(out, work_dtype(q_token.dtype))
-    out = out.astype(q_token.dtype)
+    out = checked_result("attention", merged.out, q_token.dtype, lse=merged.lse)
     return (out, partials) if return_partials else out

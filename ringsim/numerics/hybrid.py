@@ -33,17 +33,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.checks import (
-    check_finite_array,
+    check_bool,
+    check_choice,
+    check_overflow,
     check_positive_int,
     check_qkv,
     check_scale,
     check_segment_ids,
+    checked_result,
 )
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
 from ringsim.layouts import Layout, get_layout
 from ringsim.numerics.attention import work_dtype
 from ringsim.numerics.context_parallel import METHODS, _place, _shard
-from ringsim.numerics.ring import _raise_if_overflow
+from ringsim.numerics.ring import GRADS, check_dout
 from ringsim.schedule import Schedule, build_schedule
 
 # --------------------------------------------------------------------------------------------
@@ -140,10 +143,9 @@ def _problem(
         q, k, v = q[None], k[None], v[None]
     hosts = check_positive_int("hosts", hosts)
     layout = get_layout(layout)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    causal = check_bool("causal", causal)
+    method = check_choice("method", method, tuple(METHODS))
+    placement = check_choice("placement", placement, PLACEMENTS)
     U = check_ulysses_degree(hosts, k.shape[-3], ulysses_degree)
     R = hosts // U
     if q.shape[-2] != k.shape[-2]:
@@ -167,7 +169,7 @@ def _problem(
         flat,
         Grid(U, R, placement),
         layout,
-        bool(causal),
+        causal,
         check_scale(scale, q.shape[-1]),
         check_segment_ids(segment_ids, seq_len),
         method,
@@ -221,31 +223,26 @@ def _forward(prob: _Problem):
     return pos, heads, saved
 
 
-def _attention(prob: _Problem, return_lse: bool):
+def _attention(prob: _Problem, return_lse: object):
+    return_lse = check_bool("return_lse", return_lse)
     pos, _, saved = _forward(prob)
     slots = prob.schedule("forward").positions
     out = _home(_from_ring_groups([s[3] for s in saved], prob.grid, slots), prob, pos)
     lse_h = _from_ring_groups([s[4][..., None] for s in saved], prob.grid, slots)
     lse = _home(lse_h, prob, pos)[..., 0]
-    _raise_if_overflow(out, work_dtype(prob.q.dtype), lse)
-    out = out.astype(prob.q.dtype)
+    out = checked_result("attention", out, prob.q.dtype, lse=lse)
     if prob.flat:
         out, lse = out[0], lse[0]
     return (out, lse) if return_lse else out
 
 
 def _gradients(prob: _Problem, dout: object):
-    dout = np.asarray(dout)
+    dout = check_dout(dout, prob.q[0] if prob.flat else prob.q)
     if prob.flat:
         dout = dout[None]
-    if dout.shape != prob.q.shape:
-        raise ValueError(f"dout must have the shape of q {prob.q.shape}, got {dout.shape}")
-    if dout.dtype != prob.q.dtype:
-        raise ValueError(f"dout must have the dtype of q ({prob.q.dtype}), got {dout.dtype}")
-    check_finite_array("dout", dout)
     pos, heads, saved = _forward(prob)
     for s in saved:
-        _raise_if_overflow(s[3], work_dtype(prob.q.dtype), s[4])
+        check_overflow("attention", s[3], work_dtype(prob.q.dtype), lse=s[4])
     grid = prob.grid
     doh = scatter_heads(_by_rank(dout, pos), grid, [h for h, _ in heads])
     sched = prob.schedule("backward")
@@ -258,10 +255,9 @@ def _gradients(prob: _Problem, dout: object):
         for g, x in zip(grads, group, strict=True):
             g.append(x)
     result = []
-    for g in grads:
+    for name, g in zip(GRADS, grads, strict=True):
         x = _home(_from_ring_groups(g, grid, sched.positions), prob, pos)
-        _raise_if_overflow(x, work_dtype(prob.q.dtype))
-        result.append((x[0] if prob.flat else x).astype(prob.q.dtype))
+        result.append(checked_result(name, x[0] if prob.flat else x, prob.q.dtype))
     return tuple(result)
 
 

@@ -38,7 +38,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ringsim.checks import check_positive_int
+from ringsim.checks import (
+    check_choice,
+    check_memory,
+    check_non_negative_int,
+    check_positive_int,
+)
 from ringsim.numerics.attention import reference_attention
 from ringsim.numerics.ring import ring_attention
 from ringsim.numerics.rounding import relative_error
@@ -70,13 +75,20 @@ def error_growth(
     seq_per_host = check_positive_int("seq_per_host", seq_per_host)
     head_dim = check_positive_int("head_dim", head_dim)
     heads = check_positive_int("heads", heads)
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    dtype = check_choice("dtype", dtype, ("float32", "float64"))
+    seed = check_non_negative_int("seed", seed)
+    if not isinstance(hosts_list, Sequence | np.ndarray) or isinstance(hosts_list, str):
+        raise ValueError(f"hosts_list must be a list of host counts, got {hosts_list!r}"[:200])
     if len(hosts_list) == 0:
         raise ValueError(f"hosts_list must name at least one host count, got {hosts_list!r}")
+    counts = [check_positive_int("hosts_list", hosts) for hosts in hosts_list]
+    for hosts in counts:  # q, k, v and the float64 reference's score matrix, at most
+        tokens = hosts * seq_per_host
+        need = 8 * heads * tokens * (4 * head_dim + tokens)
+        sizes = f"heads={heads}, head_dim={head_dim}, hosts={hosts}, seq_per_host"
+        check_memory(sizes, seq_per_host, need, "the inputs and the float64 reference")
     rows = []
-    for hosts in hosts_list:
-        hosts = check_positive_int("hosts", hosts)
+    for hosts in counts:
         seq_len = hosts * seq_per_host
         rng = np.random.default_rng(seed)
         q, k, v = (rng.standard_normal((heads, seq_len, head_dim)).astype(dtype) for _ in "qkv")

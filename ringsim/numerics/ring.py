@@ -28,15 +28,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ringsim.checks import check_finite_array, check_positive_int, check_qkv, check_scale
+from ringsim.checks import (
+    as_float_array,
+    check_bool,
+    check_finite_array,
+    check_instance,
+    check_overflow,
+    check_positive_int,
+    check_qkv,
+    check_scale,
+    checked_result,
+)
 from ringsim.layouts import Layout, get_layout
 from ringsim.numerics.attention import (
     Partial,
+    _block_attention,
+    _block_attention_backward,
+    _merge,
     _softmax_shift,
-    block_attention,
-    block_attention_backward,
     empty_partial,
-    merge,
     work_dtype,
 )
 from ringsim.numerics.rounding import check_precision, round_to
@@ -178,14 +188,41 @@ def _assemble(blocks: list[np.ndarray], positions: np.ndarray, like: np.ndarray)
     return out
 
 
-def _raise_if_overflow(out: np.ndarray, dtype: np.dtype, lse: np.ndarray | None = None) -> None:
-    # In self-attention every query sees at least itself, so a -inf lse can only mean that all
-    # of its scores overflowed to -inf (the row would silently come out as 0 under a mask).
-    if not np.all(np.isfinite(out)) or (lse is not None and not np.all(np.isfinite(lse))):
+def check_record(record: object) -> RingRecord | None:
+    return check_instance("record", record, RingRecord | type(None), "a RingRecord or None")
+
+
+def check_dout(dout: object, q: np.ndarray) -> np.ndarray:
+    """``dout``: like ``q``, same shape and dtype, finite."""
+    dout = as_float_array("dout", dout)
+    if dout.shape != q.shape:
+        raise ValueError(f"dout must have the shape of q {q.shape}, got {dout.shape}")
+    if dout.dtype != q.dtype:
+        raise ValueError(f"dout must have the dtype of q ({q.dtype}), got {dout.dtype}")
+    check_finite_array("dout", dout)
+    return dout
+
+
+def _check_out_lse(out: object, lse: object, q: np.ndarray) -> tuple:
+    """The forward's ``out`` (like ``q``) and ``lse`` (``q``'s shape without ``d``), both or
+    neither; ``(None, None)`` when not given."""
+    if out is None and lse is None:
+        return None, None
+    if out is None or lse is None:
+        given, missing = ("out", "lse") if lse is None else ("lse", "out")
+        raise ValueError(f"{given} needs {missing} too (the forward's pair), got {missing}=None")
+    out = as_float_array("out", out)
+    if out.shape != q.shape:
+        raise ValueError(f"out must have the shape of q {q.shape}, got {out.shape}")
+    lse = np.asarray(lse)
+    if lse.dtype.kind != "f" or lse.shape != q.shape[:-1]:
         raise ValueError(
-            f"attention overflowed in {np.dtype(dtype).name}: the scores q.k*scale (or the "
-            "values) are too large to represent; use float64 inputs or rescale them"
+            f"lse must be a float array of shape {q.shape[:-1]} (q's without the head dim), "
+            f"got dtype {lse.dtype} and shape {lse.shape}"
         )
+    check_finite_array("out", out)
+    check_finite_array("lse", lse)
+    return out, lse
 
 
 def ring_forward(
@@ -226,7 +263,7 @@ def ring_forward(
             if kinds[h.rank] == BlockKind.SKIP:
                 continue
             blk = h.kv_block
-            part = block_attention(
+            part = _block_attention(
                 h.q_block,
                 blk.k,
                 blk.v,
@@ -239,7 +276,7 @@ def ring_forward(
             )
             if partial_dtype is not None:
                 part = Partial.from_out_lse(round_to(part.out, partial_dtype), part.lse)
-            h.state = merge(h.state, part)
+            h.state = _merge(h.state, part)
             if accum_dtype is not None:
                 h.state = Partial(
                     round_to(h.state.acc, accum_dtype),
@@ -285,6 +322,7 @@ def ring_attention(
     when ``return_lse``.
     """
     q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale, segment_ids)
+    return_lse = check_bool("return_lse", return_lse)
     sched = build_schedule(
         hosts, layout, causal, "forward", seq_len=q.shape[-2], segment_ids=segment_ids
     )
@@ -296,10 +334,9 @@ def ring_attention(
         scale,
         partial_dtype=check_precision("partial_dtype", partial_dtype),
         accum_dtype=check_precision("accum_dtype", accum_dtype),
-        record=record,
+        record=check_record(record),
     )
-    _raise_if_overflow(out, work_dtype(q.dtype), lse)
-    out = out.astype(q.dtype)
+    out = checked_result("attention", out, q.dtype, lse=lse)
     return (out, lse) if return_lse else out
 
 
@@ -356,7 +393,7 @@ def ring_backward(
             if kinds[h.rank] == BlockKind.SKIP:
                 continue
             blk = h.kv_block
-            dq, dk, dv = block_attention_backward(
+            dq, dk, dv = _block_attention_backward(
                 h.q_block,
                 blk.k,
                 blk.v,
@@ -413,22 +450,20 @@ def ring_attention_backward(
     Gradients come back in the input dtype, in the original token order.
     """
     q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale, segment_ids)
-    dout = np.asarray(dout)
-    if dout.shape != q.shape:
-        raise ValueError(f"dout must have the shape of q {q.shape}, got {dout.shape}")
-    if dout.dtype != q.dtype:
-        raise ValueError(f"dout must have the dtype of q ({q.dtype}), got {dout.dtype}")
-    check_finite_array("dout", dout)
+    dout = check_dout(dout, q)
+    out, lse = _check_out_lse(out, lse, q)
+    record = check_record(record)
     seq_len = q.shape[-2]
     fwd = build_schedule(hosts, layout, causal, "forward", seq_len=seq_len, segment_ids=segment_ids)
     stats: dict = {}
-    if out is None or lse is None:
+    if out is None:
         out, lse = ring_forward(q, k, v, fwd, scale, stats=stats)
-    _raise_if_overflow(out, work_dtype(q.dtype), lse)
+    check_overflow("attention", out, work_dtype(q.dtype), lse=lse)
     bwd = build_schedule(
         hosts, layout, causal, "backward", seq_len=seq_len, segment_ids=segment_ids
     )
     grads = ring_backward(q, k, v, dout, out, lse, bwd, scale, record=record, **stats)
-    for g in grads:
-        _raise_if_overflow(g, work_dtype(q.dtype))
-    return tuple(g.astype(q.dtype) for g in grads)
+    return tuple(checked_result(name, g, q.dtype) for name, g in zip(GRADS, grads, strict=True))
+
+
+GRADS = ("dq", "dk", "dv")

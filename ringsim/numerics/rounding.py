@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ringsim.checks import check_choice
+
 PRECISIONS = ("bf16", "fp16", "fp32", "fp64")
 
 
 def check_precision(name: str, value: str | None) -> str | None:
     if value is None:
         return None
-    if value not in PRECISIONS:
-        raise ValueError(f"{name} must be one of {', '.join(PRECISIONS)} or None, got {value!r}")
-    return value
+    return check_choice(name, value, PRECISIONS, also=" or None")
 
 
 def round_to(x: np.ndarray, precision: str | None) -> np.ndarray:
@@ -28,6 +28,9 @@ def round_to(x: np.ndarray, precision: str | None) -> np.ndarray:
     ``ml_dtypes.bfloat16``, float64 inputs go through float32 first. Values past the largest
     bf16/fp16 round to ``±inf``; ``±inf`` (the log-sum-exp of an empty row) and NaN survive.
     """
+    if not isinstance(x, np.ndarray | np.floating) or x.dtype.kind != "f":
+        raise ValueError(f"x must be a float array, got {x!r}"[:200])
+    precision = check_precision("precision", precision)
     if precision is None or precision == "fp64":
         return x
     with np.errstate(over="ignore"):

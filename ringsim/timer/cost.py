@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import math
 
-from ringsim.checks import check_positive_int
+from ringsim.checks import (
+    check_bool,
+    check_choice,
+    check_instance,
+    check_positive_int,
+    check_real,
+)
 from ringsim.timer.machine.hardware import Hardware, check_dtype
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -26,13 +32,11 @@ BLOCK_PASSES = ("forward", "backward")
 
 
 def _check_pass(pass_: object, allowed: tuple[str, ...]) -> str:
-    if pass_ not in allowed:
-        raise ValueError(f"pass must be one of {', '.join(allowed)}, got {pass_!r}")
-    return str(pass_)
+    return check_choice("pass", pass_, allowed)
 
 
 def _check_work(work: float) -> float:
-    work = float(work)
+    work = check_real("work", work)
     if not (0.0 <= work <= 1.0):
         raise ValueError(f"work must be a fraction in [0, 1], got {work!r}")
     return work
@@ -176,9 +180,11 @@ def overlap_threshold(
     ``2 c d h_kv (b + b_grad)`` bytes: at equal dtypes ``c >= 0.8 (F / B) (h_kv / h)``.
     ``batch`` scales both sides alike and only matters through the latency term.
     """
+    check_instance("hw", hw, Hardware, "a Hardware (ringsim.get_hardware(name))")
     pass_ = _check_pass(pass_, BLOCK_PASSES)
     check_positive_int("heads", heads)
     check_positive_int("kv_heads", kv_heads)
+    include_latency = check_bool("include_latency", include_latency)
     flops = hw.flops_for(dtype)
     a = attention_flops(1, 1, heads, head_dim, pass_=pass_, batch=batch) / flops
     beta = (

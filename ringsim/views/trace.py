@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ringsim.checks import check_instance, check_positive_int
 from ringsim.files import check_output_path, write_json
 from ringsim.timer.engine.result import grad_rows, kv_messages
 from ringsim.timer.engine.timeline import Timeline
@@ -52,6 +53,19 @@ def count_trace_events(timeline: Timeline, hosts: Sequence[int] | None = None) -
     return int(sum(np.isfinite(a[:, cols]).sum() for a in arrays))
 
 
+def _check_hosts(hosts: object, timeline: Timeline) -> list[int]:
+    """``hosts``: host numbers of the timeline (a list, a range, an array)."""
+    ok = isinstance(hosts, Sequence | np.ndarray) and not isinstance(hosts, str)
+    chosen = list(hosts) if ok else []
+    numbers = all(isinstance(h, int | np.integer) and not isinstance(h, bool) for h in chosen)
+    if not ok or not numbers:
+        raise ValueError(f"hosts must be a list of host numbers, got {hosts!r}"[:200])
+    bad = [int(h) for h in chosen if not 0 <= h < timeline.hosts]
+    if bad:
+        raise ValueError(f"hosts must be in [0, {timeline.hosts}), got {bad}")
+    return [int(h) for h in chosen]
+
+
 def chrome_trace(
     timeline: Timeline,
     *,
@@ -60,10 +74,9 @@ def chrome_trace(
     max_events: int = MAX_EVENTS,
 ) -> dict:
     """The trace as a dict (``json.dump`` it, or use ``write_chrome_trace``)."""
-    chosen = list(range(timeline.hosts)) if hosts is None else [int(h) for h in hosts]
-    bad = [h for h in chosen if not 0 <= h < timeline.hosts]
-    if bad:
-        raise ValueError(f"hosts must be in [0, {timeline.hosts}), got {bad}")
+    check_instance("timeline", timeline, Timeline, "a Timeline (a SimResult's .timeline)")
+    chosen = list(range(timeline.hosts)) if hosts is None else _check_hosts(hosts, timeline)
+    max_events = check_positive_int("max_events", max_events)
     count = count_trace_events(timeline, chosen)
     if count > max_events:
         raise ValueError(
@@ -101,6 +114,7 @@ def write_chrome_trace(timeline: Timeline, path: str | Path, **kwargs) -> None:
     """Write ``chrome_trace(timeline, **kwargs)`` to ``path`` as strict JSON, atomically: a
     bad path is a ``ValueError`` before any work, a failed write leaves the old file, and a
     non-finite time (an overflowed run) is refused rather than written as ``Infinity``."""
+    check_instance("timeline", timeline, Timeline, "a Timeline (a SimResult's .timeline)")
     check_output_path("path", path)
     trace = chrome_trace(timeline, **kwargs)
     write_json(path, trace, indent=None, separators=(",", ":"))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ringsim.checks import check_choice
 from ringsim.schedule import Schedule
 from ringsim.timer.cost import attention_flops, ffn_flops, partial_bytes, projection_flops
 from ringsim.timer.engine.clock import Costs, decode_seconds
@@ -128,11 +129,10 @@ def simulate(
     again on first use; ``None`` (default) keeps them when they take at most
     ``KEEP_TIMELINE_BYTES``. A run that cannot fit is refused up front (``ValueError`` saying
     what it would need)."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    check_choice("engine", engine, ENGINES)
     if not isinstance(config, RingConfig):
         raise ValueError(f"config must be a RingConfig, got {config!r}")
-    if keep_timeline not in (None, True, False):
+    if keep_timeline is not None and not isinstance(keep_timeline, bool | np.bool_):
         raise ValueError(f"keep_timeline must be True, False or None, got {keep_timeline!r}")
     phases = _phases(config)
     rows, P = sum(p.rows for p in phases), config.hosts

@@ -15,6 +15,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from ringsim.checks import check_choice
 from ringsim.timer.machine.hardware import Hardware
 from ringsim.timer.machine.ranges import Range, middle
 
@@ -438,8 +439,4 @@ def get_family(implementation: str | KernelFamily) -> KernelFamily:
     """The family called ``implementation`` (a ``KernelFamily`` is returned as is)."""
     if isinstance(implementation, KernelFamily):
         return implementation
-    if implementation not in KERNELS:
-        raise ValueError(
-            f"implementation must be one of {', '.join(KERNELS)}, got {implementation!r}"
-        )
-    return KERNELS[implementation]
+    return KERNELS[check_choice("implementation", implementation, tuple(KERNELS))]

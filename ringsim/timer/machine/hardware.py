@@ -24,6 +24,7 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, replace
 from pathlib import Path
 
+from ringsim.checks import check_choice
 from ringsim.files import read_json_object, write_json
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -47,9 +48,7 @@ def _check_rate(name: str, value: object, *, allow_zero: bool = False) -> float:
 
 
 def check_dtype(dtype: object) -> str:
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    return str(dtype)
+    return check_choice("dtype", dtype, DTYPES)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim.checks import check_positive_int
+from ringsim.checks import check_choice, check_instance, check_positive_int, check_real
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.machine.families import (
     SMS,
@@ -70,6 +70,7 @@ from ringsim.timer.machine.families import (
     split_count,
 )
 from ringsim.timer.machine.hardware import Hardware, check_dtype
+from ringsim.timer.machine.ranges import ENDS
 
 __all__ = [
     "BENCHMARK_TOKENS",
@@ -295,6 +296,11 @@ def _benchmark_efficiency(
     return cta_efficiency(np.tile(one, heads * batch), sms, launch.ctas_per_sm, lone_speed)
 
 
+MAX_CALL_SIZE = 2**31 - 1
+"""The largest token count, head count, head dim or batch of one call: kernels index their
+grid and offsets in 32-bit integers (CUDA's grid x limit is 2^31 - 1)."""
+
+
 def _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dtype, pass_, mask):
     for name, value in (
         ("q_tokens", q_tokens),
@@ -304,12 +310,10 @@ def _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dt
         ("head_dim", head_dim),
         ("batch", batch),
     ):
-        check_positive_int(name, value)
+        check_positive_int(name, value, at_most=MAX_CALL_SIZE)
     check_dtype(dtype)
-    if pass_ not in CALL_PASSES:
-        raise ValueError(f"pass must be one of {', '.join(CALL_PASSES)}, got {pass_!r}")
-    if mask not in MASKS:
-        raise ValueError(f"mask must be one of {', '.join(MASKS)}, got {mask!r}")
+    check_choice("pass", pass_, CALL_PASSES)
+    check_choice("mask", mask, MASKS)
     if dtype not in family.dtypes:
         raise ValueError(
             f"dtype {dtype!r} is not run by implementation {family.name!r} "
@@ -357,9 +361,12 @@ def attention_call_seconds(
     TF32 attention); ``lone_cta_speed`` the end of the family's range to assume
     (``"low"``/``"point"``/``"high"``, ``ringsim.timer.machine.ranges``) or a value.
     ``"ideal"`` returns ``attention_flops(q, k, heads, head_dim, work=visible) / peak``."""
+    check_instance("hardware", hardware, Hardware, "a Hardware (ringsim.get_hardware(name))")
     family = for_hardware(get_family(family), hardware)
     _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dtype, pass_, mask)
-    rate = hardware.flops_for(dtype) if peak is None else float(peak)
+    rate = hardware.flops_for(dtype) if peak is None else check_real("peak", peak, positive=True)
+    if visible is not None and not 0.0 <= check_real("visible", visible) <= 1.0:
+        raise ValueError(f"visible must be a fraction in [0, 1], got {visible!r}")
     if family.ideal:
         if visible is None:
             visible = _visible_fraction(q_tokens, k_tokens, mask)
@@ -442,10 +449,15 @@ def decode_call_seconds(
 
 
 def _lone_speed(family: KernelFamily, end: str | float) -> float:
-    """``lone_cta_speed`` at ``end`` of the family's range (1 where it has none)."""
-    if not isinstance(end, str):
-        return float(end)
-    return 1.0 if family.lone_cta_speed is None else family.lone_cta_speed.at(end)
+    """``lone_cta_speed`` at ``end`` of the family's range (1 where it has none), or the
+    fraction given."""
+    if isinstance(end, str):
+        check_choice("lone_cta_speed", end, (*ENDS, "slow", "fast"), also=", or a fraction")
+        return 1.0 if family.lone_cta_speed is None else family.lone_cta_speed.at(end)
+    speed = check_real("lone_cta_speed", end, positive=True)
+    if speed > 1.0:  # a lone CTA runs at most at the whole SM's rate (LONE_CTA_SPEED)
+        raise ValueError(f"lone_cta_speed must be a fraction in (0, 1], got {end!r}")
+    return speed
 
 
 def _check_tile(tile: object) -> tuple[int, int]:

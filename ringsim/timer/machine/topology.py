@@ -386,6 +386,8 @@ CLUSTERS: dict[str, Cluster] = {
 
 
 def get_cluster(name: str) -> Cluster:
+    if not isinstance(name, str):
+        raise ValueError(f"cluster must be a preset name (a string), got {name!r}"[:200])
     if name not in CLUSTERS:
         raise ValueError(f"unknown cluster preset {name!r}; known: {', '.join(CLUSTERS)}")
     return CLUSTERS[name]

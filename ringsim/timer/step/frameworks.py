@@ -24,6 +24,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
+from ringsim.checks import check_choice
+
 CUDA_CONTEXT_BYTES = 287_047_680
 """CUDA context with lazy module loading (PyTorch >= 1.13 sets CUDA_MODULE_LOADING=LAZY):
 measured in pytorch/pytorch PR #86509 (666,632,192 bytes without lazy loading)."""
@@ -114,8 +116,7 @@ def get_framework(framework: str | Framework) -> Framework:
     """The framework called ``framework`` (or ``framework`` itself)."""
     if isinstance(framework, Framework):
         return framework
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    check_choice("framework", framework, tuple(FRAMEWORKS))
     return FRAMEWORKS[framework]
 
 

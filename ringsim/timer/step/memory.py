@@ -66,7 +66,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ringsim.checks import check_positive_int
+from ringsim.checks import check_choice, check_instance, check_positive_int
 from ringsim.timer.cost import DTYPE_BYTES
 from ringsim.timer.machine.hardware import Hardware, check_dtype, get_hardware
 from ringsim.timer.step.frameworks import Framework, default_framework, get_framework
@@ -91,9 +91,7 @@ def _check_dtype(dtype: object) -> int:
 
 
 def _check_method(method: object) -> str:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    return str(method)
+    return check_choice("method", method, METHODS)
 
 
 def ulysses_degree(model: str | ModelSpec, hosts: int) -> int:
@@ -255,6 +253,7 @@ def memory_report(
     ``bytes_per_param``, ``hosts``, ``model``, ``hardware``, ``dtype``, ``batch``.
     """
     m = get_model(model)
+    check_instance("hardware", hardware, Hardware | str, "a Hardware or a preset name")
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     hosts = check_positive_int("hosts", hosts)
     _check_dtype(dtype)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ringsim.checks import check_choice
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -81,9 +83,7 @@ def get_model(model: str | ModelSpec) -> ModelSpec:
     """The model called ``model`` (or ``model`` itself); ``ValueError`` naming an unknown one."""
     if isinstance(model, ModelSpec):
         return model
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    return MODELS[model]
+    return MODELS[check_choice("model", model, tuple(MODELS))]
 
 
 def model_fields(model: str | ModelSpec) -> dict[str, int]:

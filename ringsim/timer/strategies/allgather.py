@@ -32,12 +32,17 @@ from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy, check_layer_args
 from ringsim.timer.strategies.frame import collective, run_two_level, two_level_memory
 from ringsim.timer.strategies.pieces import Piece
+from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
 
 class AllGather(Strategy):
     name = "allgather"
     description = "all-gather every key and value, then attend the host's own queries"
     flat = True  # at its default U = 1, every host gathers from every other
+
+    def check_fits(self, config, grid, cluster, window) -> None:
+        P = config.hosts
+        check_cells(grid, "all-gather", cells=P * grid.ring, nbytes=PIECE_BYTES * 3 * P)
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):

@@ -11,7 +11,7 @@ strategy names.
 
 from __future__ import annotations
 
-from ringsim.checks import check_positive_int
+from ringsim.checks import check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
@@ -33,6 +33,8 @@ class Strategy:
     passes: tuple[str, ...] = PEER_PASSES
     uses_layout: bool = True
     """Whether the token layout changes this strategy's run (Ulysses attends whole sequences)."""
+    windowed: bool = False
+    """Whether a ``window`` (inner ring size) means anything to this strategy."""
 
     def runs(self, ulysses: int, ring: int) -> bool:
         """Whether this strategy is one way to run a ``U x R`` group (``ulysses`` x ``ring``
@@ -68,22 +70,28 @@ class Strategy:
         """Time ``config`` under this strategy on ``cluster`` (default: one node with an ideal
         switch at the hardware's link), Ulysses groups placed by ``placement``; ``window``
         sizes the double ring's inner rings."""
-        if not isinstance(config, RingConfig):
-            raise ValueError(f"config must be a RingConfig, got {config!r}")
+        check_instance("config", config, RingConfig, "a RingConfig")
         U = self.degree(config, ulysses_degree)
-        if config.pass_ not in self.passes:
-            raise ValueError(
-                f"pass must be one of {', '.join(self.passes)} for strategy {self.name}, "
-                f"got {config.pass_!r}"
-            )
-        if placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+        check_choice("pass", config.pass_, self.passes, also=f" for strategy {self.name}")
+        check_choice("placement", placement, PLACEMENTS)
+        check_instance("cluster", cluster, Cluster | type(None), "a Cluster (get_cluster) or None")
+        if window is not None and not self.windowed:
+            raise ValueError(f"window is for the double ring only, got window={window!r}")
         P = config.hosts
         cluster = Cluster.switch(config.hardware, P) if cluster is None else cluster
         cluster.check_hosts(P)
         if U > 1 and config.segment_ids is not None:
             raise ValueError("segment_ids are not supported with ulysses_degree > 1")
-        return self.run(config, Grid(U, P // U, placement), cluster, window, engine)
+        grid = Grid(U, P // U, placement)
+        self.check_fits(config, grid, cluster, window)
+        return self.run(config, grid, cluster, window, engine)
+
+    def check_fits(
+        self, config: RingConfig, grid: Grid, cluster: Cluster, window: int | None
+    ) -> None:
+        """Refuse (``ValueError``, ``ringsim.timer.strategies.sizes``) a run too big for this
+        strategy's timer or this machine's memory, before any work. The plain ring's is
+        ``simulate``'s own check."""
 
     def can_run(self, config: RingConfig) -> bool:
         """Whether this strategy can run ``config`` at all (every one can but Ulysses past

@@ -40,6 +40,14 @@ from ringsim.timer.strategies.base import Strategy
 from ringsim.timer.strategies.frame import run_two_level, two_level_memory
 from ringsim.timer.strategies.pieces import Piece
 from ringsim.timer.strategies.ring import ring_working_set
+from ringsim.timer.strategies.sizes import (
+    DOUBLE_RING_MAX_CELLS,
+    DOUBLE_RING_MAX_STEPS,
+    PIECE_BYTES,
+    TABLE_BYTES,
+    check_cells,
+    where,
+)
 
 
 class _RoundSchedule:
@@ -231,10 +239,27 @@ def _speed(config: RingConfig):
 
 class DoubleRing(Strategy):
     name = "double-ring"
+    windowed = True
     description = "inner rings inside a node, an outer ring across nodes (LoongTrain)"
 
     def rounds(self, ring: int, per_node: int) -> int:
         return -(-ring // max(per_node, 1))
+
+    def check_fits(self, config, grid, cluster, window) -> None:
+        U, R = grid.ulysses, grid.ring
+        nbytes = TABLE_BYTES * R * R + 3 * PIECE_BYTES * 3 * R * config.hosts  # rows <= 3R
+        timer = "double ring"
+        check_cells(grid, timer, cells=U * R * R, nbytes=nbytes, limit=DOUBLE_RING_MAX_CELLS)
+        w = default_window(cluster, grid.ring_group(0)) if window is None else window
+        if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
+            return  # a bad window: double_ring's own check names it
+        steps = U * R * R // w
+        if steps > DOUBLE_RING_MAX_STEPS:
+            raise ValueError(
+                f"{where(grid)}, window={w}: the double ring's timer would take {steps:.3g} "
+                f"inner-ring steps (R^2 / window per ring group), more than its limit of "
+                f"2^{DOUBLE_RING_MAX_STEPS.bit_length() - 1}; a larger window takes fewer"
+            )
 
     def distinct(self, ring: int, per_node: int) -> bool:
         """Inner rings of ``per_node`` members: the flat ring when one node holds the whole

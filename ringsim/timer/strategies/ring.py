@@ -19,6 +19,7 @@ from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy
 from ringsim.timer.strategies.frame import run_two_level, two_level_memory, with_hops
 from ringsim.timer.strategies.pieces import Piece
+from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
 
 def ring_on_cluster(config: RingConfig, grid: Grid, cluster: Cluster, engine: str, name: str):
@@ -68,6 +69,12 @@ class Hybrid(Strategy):
 
     def runs(self, ulysses: int, ring: int) -> bool:
         return ulysses > 1 and ring > 1  # U = 1 is the ring, R = 1 Ulysses
+
+    def check_fits(self, config, grid, cluster, window) -> None:
+        if grid.ulysses == 1:
+            return  # the ring itself: simulate's check
+        P, rows = config.hosts, grid.ring + 1
+        check_cells(grid, "Ulysses x ring", cells=P * rows, nbytes=3 * PIECE_BYTES * rows * P)
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         if grid.ulysses == 1:

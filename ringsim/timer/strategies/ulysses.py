@@ -39,6 +39,7 @@ from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.strategies.base import Strategy
 from ringsim.timer.strategies.frame import run_two_level, two_level_memory
+from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
 
 def check_ulysses_hosts(hosts: int, heads: int, kv_heads: int) -> None:
@@ -70,6 +71,10 @@ class Ulysses(Strategy):
 
     def can_run(self, config: RingConfig) -> bool:
         return config.hosts <= config.kv_heads
+
+    def check_fits(self, config, grid, cluster, window) -> None:
+        P = config.hosts
+        check_cells(grid, "Ulysses", cells=P * P, nbytes=PIECE_BYTES * 3 * P)
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         memory = self.working_set_bytes(config, grid.ulysses)

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ringsim.checks import check_choice
 from ringsim.layouts import layout_names
 from ringsim.schedule import build_schedule
 from ringsim.timer.cost import overlap_threshold
@@ -477,6 +478,16 @@ def _error(row: Published, predicted: float) -> float:
     return predicted / row.value - 1.0
 
 
+def _names(name: str, values: object, kind: type = str) -> tuple:
+    """``values``: a list (any iterable but a string) of ``kind``."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a list of {kind.__name__}, got {values!r}"[:200])
+    values = tuple(values)
+    if not all(isinstance(v, kind) for v in values):
+        raise ValueError(f"{name} must be a list of {kind.__name__}, got {values!r}"[:200])
+    return values
+
+
 def validate(
     rows: Iterable[Published] = DATASET,
     *,
@@ -488,10 +499,10 @@ def validate(
     ``ratio`` (predicted / published), ``error`` (points for zhuzilin, relative otherwise),
     ``band``, ``in_band``, ``implementation`` and, for Table 3, ``tensor_bound``.
     ``implementation`` names a kernel family for the ring rows instead of each row's own."""
-    wanted = EXPERIMENTS if experiments is None else tuple(experiments)
+    wanted = EXPERIMENTS if experiments is None else _names("experiments", experiments)
     for name in wanted:
-        if name not in EXPERIMENTS:
-            raise ValueError(f"experiment must be one of {', '.join(EXPERIMENTS)}, got {name!r}")
+        check_choice("experiments", name, EXPERIMENTS)
+    rows = _names("rows", rows, Published)
     results = []
     for row in rows:
         if row.experiment not in wanted:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ringsim.checks import check_instance
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.run import simulate
 
@@ -38,6 +39,7 @@ def waterfall(config: RingConfig) -> list[tuple[str, float]]:
     * + launch overhead: the fixed cost of each kernel call and elementwise op;
     * + host overhead: the host's time to issue each step's PyTorch calls, when it exceeds
       the GPU's time for the step."""
+    check_instance("config", config, RingConfig, "a RingConfig")
     family = config.family
     bare = replace(
         family,
