@@ -24,8 +24,11 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The launcher as a terminal starts it: SIGHUP at its default (a suite run under nohup passes
+# SIGHUP on ignored, and the launcher rightly leaves an ignored signal alone)
 LAUNCHER = """
-import sys
+import signal, sys
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 sys.path[:0] = [{root!r}, {tests!r}]
 from kernels.distributed.launch import launch
 from test_kernels_launch import sleeping_rank
