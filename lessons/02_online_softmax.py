@@ -362,8 +362,10 @@ print(
 # Next: [blockwise attention and the blockwise feed-forward](03_blockwise.py).
 
 # %% tags=["remove-input"]
-two = [Partial(np.array([[3.0]]), np.array([2.0]), np.array([3.0])),
-       Partial(np.array([[1.0]]), np.array([5.0]), np.array([1.0]))]  # fmt: skip
+two = [
+    Partial(np.array([[3.0]]), np.array([2.0]), np.array([3.0])),
+    Partial(np.array([[1.0]]), np.array([5.0]), np.array([1.0])),
+]
 both = ringsim.merge(*two)
 
 

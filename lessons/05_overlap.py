@@ -110,8 +110,10 @@ for name in ("a100-nvlink", "a100-ib", "h100-nvlink"):
     ridge = hw.flops_for("bf16") / hw.link_bandwidth
     ax.plot([ridge], [hw.flops_for("bf16") / 1e12], "ko", ms=4)
 ax.set_xscale("log", base=2)
-ax.set_xticks(intensity[::2], [f"{int(x) // 1024}K" if x >= 1024 else f"{int(x)}"
-                               for x in intensity[::2]])  # fmt: skip
+ax.set_xticks(
+    intensity[::2],
+    [f"{int(x) // 1024}K" if x >= 1024 else f"{int(x)}" for x in intensity[::2]],
+)
 ax.set_xlabel("block size c = FLOPs per byte on the link (bf16)")
 ax.set_ylabel("sustainable TFLOP/s")
 ax.set_title("Ring step roofline: min(F, c B); dots mark the ridge c* = F/B")

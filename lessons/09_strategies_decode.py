@@ -89,8 +89,15 @@ for ax, (title, owner) in zip(
                 plt.Rectangle((head, blk), 1, 1, fc=colours(home), ec="white", lw=2)
             )
             if title.startswith("after"):
-                ax.text(head + 0.5, blk + 0.5, str(sender), ha="center",
-                        va="center", fontsize=8, color="white")  # fmt: skip
+                ax.text(
+                    head + 0.5,
+                    blk + 0.5,
+                    str(sender),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white",
+                )
     ax.set_xlim(0, heads_a2a)
     ax.set_ylim(P_a2a, 0)
     ax.set_xticks([h + 0.5 for h in range(heads_a2a)], range(heads_a2a))
@@ -246,12 +253,24 @@ fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.8))
 for name, values in times.items():
     ax.loglog(bandwidths / 1e9, values, "o-", label=name, ms=4)
 ax.axvline(crossover / 1e9, color="grey", ls="--", lw=1)
-ax.annotate("crossover", (crossover / 1e9, 1.0), xycoords=("data", "axes fraction"),
-            xytext=(4, -12), textcoords="offset points", fontsize=9)  # fmt: skip
+ax.annotate(
+    "crossover",
+    (crossover / 1e9, 1.0),
+    xycoords=("data", "axes fraction"),
+    xytext=(4, -12),
+    textcoords="offset points",
+    fontsize=9,
+)
 ax.axvline(300, color="grey", ls=":", lw=1)
-ax.annotate("NVLink", (300, 1.0), xycoords=("data", "axes fraction"),
-            xytext=(-4, -12), textcoords="offset points", fontsize=9,
-            ha="right")  # fmt: skip
+ax.annotate(
+    "NVLink",
+    (300, 1.0),
+    xycoords=("data", "axes fraction"),
+    xytext=(-4, -12),
+    textcoords="offset points",
+    fontsize=9,
+    ha="right",
+)
 ax.set_xlabel("link bandwidth (GB/s per direction)")
 ax.set_ylabel("forward time (ms)")
 ax.set_title("8 hosts, 32K tokens, 32 heads: the same attention, three ways")

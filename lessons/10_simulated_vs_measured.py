@@ -307,8 +307,15 @@ if bench_files:
     # each ratio's 95% interval over its repeats, where the table has one
     lo_hi = np.array([r.get("ratio_ci95", [r["ratio"], r["ratio"]]) for r in rows]).T
     ax.bar(x, ratios, color="#0072b2")
-    ax.errorbar(x, ratios, yerr=[ratios - lo_hi[0], lo_hi[1] - ratios], fmt="none",
-                ecolor="black", capsize=3, lw=1)  # fmt: skip
+    ax.errorbar(
+        x,
+        ratios,
+        yerr=[ratios - lo_hi[0], lo_hi[1] - ratios],
+        fmt="none",
+        ecolor="black",
+        capsize=3,
+        lw=1,
+    )
     ax.axhspan(0.9, 1.1, color="#009e73", alpha=0.15, label="within 10%")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(x, labels, fontsize=9)

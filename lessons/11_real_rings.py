@@ -106,10 +106,17 @@ print(
 
 # %%
 config = RingConfig(
-    hosts=c["hosts"], seq_len=c["seq_len"], hardware=get_hardware(c["hardware"]),
-    heads=c["heads"], kv_heads=c["kv_heads"], head_dim=c["head_dim"], dtype=c["dtype"],
-    causal=True, layout=c["layout"], implementation=c["kernel"],
-)  # fmt: skip
+    hosts=c["hosts"],
+    seq_len=c["seq_len"],
+    hardware=get_hardware(c["hardware"]),
+    heads=c["heads"],
+    kv_heads=c["kv_heads"],
+    head_dim=c["head_dim"],
+    dtype=c["dtype"],
+    causal=True,
+    layout=c["layout"],
+    implementation=c["kernel"],
+)
 steps = waterfall(config)
 rows = []
 previous = 0.0
@@ -358,9 +365,16 @@ bwd = [
 ]
 worst = max(bwd, key=lambda r: abs(r["error"]))
 a100 = RingConfig(
-    hosts=8, seq_len=65536, hardware=get_hardware("a100-nvlink"), heads=32, kv_heads=8,
-    causal=True, layout="zigzag", implementation="fa2", pass_="backward",
-)  # fmt: skip
+    hosts=8,
+    seq_len=65536,
+    hardware=get_hardware("a100-nvlink"),
+    heads=32,
+    kv_heads=8,
+    causal=True,
+    layout="zigzag",
+    implementation="fa2",
+    pass_="backward",
+)
 bsteps = waterfall(a100)
 added = [(t, b - a) for (t, b), (_, a) in zip(bsteps[1:], bsteps[:-1], strict=True)]
 big_term, big_s = max(added, key=lambda x: x[1])

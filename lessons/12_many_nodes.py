@@ -102,9 +102,14 @@ print(
 
 # %%
 base = RingConfig(
-    hosts=16, seq_len=16 * 8192, hardware=dgx.hardware, heads=32, kv_heads=8,
-    causal=True, layout="zigzag",
-)  # fmt: skip
+    hosts=16,
+    seq_len=16 * 8192,
+    hardware=dgx.hardware,
+    heads=32,
+    kv_heads=8,
+    causal=True,
+    layout="zigzag",
+)
 nics = np.geomspace(5e9, 400e9, 10)
 curves = {"ring": [], "double ring": [], "hybrid U8 x R2": []}
 for bw in nics:
@@ -235,9 +240,14 @@ caption(
 
 # %%
 config = RingConfig(
-    hosts=32, seq_len=32 * 8192, hardware=dgx.hardware, heads=32, kv_heads=8,
-    causal=True, layout="zigzag",
-)  # fmt: skip
+    hosts=32,
+    seq_len=32 * 8192,
+    hardware=dgx.hardware,
+    heads=32,
+    kv_heads=8,
+    causal=True,
+    layout="zigzag",
+)
 four = dgx.with_nodes(4)
 rows = []
 for u in (1, 2, 4, 8):

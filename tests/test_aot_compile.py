@@ -44,13 +44,19 @@ def test_the_compiled_set_covers_what_the_gpu_paths_launch(report):
     for arch in aot_check.ARCHS:
         mine = [r for r in records if r["arch"] == arch]
         assert {r["kernel"] for r in mine} == {
-            "_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq", "_attn_bwd_delta"
-        }  # fmt: skip
+            "_attn_fwd",
+            "_attn_bwd_dkdv",
+            "_attn_bwd_dq",
+            "_attn_bwd_delta",
+        }
         assert {r["dtype"] for r in mine} == {"bfloat16", "float16", "float32"}
         assert {r["head_dim"] for r in mine} == {64, 128}
         assert {(r["causal"], r["segments"]) for r in mine} == {
-            (False, False), (True, False), (False, True), (True, True)
-        }  # fmt: skip
+            (False, False),
+            (True, False),
+            (False, True),
+            (True, True),
+        }
         assert any(r["heads"] != r["kv_heads"] for r in mine)  # GQA
         for d in (64, 128):
             searched = {tuple(r["tile"]) for r in mine if r["tile"] and r["head_dim"] == d}
@@ -114,8 +120,14 @@ def test_ptxas_log_is_parsed():
 
 
 def test_problems_name_each_limit():
-    ok = {"dtype": "bfloat16", "shared_bytes": 1000, "shared_limit": 2000, "registers": 200,
-          "spill_stores": 0, "spill_loads": 0}  # fmt: skip
+    ok = {
+        "dtype": "bfloat16",
+        "shared_bytes": 1000,
+        "shared_limit": 2000,
+        "registers": 200,
+        "spill_stores": 0,
+        "spill_loads": 0,
+    }
     assert aot_check.problems(ok) == []
     assert "shared memory 3000 B > 2000 B" in aot_check.problems({**ok, "shared_bytes": 3000})[0]
     assert "spills 4 B" in aot_check.problems({**ok, "spill_stores": 4})[0]

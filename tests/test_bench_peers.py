@@ -19,8 +19,12 @@ import bench_peers as bp
 
 def test_cases_are_the_issue_cases():
     got = [(c.seq_len, c.causal, c.backward, c.rounds) for c in bp.cases(False, None)]
-    assert got == [(4096, False, False, 3), (4096, False, True, 3), (4096, True, False, 3),
-                   (16384, False, False, 2)]  # fmt: skip
+    assert got == [
+        (4096, False, False, 3),
+        (4096, False, True, 3),
+        (4096, True, False, 3),
+        (16384, False, False, 2),
+    ]
 
 
 def test_quick_and_rounds():
@@ -103,8 +107,11 @@ def test_skip_peers_runs_ringsim_alone_and_says_so(tmp_path, monkeypatch):
 
     def fake_case(case, impls, python, args, work):
         seen.append((case.name, impls, python))
-        return {"case": {"name": case.name, "seq_len": case.seq_len}, "load_average": [(1, 1, 1)],
-                "impls": {}}  # fmt: skip
+        return {
+            "case": {"name": case.name, "seq_len": case.seq_len},
+            "load_average": [(1, 1, 1)],
+            "impls": {},
+        }
 
     monkeypatch.setattr(bp, "run_case", fake_case)
     monkeypatch.setattr(bp, "ensure_peers", lambda venv: pytest.fail("must not install"))
@@ -133,13 +140,16 @@ def test_rank_errors_find_the_wrong_rank():
 
 def test_verdicts_ratios_and_wrong_outputs():
     result = {
-        "impls": {"ringsim-gloo": {"median_s": 1.0}, "jax": {"median_s": 2.0},
-                  "floor": {"median_s": 0.25}},
+        "impls": {
+            "ringsim-gloo": {"median_s": 1.0},
+            "jax": {"median_s": 2.0},
+            "floor": {"median_s": 0.25},
+        },
         "errors": {
             "ringsim-gloo": {"out": [{"max": 1e-7, "tokens_wrong": 0, "tokens": 4}] * 2},
             "ring-attention-pytorch": {"dk": [{"max": 0.9, "tokens_wrong": 4, "tokens": 4}] * 2},
         },
-    }  # fmt: skip
+    }
     v = bp.verdicts(result)
     assert v["ringsim_over_jax"] == 0.5 and v["floor_fraction"] == 0.25
     assert list(v["wrong"]) == ["ring-attention-pytorch"]

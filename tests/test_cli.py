@@ -196,11 +196,15 @@ def test_sweep_block_hides_communication_past_the_threshold(capsys, tmp_path):
     data = run_json(
         capsys,
         "sweep",
-        "--vary", "block",
-        "--hardware", "a100-ib",
-        "--values", "1K,4K,8K,16K,32K,64K",
-        "--plot", str(plot),
-    )  # fmt: skip
+        "--vary",
+        "block",
+        "--hardware",
+        "a100-ib",
+        "--values",
+        "1K,4K,8K,16K,32K,64K",
+        "--plot",
+        str(plot),
+    )
     threshold = data["overlap_threshold_tokens"]
     assert [r["block_tokens"] for r in data["rows"]] == [2**k for k in (10, 12, 13, 14, 15, 16)]
     for r in data["rows"]:

@@ -64,10 +64,14 @@ def test_sm_share_gives_the_overlap_efficiency():
 
 @pytest.mark.parametrize(
     "kw, word",
-    [(dict(efficiency=0.0), "efficiency"), (dict(efficiency=1.2), "efficiency"),
-     (dict(ll_threshold=-1.0), "ll_threshold"), (dict(channels=-1), "channels"),
-     (dict(channels=1.5), "channels")],
-)  # fmt: skip
+    [
+        (dict(efficiency=0.0), "efficiency"),
+        (dict(efficiency=1.2), "efficiency"),
+        (dict(ll_threshold=-1.0), "ll_threshold"),
+        (dict(channels=-1), "channels"),
+        (dict(channels=1.5), "channels"),
+    ],
+)
 def test_bad_link_parameters_name_themselves(kw, word):
     with pytest.raises(ValueError, match=word):
         LinkModel("x", **{"efficiency": 0.8, **kw})
@@ -82,9 +86,16 @@ def test_bad_message_arguments():
 
 @pytest.mark.parametrize("end", ["low", "point", "high"])
 def test_the_timer_sends_at_the_achieved_p2p_bandwidth_under_a_real_implementation(end):
-    cfg = RingConfig(hosts=4, seq_len=4 * 4096, hardware=H100, heads=32, kv_heads=8,
-                     implementation="fa2", overlap_efficiency=1.0,
-                     assume={"p2p_bandwidth": end})  # fmt: skip
+    cfg = RingConfig(
+        hosts=4,
+        seq_len=4 * 4096,
+        hardware=H100,
+        heads=32,
+        kv_heads=8,
+        implementation="fa2",
+        overlap_efficiency=1.0,
+        assume={"p2p_bandwidth": end},
+    )
     timeline = simulate(cfg).timeline  # f = 1: the message is not stretched by contention
     sent = timeline.send_end[0] - timeline.send_start[0]
     nbytes = kv_block_bytes(4096, 8, 128, "bf16")
@@ -105,8 +116,15 @@ def test_achieved_p2p_is_well_below_the_line_rate_and_sourced():
 
 def test_hops_without_an_achieved_range_send_like_nccl():
     hw = dataclasses.replace(PRESETS["h100-nvlink"], name="h100-own")  # no achieved range
-    cfg = RingConfig(hosts=4, seq_len=4 * 4096, hardware=hw, heads=32, kv_heads=8,
-                     implementation="fa2", overlap_efficiency=1.0)  # fmt: skip
+    cfg = RingConfig(
+        hosts=4,
+        seq_len=4 * 4096,
+        hardware=hw,
+        heads=32,
+        kv_heads=8,
+        implementation="fa2",
+        overlap_efficiency=1.0,
+    )
     timeline = simulate(cfg).timeline
     sent = timeline.send_end[0] - timeline.send_start[0]
     nbytes = kv_block_bytes(4096, 8, 128, "bf16")
@@ -127,9 +145,17 @@ def test_only_hops_on_the_machines_own_link_send_at_the_achieved_rate():
     link)."""
     nic = 25e9
     hops = (H100.link_bandwidth, nic, H100.link_bandwidth, nic)
-    cfg = RingConfig(hosts=4, seq_len=4 * 4096, hardware=H100, heads=32, kv_heads=8,
-                     implementation="fa2", overlap_efficiency=1.0, hop_bandwidth=hops,
-                     hop_latency=(H100.link_latency,) * 4)  # fmt: skip
+    cfg = RingConfig(
+        hosts=4,
+        seq_len=4 * 4096,
+        hardware=H100,
+        heads=32,
+        kv_heads=8,
+        implementation="fa2",
+        overlap_efficiency=1.0,
+        hop_bandwidth=hops,
+        hop_latency=(H100.link_latency,) * 4,
+    )
     timeline = simulate(cfg).timeline
     sent = timeline.send_end[0] - timeline.send_start[0]
     nbytes = kv_block_bytes(4096, 8, 128, "bf16")

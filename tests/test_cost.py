@@ -190,23 +190,42 @@ def test_calibrated_profiles_are_found_by_name_but_kept_out_of_the_presets(tmp_p
 
 def test_kernel_terms_validate_round_trip_and_older_profiles_load(tmp_path):
     hw = replace(
-        get_hardware("a100-ib"), pass_overhead_s=1e-3, block_overhead_s=2e-4, masked_speed=0.7,
-        solo_speed=1.3, overlap_efficiency=-0.4,
-    )  # fmt: skip
+        get_hardware("a100-ib"),
+        pass_overhead_s=1e-3,
+        block_overhead_s=2e-4,
+        masked_speed=0.7,
+        solo_speed=1.3,
+        overlap_efficiency=-0.4,
+    )
     save_profile(hw, tmp_path / "p.json")
     assert load_profile(tmp_path / "p.json") == hw
-    new_keys = ("pass_overhead_s", "block_overhead_s", "masked_speed", "solo_speed",
-                "overlap_efficiency")  # fmt: skip
+    new_keys = (
+        "pass_overhead_s",
+        "block_overhead_s",
+        "masked_speed",
+        "solo_speed",
+        "overlap_efficiency",
+    )
     saved = json.loads((tmp_path / "p.json").read_text())
     older = {k: v for k, v in saved.items() if k not in new_keys}
     (tmp_path / "old.json").write_text(json.dumps(older))
     old = load_profile(tmp_path / "old.json")
-    assert (old.pass_overhead_s, old.block_overhead_s, old.masked_speed, old.solo_speed,
-            old.overlap_efficiency) == (0.0, 0.0, 1.0, 1.0, 1.0)  # fmt: skip
-    for name, value in [("block_overhead_s", -1.0), ("pass_overhead_s", float("nan")),
-                        ("masked_speed", 0.0), ("solo_speed", -2.0),
-                        ("overlap_efficiency", 1.5), ("overlap_efficiency", -1.01),
-                        ("overlap_efficiency", float("nan")),
-                        ("overlap_efficiency", True)]:  # fmt: skip
+    assert (
+        old.pass_overhead_s,
+        old.block_overhead_s,
+        old.masked_speed,
+        old.solo_speed,
+        old.overlap_efficiency,
+    ) == (0.0, 0.0, 1.0, 1.0, 1.0)
+    for name, value in [
+        ("block_overhead_s", -1.0),
+        ("pass_overhead_s", float("nan")),
+        ("masked_speed", 0.0),
+        ("solo_speed", -2.0),
+        ("overlap_efficiency", 1.5),
+        ("overlap_efficiency", -1.01),
+        ("overlap_efficiency", float("nan")),
+        ("overlap_efficiency", True),
+    ]:
         with pytest.raises(ValueError, match=name):
             replace(hw, **{name: value})

@@ -217,8 +217,12 @@ def test_a_failed_trace_write_keeps_the_old_file(tmp_path):
 
     run = subprocess.run(
         [sys.executable, "-m", "ringsim", *SIM, "--hosts", "16", "--trace", str(keep)],
-        cwd=ROOT, capture_output=True, text=True, preexec_fn=small_files, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        preexec_fn=small_files,
+        timeout=120,
+    )
     assert run.returncode == 1 and "keep.json" in run.stderr, run.stderr
     assert keep.read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json"]
@@ -227,8 +231,9 @@ def test_a_failed_trace_write_keeps_the_old_file(tmp_path):
 def test_all_outputs_are_checked_before_any_is_written(capsys, tmp_path):
     keep = tmp_path / "keep.json"
     keep.write_text("precious")
-    one_line_error(capsys, [*SIM, "--trace", str(keep), "--plot", str(tmp_path / "t.badext")],
-                   ".badext")  # fmt: skip
+    one_line_error(
+        capsys, [*SIM, "--trace", str(keep), "--plot", str(tmp_path / "t.badext")], ".badext"
+    )
     assert keep.read_text() == "precious"
     same = str(tmp_path / "t.png")
     one_line_error(capsys, [*SIM, "--trace", same, "--plot", same], "same file")
@@ -339,8 +344,9 @@ def test_causal_must_be_a_bool_everywhere(causal):
     with pytest.raises(ValueError, match="causal must be True or False"):
         ringsim.build_schedule(2, causal=causal)
     with pytest.raises(ValueError, match="causal must be True or False"):
-        ringsim.RingConfig(hosts=2, seq_len=8, hardware=hardware.get_hardware("a100-nvlink"),
-                           causal=causal)  # fmt: skip
+        ringsim.RingConfig(
+            hosts=2, seq_len=8, hardware=hardware.get_hardware("a100-nvlink"), causal=causal
+        )
     assert ringsim.build_schedule(2, causal=np.bool_(True)).causal is True
 
 

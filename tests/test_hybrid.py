@@ -103,9 +103,14 @@ def hybrid_cases(draw: st.DrawFn, methods: tuple = METHODS) -> tuple[Case, dict]
 
 def reference_grads(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return reference_attention_grad(
-        case.q, case.k, case.v, case.dout, causal=case.causal, scale=case.scale,
+        case.q,
+        case.k,
+        case.v,
+        case.dout,
+        causal=case.causal,
+        scale=case.scale,
         segment_ids=case.segment_ids,
-    )  # fmt: skip
+    )
 
 
 def assert_grads_close(case: Case, grads: tuple, expected: tuple) -> None:
@@ -161,8 +166,9 @@ def test_double_ring_over_several_rounds(ulysses, ring, window, layout, causal) 
     out = double_ring_attention(q, k, v, **kw)
     ref = reference_attention(q, k, v, causal=causal)
     assert_close_to(out, ref, 1e-12, "out")
-    assert_grads_close(case, double_ring_attention_backward(q, k, v, dout, **kw),
-                       reference_grads(case))  # fmt: skip
+    assert_grads_close(
+        case, double_ring_attention_backward(q, k, v, dout, **kw), reference_grads(case)
+    )
 
 
 def test_double_ring_schedule_is_loongtrains() -> None:
@@ -192,8 +198,9 @@ def test_double_ring_schedule_is_loongtrains() -> None:
 
 
 def _same(a, b) -> None:
-    for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,),
-                    strict=True):  # fmt: skip
+    for x, y in zip(
+        a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,), strict=True
+    ):
         np.testing.assert_array_equal(x, y)
 
 
@@ -224,11 +231,13 @@ def test_ring_degree_one_is_ulysses(hosts, extra_kv, causal, packed, seed) -> No
     want = ulysses_attention(q, k, v, return_lse=True, **kw)
     want_grads = ulysses_attention_backward(q, k, v, dout, **kw)
     for method, window in (("ring", None), ("double-ring", 1), ("allgather", None)):
-        got = hybrid_attention(q, k, v, ulysses_degree=hosts, method=method, window=window,
-                               return_lse=True, **kw)  # fmt: skip
+        got = hybrid_attention(
+            q, k, v, ulysses_degree=hosts, method=method, window=window, return_lse=True, **kw
+        )
         _same(got, want)
-        grads = hybrid_attention_backward(q, k, v, dout, ulysses_degree=hosts, method=method,
-                                          window=window, **kw)  # fmt: skip
+        grads = hybrid_attention_backward(
+            q, k, v, dout, ulysses_degree=hosts, method=method, window=window, **kw
+        )
         _same(grads, want_grads)
     case = Case(q, k, v, dout, hosts, "contiguous", causal, None, seg, "none")
     assert_grads_close(case, want_grads, reference_grads(case))
@@ -243,10 +252,14 @@ def test_double_ring_of_one_window_or_unit_windows_is_the_ring(drawn, whole) -> 
     extra = dict(extra, window=ring_degree if whole else 1)
     args, kw = (case.q, case.k, case.v), {**case.kwargs, **extra}
     flat = dict(kw, method="ring", window=None)
-    _same(hybrid_attention(*args, return_lse=True, **kw),
-          hybrid_attention(*args, return_lse=True, **flat))  # fmt: skip
-    _same(hybrid_attention_backward(*args, case.dout, **kw),
-          hybrid_attention_backward(*args, case.dout, **flat))  # fmt: skip
+    _same(
+        hybrid_attention(*args, return_lse=True, **kw),
+        hybrid_attention(*args, return_lse=True, **flat),
+    )
+    _same(
+        hybrid_attention_backward(*args, case.dout, **kw),
+        hybrid_attention_backward(*args, case.dout, **flat),
+    )
 
 
 @given(hybrid_cases())
@@ -255,8 +268,10 @@ def test_placement_changes_only_the_rank_numbers(drawn) -> None:
     args, kw = (case.q, case.k, case.v), {**case.kwargs, **extra}
     other = dict(kw, placement=next(p for p in PLACEMENTS if p != extra["placement"]))
     _same(hybrid_attention(*args, **kw), hybrid_attention(*args, **other))
-    _same(hybrid_attention_backward(*args, case.dout, **kw),
-          hybrid_attention_backward(*args, case.dout, **other))  # fmt: skip
+    _same(
+        hybrid_attention_backward(*args, case.dout, **kw),
+        hybrid_attention_backward(*args, case.dout, **other),
+    )
 
 
 def test_named_strategies_are_the_hybrid_with_their_method() -> None:
@@ -269,18 +284,20 @@ def test_named_strategies_are_the_hybrid_with_their_method() -> None:
     )
     _same(
         double_ring_attention_backward(q, k, v, dout, window=2, **kw),
-        hybrid_attention_backward(q, k, v, dout, ulysses_degree=1, method="double-ring",
-                                  window=2, **kw),
-    )  # fmt: skip
+        hybrid_attention_backward(
+            q, k, v, dout, ulysses_degree=1, method="double-ring", window=2, **kw
+        ),
+    )
     _same(
         allgather_attention(q, k, v, **kw),
         hybrid_attention(q, k, v, ulysses_degree=1, method="allgather", layout="zigzag", **kw),
     )
     _same(
         allgather_attention_backward(q, k, v, dout, layout="striped", **kw),
-        hybrid_attention_backward(q, k, v, dout, ulysses_degree=1, method="allgather",
-                                  layout="striped", **kw),
-    )  # fmt: skip
+        hybrid_attention_backward(
+            q, k, v, dout, ulysses_degree=1, method="allgather", layout="striped", **kw
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,8 +326,9 @@ def test_all_to_all_hands_each_host_its_heads_of_its_slot(layout) -> None:
     assert sorted(pos.reshape(-1)) == list(range(n))
     slots = host_positions(layout, grid.ring, n)
     groups = hybrid.head_groups(heads, heads, grid.ulysses)
-    moved = hybrid.scatter_heads({r: x[:, p] for r, p in enumerate(pos)}, grid,
-                                 [h for h, _ in groups])  # fmt: skip
+    moved = hybrid.scatter_heads(
+        {r: x[:, p] for r, p in enumerate(pos)}, grid, [h for h, _ in groups]
+    )
     for u in range(grid.ulysses):
         for j in range(grid.ring):
             np.testing.assert_array_equal(moved[grid.rank(u, j)], x[groups[u][0]][:, slots[j]])
@@ -322,8 +340,10 @@ def test_all_to_all_hands_each_host_its_heads_of_its_slot(layout) -> None:
 def test_uneven_ulysses_head_groups_keep_gqa_groups_whole() -> None:
     groups = hybrid.head_groups(heads=10, kv_heads=5, ulysses=3)
     assert [(g.start, g.stop, kv.start, kv.stop) for g, kv in groups] == [
-        (0, 4, 0, 2), (4, 8, 2, 4), (8, 10, 4, 5),
-    ]  # fmt: skip
+        (0, 4, 0, 2),
+        (4, 8, 2, 4),
+        (8, 10, 4, 5),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,8 +37,9 @@ def summary(cfg, strategy, **kw) -> dict:
 )
 def test_one_node_switch_special_cases_are_bit_identical(hosts, layout, pass_, overlap, latency):
     hw = custom_hardware(989e12, 60e9, latency=latency)
-    cfg = config(hosts=hosts, layout=layout[0], causal=layout[1], pass_=pass_, overlap=overlap,
-                 hardware=hw)  # fmt: skip
+    cfg = config(
+        hosts=hosts, layout=layout[0], causal=layout[1], pass_=pass_, overlap=overlap, hardware=hw
+    )
     ring = simulate(cfg).summary()
     timed = ("total_time_s", "compute_time_s", "exposed_comm_s", "comm_time_s", "idle_fraction")
     for strategy, kw in (("hybrid", {"ulysses_degree": 1}), ("double-ring", {"window": hosts})):
@@ -65,10 +66,25 @@ def test_allgather_with_one_head_group_is_the_flat_all_gather_model():
 @pytest.mark.parametrize("overlap", [True, False])
 def test_heap_and_vectorized_agree_on_every_strategy(pass_, overlap):
     cluster = DGX.with_nodes(2)
-    cfg = config(hosts=16, seq_len=16 * 1024, layout="zigzag", causal=True, pass_=pass_,
-                 overlap=overlap, jitter=0.1)  # fmt: skip
-    cases = [("ring", None), ("ulysses", None), ("allgather", 1), ("allgather", 4),
-             ("hybrid", 2), ("hybrid", 8), ("double-ring", 1), ("double-ring", 2)]  # fmt: skip
+    cfg = config(
+        hosts=16,
+        seq_len=16 * 1024,
+        layout="zigzag",
+        causal=True,
+        pass_=pass_,
+        overlap=overlap,
+        jitter=0.1,
+    )
+    cases = [
+        ("ring", None),
+        ("ulysses", None),
+        ("allgather", 1),
+        ("allgather", 4),
+        ("hybrid", 2),
+        ("hybrid", 8),
+        ("double-ring", 1),
+        ("double-ring", 2),
+    ]
     for strategy, u in cases:
         if strategy == "ulysses":
             cfg_u = cfg.replace(hosts=8, seq_len=8 * 1024)
@@ -98,8 +114,12 @@ def test_bad_degrees_name_the_argument():
     with pytest.raises(ValueError, match="ulysses_degree=4 must divide kv_heads=6"):
         check_ulysses_degree(8, 6, 4)
     with pytest.raises(ValueError, match=r"hosts=24 does not fit cluster"):
-        summary(config(hosts=24, seq_len=24 * 1024), "hybrid", ulysses_degree=2,
-                cluster=DGX.with_nodes(2))  # fmt: skip
+        summary(
+            config(hosts=24, seq_len=24 * 1024),
+            "hybrid",
+            ulysses_degree=2,
+            cluster=DGX.with_nodes(2),
+        )
     with pytest.raises(ValueError, match="window must divide the ring degree 8, got window=3"):
         summary(config(), "double-ring", window=3)
     with pytest.raises(ValueError, match="ulysses_degree must be 1 for the ring"):
@@ -162,9 +182,15 @@ def test_every_strategy_runs_under_a_real_kernel_family(strategy) -> None:
     schedule; the double ring's rounds must supply it too (a missing one was a traceback)."""
     cluster = get_cluster("dgx-h100").with_nodes(2)
     config = RingConfig(
-        hosts=16, seq_len=16 * 1024, hardware=cluster.hardware, heads=32, kv_heads=8,
-        causal=True, layout="zigzag", implementation="fa2",
-    )  # fmt: skip
+        hosts=16,
+        seq_len=16 * 1024,
+        hardware=cluster.hardware,
+        heads=32,
+        kv_heads=8,
+        causal=True,
+        layout="zigzag",
+        implementation="fa2",
+    )
     kw = {} if strategy == "ring" else {"ulysses_degree": 2 if strategy != "double-ring" else 1}
     real = simulate_strategy(config, strategy, cluster=cluster, **kw).summary()["total_time_s"]
     ideal = simulate_strategy(

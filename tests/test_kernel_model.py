@@ -28,8 +28,9 @@ def bench_tflops(family, hw, seq, head_dim=128, causal=False, pass_="forward"):
     heads, batch = 2048 // head_dim, 16384 // seq
     mask = "causal-diagonal" if causal else "full"
     shape = dict(q_tokens=seq, k_tokens=seq, heads=heads, kv_heads=heads, head_dim=head_dim)
-    t = attention_call_seconds(family, hw, **shape, dtype="bf16", pass_=pass_, mask=mask,
-                               batch=batch)  # fmt: skip
+    t = attention_call_seconds(
+        family, hw, **shape, dtype="bf16", pass_=pass_, mask=mask, batch=batch
+    )
     flops = attention_flops(seq, seq, heads, head_dim, pass_=pass_, batch=batch)
     return flops * (0.5 if causal else 1.0) / t / 1e12
 
@@ -73,8 +74,9 @@ CALL = dict(heads=32, kv_heads=8, head_dim=128, dtype="bf16")
 @pytest.mark.parametrize("pass_", ["forward", "backward"])
 def test_ideal_is_flops_over_peak_exactly(mask, pass_):
     q, k = 96, 160
-    t = attention_call_seconds("ideal", H100, q_tokens=q, k_tokens=k, pass_=pass_, mask=mask,
-                               **CALL)  # fmt: skip
+    t = attention_call_seconds(
+        "ideal", H100, q_tokens=q, k_tokens=k, pass_=pass_, mask=mask, **CALL
+    )
     rows = np.arange(q)
     shift = k - q - (1 if mask == "offset-causal" else 0)
     visible = (
@@ -85,8 +87,9 @@ def test_ideal_is_flops_over_peak_exactly(mask, pass_):
 
 
 def rate(family, q, k, mask="full", pass_="forward", hw=H100, **kw):
-    t = attention_call_seconds(family, hw, q_tokens=q, k_tokens=k, pass_=pass_, mask=mask,
-                               **{**CALL, **kw})  # fmt: skip
+    t = attention_call_seconds(
+        family, hw, q_tokens=q, k_tokens=k, pass_=pass_, mask=mask, **{**CALL, **kw}
+    )
     return attention_flops(q, k, kw.get("heads", 32), kw.get("head_dim", 128), pass_=pass_) / t
 
 
@@ -105,12 +108,21 @@ def test_masked_tiles_are_slower_than_full_ones():
 def test_short_calls_pay_the_fixed_overhead_and_the_memory_floor():
     fa2 = get_family("fa2")
     tiny = attention_call_seconds(
-        "fa2", H100, q_tokens=1, k_tokens=64, pass_="forward", mask="full", heads=1, kv_heads=1,
-        head_dim=64, dtype="bf16",
-    )  # fmt: skip
+        "fa2",
+        H100,
+        q_tokens=1,
+        k_tokens=64,
+        pass_="forward",
+        mask="full",
+        heads=1,
+        kv_heads=1,
+        head_dim=64,
+        dtype="bf16",
+    )
     assert tiny >= fa2.call_overhead_s
-    decode = attention_call_seconds("fa2", H100, q_tokens=1, k_tokens=1 << 20, pass_="forward",
-                                    mask="full", **CALL)  # fmt: skip
+    decode = attention_call_seconds(
+        "fa2", H100, q_tokens=1, k_tokens=1 << 20, pass_="forward", mask="full", **CALL
+    )
     cache = 2 * (1 << 20) * 8 * 128 * 2  # k and v, bf16
     assert decode >= cache / H100.memory_bandwidth
 
@@ -163,8 +175,9 @@ def test_families_refuse_what_they_have_no_source_for():
     with pytest.raises(ValueError, match="implementation"):
         get_family("fa4")
     with pytest.raises(ValueError, match="no published curve"):
-        attention_call_seconds("fa3", A100, q_tokens=64, k_tokens=64, pass_="forward",
-                               mask="full", **CALL)  # fmt: skip
+        attention_call_seconds(
+            "fa3", A100, q_tokens=64, k_tokens=64, pass_="forward", mask="full", **CALL
+        )
     with pytest.raises(ValueError, match="no published curve"):
         RingConfig(hosts=2, seq_len=64, hardware=A100, implementation="cudnn")
     with pytest.raises(ValueError, match="dtype"):
@@ -173,8 +186,17 @@ def test_families_refuse_what_they_have_no_source_for():
 
 # -- the ring steps are the calls zhuzilin/ring-flash-attention makes -----------------------------
 def ring(layout, **kw):
-    return RingConfig(hosts=4, seq_len=4 * 1024, hardware=H100, heads=32, kv_heads=8,
-                      causal=True, layout=layout, implementation="fa2", **kw)  # fmt: skip
+    return RingConfig(
+        hosts=4,
+        seq_len=4 * 1024,
+        hardware=H100,
+        heads=32,
+        kv_heads=8,
+        causal=True,
+        layout=layout,
+        implementation="fa2",
+        **kw,
+    )
 
 
 def test_zigzag_off_diagonal_steps_are_unmasked_half_block_calls():
@@ -204,8 +226,9 @@ def test_merge_bytes_follow_the_op_list():
     fused = replace(fa2, merge="fused")
     assert merge_seconds(fused, hbm, op="merge", **shape) == pytest.approx(10 * per_byte)
     assert merge_seconds(KERNELS["ideal"], hbm, op="merge", **shape) == 0.0
-    grads = grad_seconds(fa2, hbm, op="accumulate", q_rows=10, kv_rows=20, heads=4, kv_heads=2,
-                         head_dim=8)  # fmt: skip
+    grads = grad_seconds(
+        fa2, hbm, op="accumulate", q_rows=10, kv_rows=20, heads=4, kv_heads=2, head_dim=8
+    )
     assert grads == pytest.approx(10 * 8 * (10 * 4 + 2 * 20 * 2) / (0.9 * hbm))
     with pytest.raises(ValueError, match="op"):
         merge_seconds(fa2, hbm, op="rescale", **shape)
@@ -216,8 +239,15 @@ def test_defaults_are_the_ideal_timer_bit_for_bit():
     base = dict(hosts=4, seq_len=4096, hardware=H100, causal=True, layout="zigzag")
     for pass_ in ("forward", "backward", "train-step"):
         plain = simulate(RingConfig(**base, pass_=pass_))
-        named = simulate(RingConfig(**base, pass_=pass_, implementation="ideal",
-                                    attention_flops=None, overlap_efficiency=None))  # fmt: skip
+        named = simulate(
+            RingConfig(
+                **base,
+                pass_=pass_,
+                implementation="ideal",
+                attention_flops=None,
+                overlap_efficiency=None,
+            )
+        )
         np.testing.assert_array_equal(plain.timeline.compute_end, named.timeline.compute_end)
         np.testing.assert_array_equal(plain.timeline.send_end, named.timeline.send_end)
 
@@ -248,9 +278,15 @@ def test_per_kind_rates_and_recompute():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("implementation", "flash"), ("tile_n", 0), ("overlap_efficiency", 1.5),
-     ("attention_flops", -1.0), ("linear_flops", 0.0), ("recompute", "yes")],
-)  # fmt: skip
+    [
+        ("implementation", "flash"),
+        ("tile_n", 0),
+        ("overlap_efficiency", 1.5),
+        ("attention_flops", -1.0),
+        ("linear_flops", 0.0),
+        ("recompute", "yes"),
+    ],
+)
 def test_bad_config_fields_name_themselves(field, value):
     with pytest.raises(ValueError, match=field if field != "implementation" else "implementation"):
         RingConfig(hosts=2, seq_len=64, hardware=H100, **{field: value})
@@ -271,17 +307,38 @@ def test_bad_config_fields_name_themselves(field, value):
     overlap_eff=st.sampled_from([None, 0.5]),
 )
 def test_engines_agree_with_a_real_implementation(
-    implementation, hosts, layout, causal, overlap, pass_, block, documents, jitter, recompute,
+    implementation,
+    hosts,
+    layout,
+    causal,
+    overlap,
+    pass_,
+    block,
+    documents,
+    jitter,
+    recompute,
     overlap_eff,
-):  # fmt: skip
+):
     seq = hosts * block
     segments = np.repeat(np.arange(seq // 2 + 1), 2)[:seq] if documents else None
     cfg = RingConfig(
-        hosts=hosts, seq_len=seq, hardware=H100, heads=4, kv_heads=2, head_dim=64,
-        layout=layout, causal=causal, overlap=overlap, pass_=pass_, jitter=jitter,
-        implementation=implementation, recompute=recompute, overlap_efficiency=overlap_eff,
-        speed=tuple(0.5 if h == 0 else 1.0 for h in range(hosts)), segment_ids=segments,
-    )  # fmt: skip
+        hosts=hosts,
+        seq_len=seq,
+        hardware=H100,
+        heads=4,
+        kv_heads=2,
+        head_dim=64,
+        layout=layout,
+        causal=causal,
+        overlap=overlap,
+        pass_=pass_,
+        jitter=jitter,
+        implementation=implementation,
+        recompute=recompute,
+        overlap_efficiency=overlap_eff,
+        speed=tuple(0.5 if h == 0 else 1.0 for h in range(hosts)),
+        segment_ids=segments,
+    )
     fast, slow = simulate(cfg), simulate(cfg, engine="heap")
     for name in ("compute_start", "compute_end", "send_start", "send_end"):
         np.testing.assert_array_equal(getattr(fast.timeline, name), getattr(slow.timeline, name))
@@ -289,8 +346,18 @@ def test_engines_agree_with_a_real_implementation(
 
 def test_torch_family_takes_the_calibrated_terms():
     hw = replace(custom_hardware(1e11, 1e9, dtype="fp32"), block_overhead_s=1e-4)
-    t = attention_call_seconds("torch", hw, q_tokens=128, k_tokens=128, heads=1, kv_heads=1,
-                               head_dim=64, dtype="fp32", pass_="forward", mask="full")  # fmt: skip
+    t = attention_call_seconds(
+        "torch",
+        hw,
+        q_tokens=128,
+        k_tokens=128,
+        heads=1,
+        kv_heads=1,
+        head_dim=64,
+        dtype="fp32",
+        pass_="forward",
+        mask="full",
+    )
     assert t == pytest.approx(1e-4 + attention_flops(128, 128, 1, 64) / 1e11)
 
 
@@ -309,24 +376,69 @@ def cli_json(capsys, *argv):
 
 
 def test_cli_runs_a_real_implementation_and_shows_the_paper_minimum(capsys):
-    args = ("simulate", "--hosts", "8", "--seq-len", "64K", "--causal", "--layout", "zigzag",
-            "--kv-heads", "8", "--hardware", "h100-nvlink")  # fmt: skip
+    args = (
+        "simulate",
+        "--hosts",
+        "8",
+        "--seq-len",
+        "64K",
+        "--causal",
+        "--layout",
+        "zigzag",
+        "--kv-heads",
+        "8",
+        "--hardware",
+        "h100-nvlink",
+    )
     ideal = cli_json(capsys, *args)
     real = cli_json(capsys, *args, "--implementation", "fa2", "--tile", "128x64")
     assert "implementation" not in ideal and real["implementation"] == "fa2"
     assert real["total_time_s"] > 2 * ideal["total_time_s"]
     assert ideal["min_seq_per_host_tokens"] == 6 * ideal["min_block_for_overlap"]
-    cfg = RingConfig(hosts=8, seq_len=65536, hardware=H100, kv_heads=8, causal=True,
-                     layout="zigzag", implementation="fa2", tile=128, tile_n=64)  # fmt: skip
+    cfg = RingConfig(
+        hosts=8,
+        seq_len=65536,
+        hardware=H100,
+        kv_heads=8,
+        causal=True,
+        layout="zigzag",
+        implementation="fa2",
+        tile=128,
+        tile_n=64,
+    )
     assert real["total_time_s"] == simulate(cfg).makespan
     step = cli_json(
-        capsys, "simulate", "--hosts", "2", "--seq-len", "4K", "--pass", "train-step",
-        "--hardware", "a100-nvlink", "--attention-rate", "tf32", "--linear-rate", "624T",
-        "--recompute", "--overlap-efficiency", "0.5",
-    )  # fmt: skip
+        capsys,
+        "simulate",
+        "--hosts",
+        "2",
+        "--seq-len",
+        "4K",
+        "--pass",
+        "train-step",
+        "--hardware",
+        "a100-nvlink",
+        "--attention-rate",
+        "tf32",
+        "--linear-rate",
+        "624T",
+        "--recompute",
+        "--overlap-efficiency",
+        "0.5",
+    )
     assert step["total_time_s"] > 0
-    sweep = cli_json(capsys, "sweep", "--vary", "block", "--values", "1K,4K", "--hardware",
-                     "h100-nvlink", "--implementation", "fa3")  # fmt: skip
+    sweep = cli_json(
+        capsys,
+        "sweep",
+        "--vary",
+        "block",
+        "--values",
+        "1K,4K",
+        "--hardware",
+        "h100-nvlink",
+        "--implementation",
+        "fa3",
+    )
     assert sweep["implementation"] == "fa3"
     assert sweep["min_seq_per_host_tokens"] == 6 * sweep["overlap_threshold_tokens"]
 
@@ -368,14 +480,28 @@ def test_calibration_gives_the_torch_family():
     family, hw = cal.kernel_family(), cal.hardware()
     assert family.name == "torch" and family.calibrated
     assert family.call_overhead_s == pytest.approx(1e-4, rel=1e-3)
-    t = attention_call_seconds(family, hw, q_tokens=512, k_tokens=512, heads=2, kv_heads=2,
-                               head_dim=32, dtype="fp32", pass_="forward", mask="full")  # fmt: skip
+    t = attention_call_seconds(
+        family,
+        hw,
+        q_tokens=512,
+        k_tokens=512,
+        heads=2,
+        kv_heads=2,
+        head_dim=32,
+        dtype="fp32",
+        pass_="forward",
+        mask="full",
+    )
     assert t == pytest.approx(1e-4 + attention_flops(512, 512, 2, 32) / 2e10, rel=0.01)
 
 
 def test_torch_on_a_calibrated_profile_is_the_calibrated_timer():
-    hw = replace(custom_hardware(1e11, 1e9, dtype="fp32"), block_overhead_s=1e-4,
-                 masked_speed=0.7, solo_speed=1.5)  # fmt: skip
+    hw = replace(
+        custom_hardware(1e11, 1e9, dtype="fp32"),
+        block_overhead_s=1e-4,
+        masked_speed=0.7,
+        solo_speed=1.5,
+    )
     base = dict(hosts=4, seq_len=1024, hardware=hw, dtype="fp32", causal=True)
     calibrated = simulate(RingConfig(**base)).timeline
     torch_ = simulate(RingConfig(**base, implementation="torch")).timeline

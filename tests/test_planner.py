@@ -260,13 +260,42 @@ def test_bad_plan_input_is_one_line_and_exit_2(capsys, argv, message):
 
 
 def test_simulate_takes_the_cluster_and_strategy_flags(capsys):
-    code = main(["simulate", "--hosts", "16", "--seq-len", "128K", "--kv-heads", "8",
-                 "--causal", "--layout", "zigzag", "--cluster", "dgx-h100",
-                 "--strategy", "hybrid", "--ulysses-degree", "8", "--json"])  # fmt: skip
+    code = main(
+        [
+            "simulate",
+            "--hosts",
+            "16",
+            "--seq-len",
+            "128K",
+            "--kv-heads",
+            "8",
+            "--causal",
+            "--layout",
+            "zigzag",
+            "--cluster",
+            "dgx-h100",
+            "--strategy",
+            "hybrid",
+            "--ulysses-degree",
+            "8",
+            "--json",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["strategy"] == "hybrid" and data["ulysses_degree"] == 8 and data["ring_degree"] == 2
-    code = main(["simulate", "--hosts", "8", "--seq-len", "64K", "--strategy", "hybrid",
-                 "--ulysses-degree", "3"])  # fmt: skip
+    code = main(
+        [
+            "simulate",
+            "--hosts",
+            "8",
+            "--seq-len",
+            "64K",
+            "--strategy",
+            "hybrid",
+            "--ulysses-degree",
+            "3",
+        ]
+    )
     assert code == 2
     assert "ulysses_degree must divide hosts=8" in capsys.readouterr().err

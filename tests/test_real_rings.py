@@ -49,10 +49,26 @@ def test_a_lone_cta_running_faster_shortens_the_tail_and_work_is_conserved():
 
 def test_few_heads_leave_the_gpu_part_empty():
     """5 heads of an 8K causal call: 320 CTAs on 264 slots, the longest dispatched last."""
-    five = attention_call_seconds("fa2", H100, q_tokens=8192, k_tokens=8192, heads=5,
-                                  pass_="forward", mask="causal-diagonal", **CALL)  # fmt: skip
-    many = attention_call_seconds("fa2", H100, q_tokens=8192, k_tokens=8192, heads=40,
-                                  pass_="forward", mask="causal-diagonal", **CALL)  # fmt: skip
+    five = attention_call_seconds(
+        "fa2",
+        H100,
+        q_tokens=8192,
+        k_tokens=8192,
+        heads=5,
+        pass_="forward",
+        mask="causal-diagonal",
+        **CALL,
+    )
+    many = attention_call_seconds(
+        "fa2",
+        H100,
+        q_tokens=8192,
+        k_tokens=8192,
+        heads=40,
+        pass_="forward",
+        mask="causal-diagonal",
+        **CALL,
+    )
     assert five > 1.3 * many / 8  # 8x fewer heads, far more than 1/8 of the time
 
 
@@ -103,8 +119,16 @@ def test_host_calls_follow_the_code():
 
 
 def test_a_step_is_the_longer_of_the_gpu_and_the_host():
-    cfg = RingConfig(hosts=4, seq_len=4 * 256, hardware=H100, heads=2, kv_heads=2,
-                     causal=True, layout="zigzag", implementation="fa2")  # fmt: skip
+    cfg = RingConfig(
+        hosts=4,
+        seq_len=4 * 256,
+        hardware=H100,
+        heads=2,
+        kv_heads=2,
+        causal=True,
+        layout="zigzag",
+        implementation="fa2",
+    )
     slow = cfg.replace(assume={"host_call_s": "high"})
     sched = cfg.schedule()
     fast_steps = StepModel(cfg, cfg.family).seconds(sched, 1)
@@ -135,8 +159,9 @@ def test_ranges_check_their_ends():
 
 
 def test_ideal_runs_have_no_ranges_and_real_ones_an_interval():
-    cfg = RingConfig(hosts=8, seq_len=8 * 8192, hardware=H800, heads=5, kv_heads=5,
-                     causal=True, layout="zigzag")  # fmt: skip
+    cfg = RingConfig(
+        hosts=8, seq_len=8 * 8192, hardware=H800, heads=5, kv_heads=5, causal=True, layout="zigzag"
+    )
     assert live_ranges(cfg) == () and corners(()) == []
     real = cfg.replace(implementation="fa2")
     assert live_ranges(real) == ("p2p_bandwidth", "host_call_s", "lone_cta_speed")
@@ -158,9 +183,26 @@ def test_validate_judges_a_row_by_its_interval():
 
 
 def test_simulate_interval_flag(capsys):
-    main(["simulate", "--hosts", "8", "--seq-len", "64K", "--causal", "--layout", "zigzag",
-          "--heads", "5", "--hardware", "h800-nvlink", "--implementation", "fa2",
-          "--interval", "--json"])  # fmt: skip
+    main(
+        [
+            "simulate",
+            "--hosts",
+            "8",
+            "--seq-len",
+            "64K",
+            "--causal",
+            "--layout",
+            "zigzag",
+            "--heads",
+            "5",
+            "--hardware",
+            "h800-nvlink",
+            "--implementation",
+            "fa2",
+            "--interval",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     low, high = out["total_time_interval_s"]
     assert low <= out["total_time_s"] <= high and low < high
@@ -184,16 +226,27 @@ def test_overlap_threshold_and_decode_follow_the_family():
 # -- the O(P) step path --------------------------------------------------------------------------
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag", "striped"])
 def test_by_relation_steps_equal_the_per_host_path(layout):
-    cfg = RingConfig(hosts=6, seq_len=6 * 512, hardware=H100, heads=4, kv_heads=2,
-                     causal=True, layout=layout, implementation="fa2")  # fmt: skip
+    cfg = RingConfig(
+        hosts=6,
+        seq_len=6 * 512,
+        hardware=H100,
+        heads=4,
+        kv_heads=2,
+        causal=True,
+        layout=layout,
+        implementation="fa2",
+    )
     sched = cfg.schedule()
     assert sched.by_relation
     model = StepModel(cfg, cfg.family)
     for s in range(sched.steps):
         fast = model.seconds(sched, s)
-        slow = np.array([
-            model._cell(sched.pass_, int(k), int(r), float(w), s == 0, s == sched.steps - 1)
-            for k, r, w in zip(sched.kind_at(s), sched.relation_at(s), sched.work_at(s),
-                               strict=True)
-        ])  # fmt: skip
+        slow = np.array(
+            [
+                model._cell(sched.pass_, int(k), int(r), float(w), s == 0, s == sched.steps - 1)
+                for k, r, w in zip(
+                    sched.kind_at(s), sched.relation_at(s), sched.work_at(s), strict=True
+                )
+            ]
+        )
         assert np.array_equal(fast, slow)

@@ -176,7 +176,7 @@ def test_heap_and_vectorized_engines_agree_exactly(
 )
 def test_engines_agree_on_rectangular_tiles(
     hosts, layout, pass_, block, tile, tile_n, jitter, overlap
-):  # fmt: skip
+):
     """The ideal timer on ``tile x tile_n`` tiles: both engines agree exactly, and a lone
     host's forward lasts the schedule's tiled work times a full block."""
     kw = dict(layout=layout, causal=True, pass_=pass_, tile=tile, tile_n=tile_n)
@@ -464,13 +464,27 @@ def test_a_thousand_hosts_is_quick():
 
 
 # -- kernel terms of a calibrated profile: pass and block overheads, masked and lone speeds -----
-def kernel_config(hosts=4, block=64, *, pass_overhead=0.0, overhead=0.0, masked=1.0, solo=1.0,
-                  overlap_eff=1.0, bandwidth=1e15, latency=0.0, **kw):  # fmt: skip
+def kernel_config(
+    hosts=4,
+    block=64,
+    *,
+    pass_overhead=0.0,
+    overhead=0.0,
+    masked=1.0,
+    solo=1.0,
+    overlap_eff=1.0,
+    bandwidth=1e15,
+    latency=0.0,
+    **kw,
+):
     hw = replace(
-        custom_hardware(1e12, bandwidth, latency), pass_overhead_s=pass_overhead,
-        block_overhead_s=overhead, masked_speed=masked, solo_speed=solo,
+        custom_hardware(1e12, bandwidth, latency),
+        pass_overhead_s=pass_overhead,
+        block_overhead_s=overhead,
+        masked_speed=masked,
+        solo_speed=solo,
         overlap_efficiency=overlap_eff,
-    )  # fmt: skip
+    )
     return RingConfig(hosts=hosts, seq_len=hosts * block, hardware=hw, **SMALL, **kw)
 
 
@@ -489,15 +503,37 @@ def kernel_config(hosts=4, block=64, *, pass_overhead=0.0, overhead=0.0, masked=
     jitter=st.sampled_from([0.0, 0.3]),
 )
 def test_engines_agree_with_the_kernel_terms(
-    hosts, layout, causal, overlap, pass_, bandwidth, pass_overhead, overhead, masked, solo,
-    overlap_eff, jitter,
-):  # fmt: skip
+    hosts,
+    layout,
+    causal,
+    overlap,
+    pass_,
+    bandwidth,
+    pass_overhead,
+    overhead,
+    masked,
+    solo,
+    overlap_eff,
+    jitter,
+):
     speed = tuple(0.5 if h == 0 else 1.0 for h in range(hosts))
     cfg = kernel_config(
-        hosts, 32, pass_overhead=pass_overhead, overhead=overhead, masked=masked, solo=solo,
-        overlap_eff=overlap_eff, bandwidth=bandwidth, layout=layout, causal=causal,
-        overlap=overlap, pass_=pass_, speed=speed, jitter=jitter, tile=8,
-    )  # fmt: skip
+        hosts,
+        32,
+        pass_overhead=pass_overhead,
+        overhead=overhead,
+        masked=masked,
+        solo=solo,
+        overlap_eff=overlap_eff,
+        bandwidth=bandwidth,
+        layout=layout,
+        causal=causal,
+        overlap=overlap,
+        pass_=pass_,
+        speed=speed,
+        jitter=jitter,
+        tile=8,
+    )
     fast, slow = simulate(cfg), simulate(cfg, engine="heap")
     for name in ARRAYS:
         np.testing.assert_array_equal(getattr(fast.timeline, name), getattr(slow.timeline, name))
@@ -521,8 +557,9 @@ def test_kernel_terms_closed_forms(hosts):
     # unmasked, compute bound: the pass setup once, every block pays the overhead
     assert simulate(full).makespan == pytest.approx(setup + hosts * (o + t), rel=1e-12)
     # zigzag with tile-aligned halves: every block is masked (the diagonal 10/16 of its tiles)
-    zig = kernel_config(hosts, 64, pass_overhead=setup, overhead=o, masked=m, layout="zigzag",
-                        causal=True, tile=16)  # fmt: skip
+    zig = kernel_config(
+        hosts, 64, pass_overhead=setup, overhead=o, masked=m, layout="zigzag", causal=True, tile=16
+    )
     if hosts == 4:
         expect = setup + hosts * o + (10 / 16 + 3 / 2) * t / m
         assert simulate(zig).makespan == pytest.approx(expect, rel=1e-12)
@@ -617,18 +654,41 @@ def test_overlap_efficiency_spares_steps_without_a_transfer_or_compute():
     attention_flops=st.sampled_from([None, 1e14]),
 )
 def test_engines_agree_with_every_kernel_model_term(
-    implementation, hosts, layout, causal, overlap, pass_, block, tile, tile_n, jitter,
-    recompute, attention_flops,
-):  # fmt: skip
+    implementation,
+    hosts,
+    layout,
+    causal,
+    overlap,
+    pass_,
+    block,
+    tile,
+    tile_n,
+    jitter,
+    recompute,
+    attention_flops,
+):
     """The kernel family's calls, merges, NCCL-like links and SM contention are durations read
     through the one clock: the heap oracle and the vectorised engine still agree exactly."""
     hw = get_hardware("h100-nvlink")
     cfg = RingConfig(
-        hosts=hosts, seq_len=hosts * block, hardware=hw, heads=4, kv_heads=2, head_dim=64,
-        layout=layout, causal=causal, overlap=overlap, pass_=pass_, jitter=jitter,
-        implementation=implementation, tile=tile, tile_n=tile_n, recompute=recompute,
-        attention_flops=attention_flops, speed=tuple(0.5 if h == 1 else 1.0 for h in range(hosts)),
-    )  # fmt: skip
+        hosts=hosts,
+        seq_len=hosts * block,
+        hardware=hw,
+        heads=4,
+        kv_heads=2,
+        head_dim=64,
+        layout=layout,
+        causal=causal,
+        overlap=overlap,
+        pass_=pass_,
+        jitter=jitter,
+        implementation=implementation,
+        tile=tile,
+        tile_n=tile_n,
+        recompute=recompute,
+        attention_flops=attention_flops,
+        speed=tuple(0.5 if h == 1 else 1.0 for h in range(hosts)),
+    )
     fast, slow = simulate(cfg), simulate(cfg, engine="heap")
     for name in ARRAYS:
         np.testing.assert_array_equal(getattr(fast.timeline, name), getattr(slow.timeline, name))

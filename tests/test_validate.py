@@ -20,8 +20,20 @@ from ringsim.cli import main
 from ringsim.timer.studies.published import DATASET, EXPERIMENTS, Published
 from ringsim.timer.studies.validate import describe, striped_work_speedup, summarize, validate
 
-ZHUZILIN_KEYS = {"hosts", "seq_len", "heads", "kv_heads", "head_dim", "dtype", "batch", "causal",
-                 "kernel", "hardware", "layout", "pass"}  # fmt: skip
+ZHUZILIN_KEYS = {
+    "hosts",
+    "seq_len",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "dtype",
+    "batch",
+    "causal",
+    "kernel",
+    "hardware",
+    "layout",
+    "pass",
+}
 CONFIG_KEYS = {
     "zhuzilin": ZHUZILIN_KEYS,
     "zhuzilin-its": ZHUZILIN_KEYS | {"variant"},

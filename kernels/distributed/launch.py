@@ -209,9 +209,20 @@ def loopback_interface() -> str | None:
 
 
 def _worker_main(
-    rank, hosts, init_file, backend, timeout_s, threads, cores, fn, args, results, parent_pid,
-    pulses, slot,
-):  # fmt: skip
+    rank,
+    hosts,
+    init_file,
+    backend,
+    timeout_s,
+    threads,
+    cores,
+    fn,
+    args,
+    results,
+    parent_pid,
+    pulses,
+    slot,
+):
     die_with_parent(parent_pid)
     pulses.attach(slot)
     try:
@@ -429,10 +440,15 @@ def run_ring(rank: int, hosts: int, config: RunConfig, group=None) -> dict:
     scale = 1.0 / math.sqrt(config.head_dim)
     for i in timing:
         ring = Ring(
-            config.layout, config.causal, config.seq_len, group, config.block_backend,
-            config.timeout_s, record=True,
+            config.layout,
+            config.causal,
+            config.seq_len,
+            group,
+            config.block_backend,
+            config.timeout_s,
+            record=True,
             segment_ids=check_segment_ids(config.segments(), config.seq_len),
-        )  # fmt: skip
+        )
         if i == 0:
             check_agreement(ring, agreement_header(ring, q, k, v, scale))
         qr, kr, vr = (x.detach().clone().requires_grad_(config.backward) for x in (q, k, v))
@@ -501,9 +517,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rank, hosts = dist.get_rank(), dist.get_world_size()
         config = RunConfig(
-            args.seq_len, args.heads, args.kv_heads, args.head_dim, 1, args.layout, args.causal,
-            args.dtype, repeats=args.repeats, warmup=1, timeout_s=args.timeout,
-        )  # fmt: skip
+            args.seq_len,
+            args.heads,
+            args.kv_heads,
+            args.head_dim,
+            1,
+            args.layout,
+            args.causal,
+            args.dtype,
+            repeats=args.repeats,
+            warmup=1,
+            timeout_s=args.timeout,
+        )
         res = run_ring(rank, hosts, config)
         outs: list = [None] * hosts
         dist.all_gather_object(outs, res)
@@ -523,10 +548,16 @@ def summarize_run(results: Sequence[dict], config: RunConfig) -> dict:
     forward = float(np.median(np.max([r["forward_s"] for r in results], axis=0)))
     backward = float(np.median(np.max([r["backward_s"] for r in results], axis=0)))
     summary = {
-        "hosts": len(results), "seq_len": config.seq_len, "layout": config.layout,
-        "causal": config.causal, "dtype": config.dtype, "heads": config.heads,
-        "head_dim": config.head_dim, "forward_s": forward, "backward_s": backward,
-    }  # fmt: skip
+        "hosts": len(results),
+        "seq_len": config.seq_len,
+        "layout": config.layout,
+        "causal": config.causal,
+        "dtype": config.dtype,
+        "heads": config.heads,
+        "head_dim": config.head_dim,
+        "forward_s": forward,
+        "backward_s": backward,
+    }
     if config.return_tensors and config.seq_len <= 8192:
         import ringsim
 

@@ -183,9 +183,13 @@ class Progress:
             )
 
             self._bar = Bar(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=Console(file=self.stream), transient=True,
-            )  # fmt: skip
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(file=self.stream),
+                transient=True,
+            )
             self._bar.start()
             self._task = self._bar.add_task(self.title, total=self.total)
         self.channel = multiprocessing.get_context("spawn").Queue()
@@ -200,12 +204,16 @@ class Progress:
         with self._lock:
             self._done = min(self._done + steps, self.total)
             if self._bar is not None:
-                self._bar.update(self._task, completed=self._done,
-                                 description=f"{self.title}: {text}")  # fmt: skip
+                self._bar.update(
+                    self._task, completed=self._done, description=f"{self.title}: {text}"
+                )
             elif steps == 0:  # plain lines: what starts (the next start says it is done)
                 elapsed = time.monotonic() - self._start
-                print(f"[{self.title} {self._done}/{self.total} {elapsed:5.1f} s] {text}",
-                      file=self.stream, flush=True)  # fmt: skip
+                print(
+                    f"[{self.title} {self._done}/{self.total} {elapsed:5.1f} s] {text}",
+                    file=self.stream,
+                    flush=True,
+                )
 
     def _drain(self) -> None:
         while True:

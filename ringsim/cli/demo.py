@@ -40,9 +40,14 @@ def layout_rows(
     results = {}
     for layout in layout_names():
         config = RingConfig(
-            hosts=hosts, seq_len=seq_len, hardware=hardware, layout=layout, causal=True,
-            pass_=pass_, dtype=dtype,
-        )  # fmt: skip
+            hosts=hosts,
+            seq_len=seq_len,
+            hardware=hardware,
+            layout=layout,
+            causal=True,
+            pass_=pass_,
+            dtype=dtype,
+        )
         results[layout] = simulate(config)
         check_finite_times(results[layout].summary())
     base = results["contiguous"].summary()["total_time_s"]
@@ -71,9 +76,13 @@ def overlap_rows(hosts: int, seq_len: int, hardware, dtype: str = "bf16") -> tup
     rows = []
     for block in sorted({small, own}):
         config = RingConfig(
-            hosts=hosts, seq_len=block * hosts, hardware=hardware, layout="zigzag", causal=True,
+            hosts=hosts,
+            seq_len=block * hosts,
+            hardware=hardware,
+            layout="zigzag",
+            causal=True,
             dtype=dtype,
-        )  # fmt: skip
+        )
         s = simulate(config).summary()
         rows.append(
             {

@@ -159,10 +159,17 @@ def _query_tiles(
         cols = slice(0, keys)
         segs = (None, None) if q_seg is None else (q_seg[rows], k_seg[cols])
         whole = prefix and q_seg is None and k_pos[keys - 1] <= q_pos[rows].min()
-        mask = None if whole else visible_mask(
-            None if q_pos is None else q_pos[rows], None if k_pos is None else k_pos[cols],
-            causal=causal, q_seg=segs[0], k_seg=segs[1],
-        )  # fmt: skip
+        mask = (
+            None
+            if whole
+            else visible_mask(
+                None if q_pos is None else q_pos[rows],
+                None if k_pos is None else k_pos[cols],
+                causal=causal,
+                q_seg=segs[0],
+                k_seg=segs[1],
+            )
+        )
         yield rows, keys, mask
 
 

@@ -295,8 +295,20 @@ def hybrid_attention(
     Returns ``out`` like ``q`` in its dtype, in token order, plus the float ``lse``
     ``(..., Hq, N)`` when ``return_lse``.
     """
-    prob = _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids, method,
-                    window, placement)  # fmt: skip
+    prob = _problem(
+        q,
+        k,
+        v,
+        hosts,
+        ulysses_degree,
+        layout,
+        causal,
+        scale,
+        segment_ids,
+        method,
+        window,
+        placement,
+    )
     return _attention(prob, return_lse)
 
 
@@ -320,8 +332,20 @@ def hybrid_attention_backward(
     on the hosts, then the backward stages (all-to-all of ``dout``, the method's backward from
     the saved ``out``, ``row_max``, ``row_sum``, all-to-all of the gradients home). Arguments as
     ``hybrid_attention``; ``dout`` like ``q``. Gradients in the input dtype, token order."""
-    prob = _problem(q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids, method,
-                    window, placement)  # fmt: skip
+    prob = _problem(
+        q,
+        k,
+        v,
+        hosts,
+        ulysses_degree,
+        layout,
+        causal,
+        scale,
+        segment_ids,
+        method,
+        window,
+        placement,
+    )
     return _gradients(prob, dout)
 
 

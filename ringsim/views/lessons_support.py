@@ -323,11 +323,26 @@ def _draw_ring(ax, story: RingStory, step: int) -> None:
                 hatch="//" if kind == "partial" else None,
             )
         )
-        ax.text(x, y, f"kv{owner}", ha="center", va="center", fontsize=9, color="black",
-                bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 0.5})  # fmt: skip
+        ax.text(
+            x,
+            y,
+            f"kv{owner}",
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="black",
+            bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 0.5},
+        )
         out = 1 + radius + 0.28  # label outside the circle, along its radius
-        ax.text(out * np.cos(angle[h]), out * np.sin(angle[h]), f"host {h}\n{kind}",
-                ha="center", va="center", fontsize=9, linespacing=1.1)  # fmt: skip
+        ax.text(
+            out * np.cos(angle[h]),
+            out * np.sin(angle[h]),
+            f"host {h}\n{kind}",
+            ha="center",
+            va="center",
+            fontsize=9,
+            linespacing=1.1,
+        )
         if sends:
             dst = xy[story.schedule.send_to[h]]
             arrow = FancyArrowPatch(
@@ -372,8 +387,15 @@ def _draw_errors(ax, story: RingStory, step: int) -> None:
     errors = np.maximum(story.errors, ERROR_FLOOR)
     steps = np.arange(story.steps)
     for h in range(story.hosts):
-        ax.plot(steps[: step + 1], errors[: step + 1, h], "o-", color=colours[h], ms=4, lw=1.4,
-                label=f"host {h}")  # fmt: skip
+        ax.plot(
+            steps[: step + 1],
+            errors[: step + 1, h],
+            "o-",
+            color=colours[h],
+            ms=4,
+            lw=1.4,
+            label=f"host {h}",
+        )
     ax.set_yscale("log")
     ax.set_xlim(-0.3, story.steps - 0.7)
     ax.set_ylim(ERROR_FLOOR / 3, 30)

@@ -409,9 +409,12 @@ def plot_layout_masks(
     colours = [cmap(h if hosts <= 10 else h / max(hosts - 1, 1)) for h in range(hosts)]
     palette = ListedColormap(["white", *colours])
     fig, axes = plt.subplots(
-        len(orders), len(layouts), figsize=(2.6 * len(layouts) + 1.4, 2.75 * len(orders)),
-        squeeze=False, layout="constrained",
-    )  # fmt: skip
+        len(orders),
+        len(layouts),
+        figsize=(2.6 * len(layouts) + 1.4, 2.75 * len(orders)),
+        squeeze=False,
+        layout="constrained",
+    )
     c = seq_len // hosts
     for col, layout in enumerate(layouts):
         for row, order in enumerate(orders):

@@ -283,10 +283,10 @@ def family_overlap_block(config: RingConfig, pass_: str) -> float:
                 compute += merge_seconds(fam, hbm, op="merge", rows=c, **shape)
                 transfer = clock.transfer(kv)[0]
             else:
-                compute += grad_seconds(fam, hbm, op="accumulate", q_rows=c, kv_rows=c,
-                                        kv_heads=cfg.kv_heads, **shape)  # fmt: skip
-                compute += gqa_backward_seconds(fam, hbm, kv_rows=c, kv_heads=cfg.kv_heads,
-                                                **shape)  # fmt: skip
+                compute += grad_seconds(
+                    fam, hbm, op="accumulate", q_rows=c, kv_rows=c, kv_heads=cfg.kv_heads, **shape
+                )
+                compute += gqa_backward_seconds(fam, hbm, kv_rows=c, kv_heads=cfg.kv_heads, **shape)
                 transfer = clock.transfer(kv)[0] + clock.transfer(costs_grad * c)[0]
             return compute >= transfer
 

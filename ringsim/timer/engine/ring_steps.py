@@ -235,17 +235,18 @@ class StepModel:
                 total += merge_seconds(fam, hbm, op=op, rows=q, **shape)
             else:
                 op = "first" if first else "accumulate"
-                total += grad_seconds(fam, hbm, op=op, q_rows=q, kv_rows=k,
-                                      kv_heads=cfg.kv_heads, **shape)  # fmt: skip
-                total += gqa_backward_seconds(fam, hbm, kv_rows=k, kv_heads=cfg.kv_heads,
-                                              **shape)  # fmt: skip
+                total += grad_seconds(
+                    fam, hbm, op=op, q_rows=q, kv_rows=k, kv_heads=cfg.kv_heads, **shape
+                )
+                total += gqa_backward_seconds(fam, hbm, kv_rows=k, kv_heads=cfg.kv_heads, **shape)
         c = cfg.block_tokens
         if last:
             if pass_ == "forward":
                 total += merge_seconds(fam, hbm, op="final", rows=c, **shape)
             else:
-                total += grad_seconds(fam, hbm, op="final", q_rows=c, kv_rows=c,
-                                      kv_heads=cfg.kv_heads, **shape)  # fmt: skip
+                total += grad_seconds(
+                    fam, hbm, op="final", q_rows=c, kv_rows=c, kv_heads=cfg.kv_heads, **shape
+                )
         if self.host_call_s and cfg.hosts > 1:  # the host issues the step's calls
             calls = host_calls(pass_, call, c, first=first, last=last)
             total = max(total, calls * self.host_call_s)

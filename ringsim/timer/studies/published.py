@@ -161,8 +161,13 @@ def _zhuzilin_its_rows(table: str) -> list[Published]:
         for (variant, layout), value in zip(ZHUZILIN_LAYOUTS.items(), rings, strict=True):
             variants[variant] = (layout, value)
         for variant, (layout, value) in variants.items():
-            config = {**base, "hardware": ZHUZILIN_HARDWARE[gpu], "pass": pass_,
-                      "layout": layout, "variant": variant}  # fmt: skip
+            config = {
+                **base,
+                "hardware": ZHUZILIN_HARDWARE[gpu],
+                "pass": pass_,
+                "layout": layout,
+                "variant": variant,
+            }
             what = "one GPU, the 8K local sequence" if layout is None else "the 8-GPU ring"
             rows.append(
                 Published(
@@ -591,9 +596,13 @@ def _yunchang_rows() -> list[Published]:
 
 DATASET: tuple[Published, ...] = tuple(
     [row for t in ZHUZILIN_TABLES for row in _zhuzilin_rows(t) + _zhuzilin_its_rows(t)]
-    + _striped_rows() + _ring_t2_rows() + _ring_t3_rows()
-    + _nemo_rows() + _llama3_rows() + _yunchang_rows()
-)  # fmt: skip
+    + _striped_rows()
+    + _ring_t2_rows()
+    + _ring_t3_rows()
+    + _nemo_rows()
+    + _llama3_rows()
+    + _yunchang_rows()
+)
 STEP_EXPERIMENTS = ("nemo-long", "llama3-t4", "llama3-choice", "yunchang")
 """The experiments whose rows time a whole training step (or, for yunchang, rank degrees)."""
 EXPERIMENTS = (
