@@ -10,10 +10,10 @@ the registry ``STRATEGIES``, timed on the engine and the machine.
 
 ``base`` says what a strategy is (and holds the registry), ``frame`` the Ulysses all-to-alls
 every two-level strategy sits in, ``pieces`` how their timelines are stitched, ``sizes`` what
-a run would cost the timer (each strategy's ``check_fits`` refuses one too big up front). Every strategy
-times its attention through ``HostClock.attention`` (or the ring engine's steps, which use the
-same kernel model) and its transfers through ``HostClock.transfer``, so ``--implementation``
-means the same thing everywhere. ``simulate_strategy`` is the front door.
+a run would cost the timer (each strategy's ``check_fits`` refuses one too big up front).
+Every strategy times its attention through ``HostClock.attention`` (or the ring engine's
+steps, which use the same kernel model) and its transfers through ``HostClock.transfer``, so
+``--implementation`` means the same thing everywhere. ``simulate_strategy`` is the front door.
 """
 
 from __future__ import annotations
