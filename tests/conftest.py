@@ -130,3 +130,21 @@ def _one_set_of_ranks_at_a_time(request):
         return
     with request.getfixturevalue("ranks_lock")():
         yield
+
+
+@pytest.fixture(scope="session")
+def book_html(ranks_lock):
+    """The built book's HTML folder, built once per worker for the book's and the explorer's
+    tests (both in the ``book`` group): the lessons that start ranks first, under
+    ``ranks_lock``, then the rest (executed lessons are cached in ``book/_build``)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("book_build", root / "book" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    with ranks_lock():
+        for stem in RING_LESSONS:
+            build.execute_lesson(root / "lessons" / f"{stem}.py")
+    return build.build(jobs=2).parent

@@ -229,17 +229,6 @@ PAGE_PROBE = """
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def book_html(ranks_lock) -> Path:
-    from conftest import RING_LESSONS
-
-    with ranks_lock():  # the lessons that start ranks first, in the ranks tests' turn
-        for stem in RING_LESSONS:
-            build.execute_lesson(ROOT / "lessons" / f"{stem}.py")
-    index = build.build(jobs=2)  # the rest (those found in the cache)
-    return index.parent
-
-
 @pytest.fixture(scope="module")
 def pages(book_html: Path) -> dict[str, dict]:
     browser = Browser()

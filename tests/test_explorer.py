@@ -44,16 +44,6 @@ MAX_DATA_BYTES = 1.5e6
 
 
 @pytest.fixture(scope="module")
-def book_html(ranks_lock) -> Path:
-    from conftest import RING_LESSONS
-
-    with ranks_lock():  # the lessons that start ranks first, in the ranks tests' turn
-        for stem in RING_LESSONS:
-            build.execute_lesson(ROOT / "lessons" / f"{stem}.py")
-    return build.build(jobs=2).parent
-
-
-@pytest.fixture(scope="module")
 def data_path(book_html: Path) -> Path:
     return book_html / "_static" / "explorer-data.js"
 
