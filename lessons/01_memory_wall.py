@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ringsim.timer.step.models import MODELS, ModelSpec
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     caption,
     exercises,

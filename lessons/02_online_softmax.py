@@ -36,7 +36,7 @@ import ringsim
 from ringsim.numerics.attention import Partial, empty_partial
 from ringsim.numerics.precision import error_growth
 from ringsim.numerics.rounding import relative_error, round_to
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     check_merge,
     exercises,

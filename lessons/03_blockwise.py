@@ -36,7 +36,7 @@ import ringsim
 from ringsim.numerics import blockwise
 from ringsim.numerics.attention import empty_partial
 from ringsim.numerics.rounding import relative_error
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     exercises,
     notation,

@@ -34,7 +34,7 @@ from IPython.display import HTML, display
 import ringsim
 from ringsim.numerics.rounding import relative_error
 from ringsim.timer import cost
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     animation_html,
     caption,
@@ -85,7 +85,7 @@ print(ringsim.build_schedule(4, "contiguous", causal=True).describe())
 # %% [markdown]
 # ## Watching it run
 #
-# `ringsim.views.lessons_support.ring_story` runs `ringsim.ring_attention` with a `RingRecord`,
+# `ringsim.views.lessons.ring_story` runs `ringsim.ring_attention` with a `RingRecord`,
 # which logs what every host held at every step and its running output after the step. Each
 # frame below shows one step:
 #

@@ -32,7 +32,7 @@ import numpy as np
 from ringsim.timer import RingConfig, cost, simulate
 from ringsim.timer.machine.hardware import PRESETS, get_hardware
 from ringsim.views import plots
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     caption,
     exercises,

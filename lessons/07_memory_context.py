@@ -35,7 +35,7 @@ from ringsim.timer.step import memory
 from ringsim.timer.step.models import get_model
 from ringsim.timer.studies.published import PAPER_TABLE_SOURCE
 from ringsim.timer.studies.validate import paper_comparison
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     caption,
     exercises,

@@ -35,7 +35,7 @@ from ringsim.numerics.rounding import relative_error
 from ringsim.timer import RingConfig, cost, simulate
 from ringsim.timer.machine.hardware import get_hardware
 from ringsim.views import plots
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     caption,
     check_delta,

@@ -38,7 +38,7 @@ from ringsim.timer import RingConfig, cost, simulate, strategies
 from ringsim.timer.machine.hardware import get_hardware
 from ringsim.timer.step.models import ModelSpec
 from ringsim.timer.strategies.ulysses import crossover_bandwidth
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     Markdown,
     exercises,

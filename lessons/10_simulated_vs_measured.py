@@ -43,7 +43,7 @@ from kernels.distributed import ring as real_ring
 from ringsim.files import read_json_object
 from ringsim.timer import cost
 from ringsim.timer.machine.hardware import load_profile
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     exercises,
     notation,

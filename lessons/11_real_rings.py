@@ -42,7 +42,7 @@ from ringsim.timer.machine.hardware import get_hardware
 from ringsim.timer.studies.published import DATASET, ZHUZILIN_SOURCE
 from ringsim.timer.studies.validate import describe, summarize, validate
 from ringsim.timer.studies.waterfall import waterfall
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     Markdown,
     exercises,

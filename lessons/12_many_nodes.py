@@ -38,7 +38,7 @@ import numpy as np
 from ringsim.timer import RingConfig
 from ringsim.timer.machine.topology import CLUSTERS, get_cluster
 from ringsim.timer.strategies import simulate_strategy
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     Markdown,
     caption,

@@ -43,7 +43,7 @@ from ringsim.timer.step.flops import model_tflops_per_gpu
 from ringsim.timer.step.models import get_model
 from ringsim.timer.studies.planner import plan
 from ringsim.timer.studies.validate import published_configuration, validate
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     Markdown,
     caption,

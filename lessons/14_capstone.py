@@ -39,7 +39,7 @@ from ringsim.timer.step.models import get_model
 from ringsim.timer.strategies import simulate_strategy
 from ringsim.timer.studies.planner import plan
 from ringsim.timer.studies.validate import validate
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     Exercise,
     Markdown,
     caption,

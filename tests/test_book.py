@@ -406,7 +406,7 @@ def layouts(book_html: Path) -> dict[str, dict[int, dict]]:
 
 
 def _figure_report(figure: dict) -> dict | None:
-    """The report ``lessons_support.figure_report`` wrote into the figure's PNG (or onto the
+    """The report ``lessons.figure_report`` wrote into the figure's PNG (or onto the
     animation player's <img>): smallest text in PNG pixels, legends over data."""
     if figure["report"]:
         return json.loads(figure["report"])

@@ -125,7 +125,7 @@ def test_lesson_ends_with_exercises_and_linked_references(executed: dict) -> Non
 
 
 def test_lesson_scale_knob_is_validated(monkeypatch) -> None:
-    from ringsim.views.lessons_support import lesson_scale
+    from ringsim.views.lessons import lesson_scale
 
     monkeypatch.setenv("RINGSIM_LESSON_SCALE", "zero")
     with pytest.raises(ValueError, match="RINGSIM_LESSON_SCALE"):
@@ -146,7 +146,7 @@ COMMON_CAPITALS = set(
 
 def _glossary_names() -> dict[str, str]:
     """Every name a glossary entry defines ("GQA, MHA" defines both) -> its entry."""
-    from ringsim.views.lessons_support import GLOSSARY
+    from ringsim.views.lessons import GLOSSARY
 
     names = {}
     for entry in GLOSSARY:
@@ -166,12 +166,12 @@ def _prose_words(nb: dict) -> str:
 
 
 def test_notation_page_is_current() -> None:
-    from ringsim.views.lessons_support import notation_page
+    from ringsim.views.lessons import notation_page
 
     page = ROOT / "lessons" / "notation.md"
     assert page.read_text() == notation_page(), (
-        "lessons/notation.md is not lessons_support.notation_page(); regenerate it with "
-        "python -c 'from ringsim.views.lessons_support import notation_page; "
+        "lessons/notation.md is not lessons.notation_page(); regenerate it with "
+        "python -c 'from ringsim.views.lessons import notation_page; "
         'open("lessons/notation.md", "w").write(notation_page())\''
     )
 

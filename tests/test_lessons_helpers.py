@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ringsim
-from ringsim.views.lessons_support import (
+from ringsim.views.lessons import (
     animation_html,
     draw_ring_step,
     lesson_scale,
@@ -102,7 +102,7 @@ def test_animation_has_a_frame_per_step_and_no_cdn_link(qkv) -> None:
 
 
 def test_table_prints_a_dash_for_a_missing_value() -> None:
-    from ringsim.views.lessons_support import table
+    from ringsim.views.lessons import table
 
     text = table(
         [{"term": "a", "ms": 1.5}, {"term": "b", "ms": None}], {"term": "{}", "ms": "{:.2f}"}
@@ -119,7 +119,7 @@ def test_table_prints_a_dash_for_a_missing_value() -> None:
 def test_figure_report_measures_the_smallest_text_in_png_pixels() -> None:
     import matplotlib.pyplot as plt
 
-    from ringsim.views.lessons_support import figure_report
+    from ringsim.views.lessons import figure_report
 
     fig, ax = plt.subplots(dpi=110)
     ax.plot([0, 1], [0, 1])
@@ -135,7 +135,7 @@ def test_figure_report_measures_the_smallest_text_in_png_pixels() -> None:
 def test_a_legend_over_a_line_is_reported(loc: str, covers: bool) -> None:
     import matplotlib.pyplot as plt
 
-    from ringsim.views.lessons_support import legends_over_data
+    from ringsim.views.lessons import legends_over_data
 
     fig, ax = plt.subplots()
     x = np.linspace(0, 1, 50)
@@ -150,7 +150,7 @@ def test_a_legend_over_a_line_is_reported(loc: str, covers: bool) -> None:
 def test_a_legend_over_bars_or_points_is_reported() -> None:
     import matplotlib.pyplot as plt
 
-    from ringsim.views.lessons_support import legends_over_data
+    from ringsim.views.lessons import legends_over_data
 
     fig, (bars, points) = plt.subplots(1, 2)
     bars.bar(["a", "b"], [2, 2], label="tall bars")
@@ -181,7 +181,7 @@ def test_animation_carries_its_figure_report(qkv) -> None:
 
 
 def test_notation_box_defines_what_it_is_given_and_refuses_unknown_names() -> None:
-    from ringsim.views.lessons_support import GLOSSARY, NOTATION, notation
+    from ringsim.views.lessons import GLOSSARY, NOTATION, notation
 
     text = notation("P", "c", terms=("FSDP",)).text
     assert f"| $P$ | {NOTATION['P']} |" in text
@@ -194,7 +194,7 @@ def test_notation_box_defines_what_it_is_given_and_refuses_unknown_names() -> No
 
 
 def test_notation_page_lists_every_symbol_and_term() -> None:
-    from ringsim.views.lessons_support import GLOSSARY, NOTATION, notation_page
+    from ringsim.views.lessons import GLOSSARY, NOTATION, notation_page
 
     page = notation_page()
     assert all(f"| ${symbol}$ |" in page for symbol in NOTATION)
@@ -203,14 +203,14 @@ def test_notation_page_lists_every_symbol_and_term() -> None:
 
 def test_one_meaning_per_symbol() -> None:
     """The issue this notation fixed: h meant heads, hidden size and host index at once."""
-    from ringsim.views.lessons_support import NOTATION
+    from ringsim.views.lessons import NOTATION
 
     assert "h" not in NOTATION
     assert {"H", "d_{model}", "r"} <= set(NOTATION)
 
 
 def test_caption_and_references_format() -> None:
-    from ringsim.views.lessons_support import caption, references
+    from ringsim.views.lessons import caption, references
 
     assert caption("Figure 1.1", " the line. ").text == "*Figure 1.1. What to notice:* the line."
     text = references("scaling_book").text
@@ -223,7 +223,7 @@ def test_caption_and_references_format() -> None:
 
 
 def test_try_it_checks_yours_or_falls_back_to_the_reference(capsys) -> None:
-    from ringsim.views.lessons_support import check_zigzag, try_it
+    from ringsim.views.lessons import check_zigzag, try_it
 
     def yours(hosts, seq_len):
         raise NotImplementedError
@@ -239,7 +239,7 @@ def test_try_it_checks_yours_or_falls_back_to_the_reference(capsys) -> None:
 
 def test_the_merge_check_catches_the_forgotten_rescale() -> None:
     from ringsim.numerics.attention import Partial
-    from ringsim.views.lessons_support import check_merge
+    from ringsim.views.lessons import check_merge
 
     def buggy(a, b):
         row_max = np.maximum(a.row_max, b.row_max)
@@ -253,14 +253,14 @@ def test_the_merge_check_catches_the_forgotten_rescale() -> None:
 
 
 def test_the_zigzag_check_catches_another_layout() -> None:
-    from ringsim.views.lessons_support import check_zigzag
+    from ringsim.views.lessons import check_zigzag
 
     with pytest.raises(AssertionError, match="the zigzag layout gives"):
         check_zigzag(lambda hosts, n: ringsim.host_positions("striped", hosts, n))
 
 
 def test_the_delta_check_catches_a_wrong_delta() -> None:
-    from ringsim.views.lessons_support import check_delta
+    from ringsim.views.lessons import check_delta
 
     assert "float64 reference" in check_delta(lambda out, dout: (out * dout).sum(axis=-1))
     with pytest.raises(AssertionError):
