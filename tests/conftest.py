@@ -21,7 +21,10 @@ through an attribute pytest 9 no longer reads, so its scheduler never sees them.
 
 import contextlib
 import fcntl
+import functools
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -132,19 +135,28 @@ def _one_set_of_ranks_at_a_time(request):
         yield
 
 
-@pytest.fixture(scope="session")
-def book_html(ranks_lock):
-    """The built book's HTML folder, built once per worker for the book's and the explorer's
-    tests (both in the ``book`` group): the lessons that start ranks first, under
-    ``ranks_lock``, then the rest (executed lessons are cached in ``book/_build``)."""
-    import importlib.util
-    from pathlib import Path
-
+@functools.cache
+def book_build():
+    """``book/build.py`` as a module (it is a script, not a package): one copy for every test."""
     root = Path(__file__).resolve().parent.parent
     spec = importlib.util.spec_from_file_location("book_build", root / "book" / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def ring_lessons_executed(ranks_lock) -> None:
+    """The lessons that start ranks (``RING_LESSONS``) executed, or found in the cache, under
+    ``ranks_lock``: in the ranks tests' turn, before anything executes the rest."""
+    build = book_build()
     with ranks_lock():
         for stem in RING_LESSONS:
-            build.execute_lesson(root / "lessons" / f"{stem}.py")
-    return build.build(jobs=2).parent
+            build.execute_lesson(build.LESSONS / f"{stem}.py")
+
+
+@pytest.fixture(scope="session")
+def book_html(ring_lessons_executed) -> Path:
+    """The built book's HTML folder, built once per worker for the book's and the explorer's
+    tests (both in the ``book`` group; executed lessons are cached in ``book/_build``)."""
+    return book_build().build(jobs=2).parent

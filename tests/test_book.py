@@ -9,7 +9,6 @@ MathJax replaced every formula, which links and resources does it use.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from conftest import book_build
 
 pytestmark = pytest.mark.slow  # builds the book (the lessons execute once, cached)
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,14 +51,7 @@ PAGE_TIMEOUT_S = 300
 START_TIMEOUT_S = 120
 
 
-def _load_build():
-    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build()
+build = book_build()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -84,26 +84,36 @@ def test_bad_message_arguments():
         sm_share(0)
 
 
+BLOCK_BYTES = kv_block_bytes(4096, 8, 128, "bf16")  # one k, v block of the ring below
+
+
+def first_sends(**fields) -> np.ndarray:
+    """``(hosts,)`` seconds each host takes to send its first block: 4 hosts of 4096 tokens,
+    32/8 heads under fa2 with ``overlap_efficiency=1`` (no message stretched by contention)."""
+    cfg = RingConfig(
+        **{
+            "hosts": 4,
+            "seq_len": 4 * 4096,
+            "hardware": H100,
+            "heads": 32,
+            "kv_heads": 8,
+            "implementation": "fa2",
+            "overlap_efficiency": 1.0,
+            **fields,
+        }
+    )
+    timeline = simulate(cfg).timeline
+    return timeline.send_end[0] - timeline.send_start[0]
+
+
 @pytest.mark.parametrize("end", ["low", "point", "high"])
 def test_the_timer_sends_at_the_achieved_p2p_bandwidth_under_a_real_implementation(end):
-    cfg = RingConfig(
-        hosts=4,
-        seq_len=4 * 4096,
-        hardware=H100,
-        heads=32,
-        kv_heads=8,
-        implementation="fa2",
-        overlap_efficiency=1.0,
-        assume={"p2p_bandwidth": end},
-    )
-    timeline = simulate(cfg).timeline  # f = 1: the message is not stretched by contention
-    sent = timeline.send_end[0] - timeline.send_start[0]
-    nbytes = kv_block_bytes(4096, 8, 128, "bf16")
+    sent = first_sends(assume={"p2p_bandwidth": end})
     achieved = achieved_p2p(H100).at(end)
-    expected = float(p2p_seconds(nbytes, achieved, H100.link_latency, link=ACHIEVED))
+    expected = float(p2p_seconds(BLOCK_BYTES, achieved, H100.link_latency, link=ACHIEVED))
     assert sent[0] == pytest.approx(expected)
-    ideal = simulate(cfg.replace(implementation="ideal")).timeline
-    assert sent[0] > (ideal.send_end - ideal.send_start)[0, 0]
+    ideal = first_sends(assume={"p2p_bandwidth": end}, implementation="ideal")
+    assert sent[0] > ideal[0]
 
 
 def test_achieved_p2p_is_well_below_the_line_rate_and_sourced():
@@ -116,19 +126,8 @@ def test_achieved_p2p_is_well_below_the_line_rate_and_sourced():
 
 def test_hops_without_an_achieved_range_send_like_nccl():
     hw = dataclasses.replace(PRESETS["h100-nvlink"], name="h100-own")  # no achieved range
-    cfg = RingConfig(
-        hosts=4,
-        seq_len=4 * 4096,
-        hardware=hw,
-        heads=32,
-        kv_heads=8,
-        implementation="fa2",
-        overlap_efficiency=1.0,
-    )
-    timeline = simulate(cfg).timeline
-    sent = timeline.send_end[0] - timeline.send_start[0]
-    nbytes = kv_block_bytes(4096, 8, 128, "bf16")
-    assert sent[0] == pytest.approx(float(p2p_seconds(nbytes, hw.link_bandwidth, 5e-6)))
+    sent = first_sends(hardware=hw)
+    assert sent[0] == pytest.approx(float(p2p_seconds(BLOCK_BYTES, hw.link_bandwidth, 5e-6)))
 
 
 def test_overlap_efficiency_override_beats_the_nccl_default():
@@ -144,22 +143,11 @@ def test_only_hops_on_the_machines_own_link_send_at_the_achieved_rate():
     rate on the hops at the machine's line rate and like NCCL on the others (a NIC, a shared
     link)."""
     nic = 25e9
-    hops = (H100.link_bandwidth, nic, H100.link_bandwidth, nic)
-    cfg = RingConfig(
-        hosts=4,
-        seq_len=4 * 4096,
-        hardware=H100,
-        heads=32,
-        kv_heads=8,
-        implementation="fa2",
-        overlap_efficiency=1.0,
-        hop_bandwidth=hops,
+    sent = first_sends(
+        hop_bandwidth=(H100.link_bandwidth, nic, H100.link_bandwidth, nic),
         hop_latency=(H100.link_latency,) * 4,
     )
-    timeline = simulate(cfg).timeline
-    sent = timeline.send_end[0] - timeline.send_start[0]
-    nbytes = kv_block_bytes(4096, 8, 128, "bf16")
     achieved = achieved_p2p(H100).at("point")
-    own = float(p2p_seconds(nbytes, achieved, H100.link_latency, link=ACHIEVED))
-    line = float(p2p_seconds(nbytes, nic, H100.link_latency, link=NVLINK))
+    own = float(p2p_seconds(BLOCK_BYTES, achieved, H100.link_latency, link=ACHIEVED))
+    line = float(p2p_seconds(BLOCK_BYTES, nic, H100.link_latency, link=NVLINK))
     assert sent == pytest.approx([own, line, own, line])

@@ -15,24 +15,17 @@ contradicting the output.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import prose_numbers as pn
 import pytest
+from conftest import book_build
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load_build():
-    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build()
+build = book_build()
 
 pytestmark = pytest.mark.slow  # executes the lessons (once: the book build shares the cache)
 STEMS = [p.stem for p in build.lessons()]
@@ -58,13 +51,8 @@ GIVEN: dict[str, dict[str, str]] = {
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _ranks_lessons_first(ranks_lock) -> None:
-    """Execute the lessons that start ranks (if not cached) in the ranks tests' turn."""
-    from conftest import RING_LESSONS
-
-    with ranks_lock():
-        for stem in RING_LESSONS:
-            build.execute_lesson(build.LESSONS / f"{stem}.py")
+def _ranks_lessons_first(ring_lessons_executed) -> None:
+    """The lessons that start ranks execute in the ranks tests' turn, before the others."""
 
 
 @pytest.fixture(scope="module", params=STEMS)

@@ -9,12 +9,12 @@ cell's traceback.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
+from conftest import book_build
 
 pytestmark = pytest.mark.slow  # executes every lesson (once: the book build shares the cache)
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,14 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_LESSON_SECONDS = 900
 
 
-def _load_build():
-    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build()
+build = book_build()
 LESSONS = build.lessons()
 
 
