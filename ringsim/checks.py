@@ -71,6 +71,25 @@ def check_instance(name: str, value: object, kind: type | tuple[type, ...], what
     return value
 
 
+def check_entry(name: str, value: object, kind: type, registry: dict[str, object]) -> object:
+    """``value`` as a ``kind`` (a frozen dataclass): one as is, the name of an entry of
+    ``registry``, or a dict of its fields (as a JSON file writes it); else a ``ValueError``
+    naming ``name`` and what it may be."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        return registry[check_choice(name, value, tuple(registry), also=" or an object")]
+    if isinstance(value, dict):
+        unknown = set(value) - set(kind.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"{name} has unknown keys {sorted(unknown)}")
+        try:
+            return kind(**value)
+        except TypeError as err:
+            raise ValueError(f"{name}: {err}") from None
+    raise ValueError(f"{name} must be a name or an object of its fields, got {_show(value)}")
+
+
 def check_memory(name: str, value: int, nbytes: float, what: str) -> None:
     """Refuse up front a size whose arrays (``nbytes``: ``what``) exceed this machine's
     physical memory: a ``ValueError`` naming ``name=value`` and the memory it would need,

@@ -345,7 +345,7 @@ def test_engines_agree_with_a_real_implementation(
 
 
 def test_torch_family_takes_the_calibrated_terms():
-    hw = replace(custom_hardware(1e11, 1e9, dtype="fp32"), block_overhead_s=1e-4)
+    hw = replace(custom_hardware(1e11, 1e9, dtype="fp32", arch="cpu"), block_overhead_s=1e-4)
     t = attention_call_seconds(
         "torch",
         hw,
@@ -497,7 +497,7 @@ def test_calibration_gives_the_torch_family():
 
 def test_torch_on_a_calibrated_profile_is_the_calibrated_timer():
     hw = replace(
-        custom_hardware(1e11, 1e9, dtype="fp32"),
+        custom_hardware(1e11, 1e9, dtype="fp32", arch="cpu"),
         block_overhead_s=1e-4,
         masked_speed=0.7,
         solo_speed=1.5,

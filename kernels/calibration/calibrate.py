@@ -205,6 +205,11 @@ def calibrate_data(
         import torch
 
         cal.machine = torch.cuda.get_device_name(0)
+        props = torch.cuda.get_device_properties(0)
+        cal.chip = {
+            "compute_capability": (props.major, props.minor),
+            "sms": props.multi_processor_count,
+        }
         cal.hosts = 1
         shape = dict(heads=heads, head_dim=head_dim, dtype=dtype, device="cuda", repeats=repeats)
         cal.compute = reprobe(lambda: measure_compute(sizes, **shape))

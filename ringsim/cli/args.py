@@ -40,8 +40,9 @@ DEFAULT_HARDWARE = "a100-nvlink"
 def add_hardware_flags(p: argparse.ArgumentParser, *, rates: bool = True) -> None:
     p.add_argument(
         "--hardware",
-        metavar="PRESET",
-        help=f"hardware preset (see `ringsim presets`; default {DEFAULT_HARDWARE})",
+        metavar="PRESET|FILE",
+        help=f"hardware preset (see `ringsim presets`; default {DEFAULT_HARDWARE}), or a JSON "
+        "file of a preset's fields (a profile from `ringsim calibrate` or the GPU check)",
     )
     quantity = lambda name: arg_type(parse_quantity, name)
     p.add_argument(
@@ -224,17 +225,20 @@ def _resolve_hardware(args: argparse.Namespace):
         hw = get_cluster(cluster).hardware
     else:
         hw = get_hardware(args.hardware or DEFAULT_HARDWARE)
+    if hw.saved:  # a profile from a file: say which device and when, before any output
+        from ringsim.cli.output import note
+
+        device = f" on {hw.device}" if hw.device else ""
+        note(f"hardware {hw.name}: a profile measured{device}, saved {hw.saved}")
     changes = {}
     if flops is not None:  # the given rate is what the kernel achieves
         dtype = getattr(args, "dtype", None) or default_dtype(hw)
         changes.update(flops={**hw.flops, dtype: flops}, efficiency=1.0)
-    if bandwidth is not None:
-        changes["link_bandwidth"] = bandwidth
-    if latency is not None:
-        changes["link_latency"] = latency
     if memory is not None:
         changes["memory_bytes"] = memory
-    if changes:
+    if bandwidth is not None or latency is not None:  # its measured p2p range no longer holds
+        hw = hw.with_link(bandwidth, latency)
+    if changes or bandwidth is not None or latency is not None:
         hw = dataclasses.replace(hw, name=f"{hw.name} (modified)", **changes)
     return hw
 
@@ -285,8 +289,9 @@ def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
     """Refuse a flag that would change nothing in this run (``ValueError`` naming it and what
     it needs): ``--window`` beside another strategy than the double ring, ``--recompute``
     outside a training step, ``--placement`` without a Ulysses x ring grid, and
-    ``--implementation torch`` (torch's CPU kernels, from a calibrated profile) on a GPU."""
-    from ringsim.timer.machine.families import arch_of
+    an ``--implementation`` that does not run on the hardware (torch's CPU kernels on a GPU,
+    a GPU family on a TPU)."""
+    from ringsim.timer.machine.families import get_family
     from ringsim.timer.strategies import STRATEGIES, get_strategy
 
     strategy = getattr(args, "strategy", "ring")
@@ -311,13 +316,8 @@ def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
             f"with 1 < --ulysses-degree < --hosts, got --strategy "
             f"{strategy}" + (f" --ulysses-degree {degree}" if degree else "")
         )
-    implementation = getattr(args, "implementation", "ideal")
-    if implementation == "torch" and arch_of(hardware) is not None:
-        raise ValueError(
-            f"--implementation torch times torch's CPU kernels from a calibrated profile "
-            f"(--hardware cpu-calibrated, see `ringsim calibrate`); {hardware.name} is a GPU: "
-            f"use --implementation fa2, fa3, cudnn or triton"
-        )
+    family = get_family(getattr(args, "implementation", "ideal"))
+    family.check_runs_on(hardware, label=f"--implementation {family.name}")
 
 
 def _implementation_fields(args: argparse.Namespace, hardware, dtype: str) -> dict:

@@ -140,6 +140,7 @@ def global_batch(args: argparse.Namespace, seq_len: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ringsim.timer.machine.families import get_family
     from ringsim.timer.machine.topology import Cluster
     from ringsim.timer.step.models import get_model
     from ringsim.timer.studies.planner import TimesOutOfRange, plan
@@ -155,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         cluster = Cluster.switch(hardware, args.hosts)
     if args.hosts is None and cluster.nodes is None:
         raise ValueError("hosts: give --hosts P or --nodes N")
+    family = get_family(args.implementation)
+    family.check_runs_on(cluster.hardware, label=f"--implementation {family.name}")
     try:
         result = plan(
             model,

@@ -19,15 +19,9 @@ from ringsim.timer.engine.ring_steps import (
     grad_seconds,
     merge_seconds,
 )
-from ringsim.timer.machine.collectives import (
-    ACHIEVED,
-    achieved_p2p,
-    link_model,
-    overlap_efficiency,
-    p2p_seconds,
-)
-from ringsim.timer.machine.families import SMS, arch_of
+from ringsim.timer.machine.collectives import overlap_efficiency, p2p_seconds
 from ringsim.timer.machine.kernel_model import decode_call_seconds
+from ringsim.timer.machine.links import ACHIEVED
 
 
 class HostClock:
@@ -50,27 +44,29 @@ class HostClock:
         self.seconds_per_flop = 1.0 / (config.attention_rate * self.speed)  # (P,)
         self.linear_seconds_per_flop = 1.0 / (config.linear_rate * self.speed)
         self.family = config.family
-        self.link = link_model(config.hardware) if self.family.collectives else None
+        hw = config.hardware
+        self.link = hw.link if self.family.collectives else None
         f = config.overlap_efficiency
-        if f is None and self.link is not None and arch_of(config.hardware) is not None:
-            f = overlap_efficiency(SMS[arch_of(config.hardware)], self.link)
-        self.overlap_f = config.hardware.overlap_efficiency if f is None else f
+        if f is None and self.link is not None and hw.arch is not None and hw.arch.sms:
+            f = overlap_efficiency(hw.arch.sms, self.link)
+        self.overlap_f = hw.overlap_efficiency if f is None else f
         self.rng = np.random.default_rng(config.seed)
         self._steps = None  # the run's StepModel (its calls), made on first use
         self._hop_seconds: dict[tuple, np.ndarray] = {}  # transfer() on the ring's hops
         # the hop of each host to h + 1: one hardware link, or per host on a cluster
-        hw = config.hardware
         bw, lat = config.hop_bandwidth, config.hop_latency
         self.link_bandwidth = hw.link_bandwidth if bw is None else np.asarray(bw)
         self.link_latency = hw.link_latency if lat is None else np.asarray(lat)
         self.hop_link = self.link
         self._own_hops = None  # hosts whose hop is the machine's own link, when only some are
-        achieved = achieved_p2p(hw) if self.link is not None else None
+        achieved = hw.p2p_bandwidth if self.link is not None else None
         # a hop at the hardware's line rate is the machine's own link (as ``with_hops`` reads
         # it: a double ring's inner ring, a ring inside one node); a shared or NIC hop is not
         own = np.ones(1, bool) if bw is None else np.asarray(bw) == hw.link_bandwidth
         if achieved is not None and own.any():  # NCCL send/recv at its achieved rate here
-            rate = achieved.at(config.kernel.end("p2p_bandwidth"))
+            # never above what NCCL gets of the line (a link replaced without its range)
+            line = self.link.efficiency * hw.link_bandwidth
+            rate = min(achieved.at(config.kernel.end("p2p_bandwidth")), line)
             self.hop_link = ACHIEVED
             if own.all():
                 self.link_bandwidth = rate if bw is None else np.full(self.hosts, rate)
@@ -176,7 +172,7 @@ class Costs:
         family = self.clock.family
         # ideal, and the calibrated CPU torch family, whose terms are the hardware profile's
         # (HostClock.block applies them, lone-host speed included)
-        self.steps = None if family.ideal or family.name == "torch" else StepModel(config, family)
+        self.steps = None if family.ideal or family.calibrated else StepModel(config, family)
 
     def local(self, flops: float) -> np.ndarray:
         """``(P,)`` durations of a local computation of ``flops`` FLOPs (projections, MLP: the
@@ -227,7 +223,7 @@ def decode_seconds(config: RingConfig, tokens: int) -> float:
     FLOP time and the time to stream the cache from memory (decode is memory bound). Under a
     real kernel family: its call of one query on ``tokens`` keys (``attention_call_seconds``:
     its fixed cost, its rate, its memory floor), not the peak rate."""
-    if not config.family.ideal and config.family.name != "torch":
+    if not config.family.ideal and not config.family.calibrated:
         return decode_call_seconds(
             config.family,
             config.hardware,
@@ -272,7 +268,7 @@ def family_overlap_block(config: RingConfig, pass_: str) -> float:
         costs_grad = Costs(config).grad_bytes / cfg.block_tokens  # bytes per token of dk, dv
         curve = fam.curve(cfg.hardware, pass_)
         rate = cfg.attention_rate
-        if "cpu" not in {arch for arch, _ in fam.curves}:
+        if not fam.calibrated:
             rate *= curve.fraction * curve.head_dim_factor(cfg.head_dim)
 
         def hides(c: int) -> bool:

@@ -290,8 +290,7 @@ class RingConfig:
                 f"dtype {dtype!r} is not run by implementation {family.name!r} "
                 f"(it runs: {', '.join(family.dtypes)})"
             )
-        if not family.ideal and family.curves and "cpu" not in {a for a, _ in family.curves}:
-            family.curve(hardware, "forward")  # refuses hardware without a curve
+        family.check_runs_on(hardware)  # torch's CPU block on a GPU, a GPU family on a TPU, ...
         object.__setattr__(self, "family", for_hardware(family, hardware))
 
     def __setattr__(self, name: str, value: object) -> None:

@@ -270,7 +270,7 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
     if config.pass_ == "decode":
         return None
     passes = ("forward", "backward") if config.pass_ == "train-step" else (config.pass_,)
-    if not config.family.ideal and config.family.name != "torch":
+    if not config.family.ideal and not config.family.calibrated:
         return max(family_overlap_block(config, p) for p in passes)
     kw = dict(
         heads=config.heads,

@@ -60,11 +60,9 @@ import numpy as np
 from ringsim.checks import check_choice, check_instance, check_positive_int, check_real
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.machine.families import (
-    SMS,
     Curve,
     KernelFamily,
     Launch,
-    arch_of,
     for_hardware,
     get_family,
     split_count,
@@ -376,7 +374,7 @@ def attention_call_seconds(
         return flops / rate
     tile = None if tile is None else _check_tile(tile)
     curve = family.curve(hardware, pass_)
-    if "cpu" in {arch for arch, _ in family.curves}:  # HostClock.block's calibrated rule
+    if family.calibrated:  # HostClock.block's calibrated rule
         if visible is None:
             visible = _visible_fraction(q_tokens, k_tokens, mask)
         flops = attention_flops(
@@ -394,18 +392,16 @@ def attention_call_seconds(
     if mask in CAUSAL_MASKS:
         tile_rate *= curve.causal_factor
     work = float(one.sum()) * heads * batch
-    arch = arch_of(hardware)
-    if arch is not None and work > 0 and family.wave_tail:  # relative to the benchmark's
+    sms = hardware.arch.sms
+    if sms and work > 0 and family.wave_tail:  # relative to the benchmark's
         lone = _lone_speed(family, lone_cta_speed)
         if launch.split_kv:  # few CTAs: each query tile's keys shared among more CTAs
-            split = split_count(-(-q_tokens // 64) * heads * batch, SMS[arch], -(-k_tokens // 128))
+            split = split_count(-(-q_tokens // 64) * heads * batch, sms, -(-k_tokens // 128))
             one = np.repeat(one / split, split) if split > 1 else one
         seq = int(min(max(2 ** round(math.log2(q_tokens)), 512), BENCHMARK_TOKENS))
         terms = _Terms(curve.keys_half, curve.masked_speed)
-        bench = _benchmark_efficiency(
-            launch, terms, SMS[arch], lone, seq, mask in CAUSAL_MASKS, pass_
-        )
-        key = (one.tobytes(), heads * batch, SMS[arch], launch.ctas_per_sm, lone)
+        bench = _benchmark_efficiency(launch, terms, sms, lone, seq, mask in CAUSAL_MASKS, pass_)
+        key = (one.tobytes(), heads * batch, sms, launch.ctas_per_sm, lone)
         tile_rate *= _grid_efficiency(*key, launch.longest_first) / bench
     compute = work * tile_flops / tile_rate
     floor = 0.0
@@ -437,7 +433,7 @@ def decode_call_seconds(
     if family.ideal:
         raise ValueError("decode_call_seconds times a real family; 'ideal' is timer.decode_seconds")
     flops = attention_flops(1, tokens, heads, head_dim, batch=batch)
-    if "cpu" not in {arch for arch, _ in family.curves}:
+    if not family.calibrated:
         curve = family.curve(hardware, "forward")
         rate *= curve.fraction * curve.head_dim_factor(head_dim)
     compute = flops / rate
@@ -480,7 +476,7 @@ def _visible_fraction(q: int, k: int, mask: str) -> float:
 def kind_rate(hardware: Hardware, value: str | float, dtype: str = "bf16") -> float:
     """A per-kind FLOP rate: a number (FLOP/s) or a precision name relative to the hardware's
     ``dtype`` rate: ``"tf32"`` half of it (A100/H100 datasheets: dense TF32 = bf16 / 2),
-    ``"fp8"`` twice it (H100 datasheet; refused on Ampere, which has no fp8 tensor cores),
+    ``"fp8"`` twice it (H100 datasheet; only on a chip with fp8 tensor cores, ``Arch.fp8``),
     ``"bf16"``/``"fp16"``/``"fp32"`` the hardware's own rate for that dtype."""
     if isinstance(value, str):
         if value in ("bf16", "fp16", "fp32"):
@@ -488,8 +484,7 @@ def kind_rate(hardware: Hardware, value: str | float, dtype: str = "bf16") -> fl
         if value == "tf32":
             return hardware.flops_for(dtype) / 2.0
         if value == "fp8":
-            if arch_of(hardware) == "ampere":
-                raise ValueError(f"rate 'fp8' needs fp8 tensor cores; {hardware.name} has none")
+            hardware.check_fp8("rate 'fp8'")
             return hardware.flops_for(dtype) * 2.0
         known = "bf16, fp16, fp32, tf32, fp8"
         raise ValueError(f"rate must be FLOP/s or one of {known}, got {value!r}")

@@ -121,4 +121,4 @@ def prefill_bytes(model: ModelSpec, par: Parallel, seq_len: int, attention_bytes
 
 def usable_bytes(hardware) -> float:
     """What the hardware's default framework leaves of its memory for tensors."""
-    return get_framework(default_framework(hardware.name)).usable_bytes(hardware.memory_bytes)
+    return get_framework(default_framework(hardware)).usable_bytes(hardware.memory_bytes)

@@ -120,7 +120,9 @@ def get_framework(framework: str | Framework) -> Framework:
     return FRAMEWORKS[framework]
 
 
-def default_framework(hardware_name: str) -> str:
-    """``pytorch`` on a GPU preset; ``none`` on TPUs and CPUs, for which no overhead
-    measurement is sourced here."""
-    return "none" if hardware_name.startswith(("tpu", "cpu")) else "pytorch"
+def default_framework(hardware) -> str:
+    """``pytorch`` on a CUDA GPU (a ``Hardware`` whose chip has a compute capability, or whose
+    chip is unknown: the framework's share is the careful side); ``none`` on TPUs and CPUs, for
+    which no overhead measurement is sourced here."""
+    arch = hardware.arch
+    return "pytorch" if arch is None or arch.cuda else "none"

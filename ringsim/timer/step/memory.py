@@ -257,7 +257,7 @@ def memory_report(
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     hosts = check_positive_int("hosts", hosts)
     _check_dtype(dtype)
-    fw = get_framework(default_framework(hw.name) if framework is None else framework)
+    fw = get_framework(default_framework(hw) if framework is None else framework)
     kw = dict(dtype=dtype, batch=batch)
     contexts = {method: max_context(method, m, hw, hosts, **kw, framework=fw) for method in METHODS}
     tensors = {method: max_context(method, m, hw, hosts, **kw) for method in METHODS}

@@ -51,8 +51,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from ringsim.timer.machine.collectives import INFINIBAND, NVLINK
 from ringsim.timer.machine.kernel_model import HBM_FRACTION
+from ringsim.timer.machine.links import INFINIBAND, NVLINK
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.step.gemm import linear_seconds
 from ringsim.timer.step.models import ModelSpec

@@ -31,7 +31,7 @@ from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
-from ringsim.timer.machine.families import arch_of, get_family
+from ringsim.timer.machine.families import get_family
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.step.flops import check_convention, model_tflops_per_gpu
 from ringsim.timer.step.footprint import prefill_bytes, step_bytes, usable_bytes
@@ -530,6 +530,7 @@ def plan(
     check_gemm_dtype(gemm_dtype, cluster.hardware)
     check_convention(flops_convention)
     family = get_family(implementation)
+    family.check_runs_on(cluster.hardware)
     if hosts is None:
         if cluster.nodes is None:
             raise ValueError("hosts is needed for a cluster without a node count")
@@ -619,12 +620,14 @@ def evaluate(
     provably slower than them, never timed. ``TimesOutOfRange`` if a time leaves float64's
     range."""
     usable = usable_bytes(cluster.hardware)
-    ideal = get_family(timer.implementation).ideal
+    family = get_family(timer.implementation)
+    ideal = family.ideal
     fitting, dropped = [], []
     for par in parallels:
         cand = _sized(model, par, seq_len, global_batch, mode, timer, usable, cluster)
         (fitting if cand.fits else dropped).append(cand)
-    can_bound = keep is not None and (ideal or arch_of(cluster.hardware) is not None)
+    # a calibrated block's masked tiles may beat its peak rate: no bound from the peak then
+    can_bound = keep is not None and not family.calibrated
     if can_bound:
         for cand in fitting:
             cand.lower_bound_s = lower_bound(

@@ -413,12 +413,11 @@ def yunchang_its(c: dict, u: int, implementation: str) -> float:
 
 
 def yunchang_implementation(c: dict, implementation: str | None) -> str:
-    """The row's kernel family where the cluster's GPU has its curves, else ``ideal``."""
-    from ringsim.timer.machine.families import arch_of
+    """The row's kernel family where it runs on the cluster's GPU, else ``ideal``."""
     from ringsim.timer.machine.topology import get_cluster
 
     impl = _implementation(c["implementation"], implementation)
-    return impl if arch_of(get_cluster(c["cluster"]).hardware) is not None else "ideal"
+    return impl if get_family(impl).runs_on(get_cluster(c["cluster"]).hardware) else "ideal"
 
 
 def predict_yunchang(row: Published, implementation: str | None = None) -> tuple[float, str]:
