@@ -7,11 +7,13 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ringsim import cli
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.machine.arch import ARCHS, BLACKWELL, CPU, HOPPER, Arch, device_arch
-from ringsim.timer.machine.families import KERNELS, get_family
+from ringsim.timer.machine.families import KERNELS, get_family, split_count
 from ringsim.timer.machine.hardware import (
     PRESETS,
     custom_hardware,
@@ -292,3 +294,30 @@ def test_fp8_is_asked_of_the_chip_in_one_place(hardware, fp8):
     for refuse in (lambda: kind_rate(hw, "fp8"), lambda: check_gemm_dtype("fp8", hw)):
         with pytest.raises(ValueError, match="fp8 tensor cores"):
             refuse()
+
+
+# -- FA2's split heuristic ------------------------------------------------------------------------
+def test_short_causal_calls_split_without_raising():
+    """It took the best efficiency over every split count and then looked among the eligible
+    ones only: StopIteration on short shapes (issue 29)."""
+    for key_tiles in range(1, 64):
+        for ctas in range(1, 212):
+            n = split_count(ctas, 132, key_tiles)
+            assert 1 <= n <= max(1, key_tiles)
+
+
+@given(st.integers(1, 400), st.sampled_from([108, 114, 132, 148]), st.integers(1, 300))
+def test_the_split_is_eligible_and_within_85_percent_of_the_best_eligible(ctas, sms, tiles):
+    n = split_count(ctas, sms, tiles)
+    slots = 2 * sms
+    if ctas >= 0.8 * slots:
+        assert n == 1
+        return
+    eligible = [
+        k
+        for k in range(1, min(128, slots, tiles) + 1)
+        if k == 1 or -(-tiles // k) != -(-tiles // (k - 1))
+    ]
+    eff = {k: (ctas * k / slots) / -(-ctas * k // slots) for k in eligible}
+    assert n in eligible and eff[n] >= 0.85 * max(eff.values())
+    assert all(eff[k] < 0.85 * max(eff.values()) for k in eligible if k < n)

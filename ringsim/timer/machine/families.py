@@ -178,15 +178,20 @@ def split_count(ctas: int, sms: int, key_tiles: int, max_splits: int = 128) -> i
     """How many parts FA2 splits a forward call's keys into (``flash_api.cpp``
     ``num_splits_heuristic``): none (1) when its ``ctas`` (64-row query tiles x heads x batch)
     fill 80% of ``2 x sms`` slots; else the fewest splits whose wave efficiency
-    ``n / ceil(n)`` (``n = ctas x splits / (2 sms)`` waves) is within 85% of the best."""
+    ``n / ceil(n)`` (``n = ctas x splits / (2 sms)`` waves) is within 85% of the best. Only an
+    *eligible* count competes, one that changes the key tiles per split (12 splits of 64 tiles
+    are 11 of 6): FA2 scores the others 0, so the best is among the eligible ones (Dao-AILab/
+    flash-attention ``csrc/flash_attn/flash_api.cpp`` @ 0251105, ``num_splits_heuristic``)."""
     slots = 2 * sms
     if ctas >= 0.8 * slots:
         return 1
     top = min(max_splits, slots, key_tiles)
-    eff = [(ctas * n / slots) / math.ceil(ctas * n / slots) for n in range(1, top + 1)]
-    best = max(eff)
-    eligible = lambda n: n == 1 or -(-key_tiles // n) != -(-key_tiles // (n - 1))
-    return next(n for n in range(1, top + 1) if eligible(n) and eff[n - 1] >= 0.85 * best)
+    eligible = [
+        n for n in range(1, top + 1) if n == 1 or -(-key_tiles // n) != -(-key_tiles // (n - 1))
+    ]
+    eff = {n: (ctas * n / slots) / math.ceil(ctas * n / slots) for n in eligible}
+    best = max(eff.values())
+    return next((n for n in eligible if eff[n] >= 0.85 * best), 1)
 
 
 def _hd(**factors: float) -> dict[int, float]:
