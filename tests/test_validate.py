@@ -239,11 +239,11 @@ def test_striped_saves_nothing_on_one_a100_key_tile_and_more_with_bigger_blocks(
 
 
 def test_framework_brings_table3_ring_rows_closer(results):
-    """The framework term lowers every GPU context; the 8-GPU ring rows (2.1-3.0x too high as
-    pure tensor bounds) come closer to the paper."""
+    """The framework term lowers every GPU context; the 8-GPU ring rows (2.3-3.3x too high as
+    pure tensor bounds on the A100's 81,920 MiB) come closer to the paper."""
     for r in results:
         if r["experiment"] == "ring-t3" and r["key"].endswith("/ring") and "x8/" in r["key"]:
-            assert r["ratio"] < r["tensor_bound_ratio"] < 3.1
+            assert r["ratio"] < r["tensor_bound_ratio"] < 3.4
 
 
 def test_bad_experiment_and_implementation_are_named():

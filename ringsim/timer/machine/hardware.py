@@ -191,6 +191,20 @@ def dense(bf16: float, fp32: float) -> dict[str, float]:
     return {"bf16": bf16, "fp16": bf16, "fp32": fp32}
 
 
+MIB = 2**20
+A100_80GB_BYTES = 81920 * MIB
+"""A100 80GB (SXM and PCIe): 81920 MiB = 85.9e9 bytes, not the marketed 80e9 (nvidia-smi's
+memory.total, what the driver exposes; modal-labs/modal-client PR #2797 lists it per GPU)."""
+H100_80GB_BYTES = 81559 * MIB
+"""H100 SXM 80GB HBM3: 81559 MiB = 85.5e9 bytes (nvidia-smi in NVIDIA/nccl issue #1264 and
+modal-labs/modal-client PR #2797); the H800 SXM carries the same HBM3 stack."""
+H200_BYTES = 143771 * MIB
+"""H200 SXM 141GB HBM3e: 143771 MiB = 150.8e9 bytes (nvidia-smi of 8 x H200 SXM nodes in
+public logs); the marketed 141 GB is the rounded GiB figure (140.4 GiB)."""
+B200_BYTES = 183359 * MIB
+"""B200 SXM: 183359 MiB = 192.3e9 bytes (nvidia-smi of a B200 in a public log); DGX B200 lists
+180 GB per GPU (1,440 GB for 8)."""
+
 _HOPPER_P2P = (
     "NVIDIA/nccl-tests#268: sendrecv_perf between 2 NVLink H100s reaches ~80 GB/s at the "
     "default sizes, rising to a ~180 GB/s plateau for messages up to 4 GB (nvbandwidth on "
@@ -204,7 +218,7 @@ _BUILTIN = [
         name="a100-nvlink",
         arch=AMPERE,
         flops=dense(bf16=312e12, fp32=19.5e12),
-        memory_bytes=80e9,
+        memory_bytes=A100_80GB_BYTES,
         memory_bandwidth=2.039e12,
         link=NVLINK,
         link_bandwidth=300e9,
@@ -221,63 +235,68 @@ _BUILTIN = [
         ),
         source="A100 SXM 80GB: 312 TFLOP/s dense bf16, 19.5 fp32 (NVIDIA datasheet); NVLink3 "
         "600 GB/s total = 300 GB/s per direction (Ring Attention paper, Table 2); ~5 us p2p "
-        "latency",
+        "latency"
+        "; memory 81920 MiB, as nvidia-smi reports it",
     ),
     Hardware(
         name="a100-ib",
         arch=AMPERE,
         flops=dense(bf16=312e12, fp32=19.5e12),
-        memory_bytes=80e9,
+        memory_bytes=A100_80GB_BYTES,
         memory_bandwidth=2.039e12,
         link=INFINIBAND,
         link_bandwidth=12.5e9,
         link_latency=5e-6,
         source="A100 SXM 80GB: 312 TFLOP/s dense bf16 (datasheet); InfiniBand 100 Gb/s = 12.5 "
-        "GB/s per GPU per direction (Ring Attention paper, Table 2); ~5 us latency",
+        "GB/s per GPU per direction (Ring Attention paper, Table 2); ~5 us latency"
+        "; memory 81920 MiB, as nvidia-smi reports it",
     ),
     Hardware(
         name="h100-nvlink",
         arch=HOPPER,
         flops=dense(bf16=989e12, fp32=67e12),
-        memory_bytes=80e9,
+        memory_bytes=H100_80GB_BYTES,
         memory_bandwidth=3.35e12,
         link=NVLINK,
         link_bandwidth=450e9,
         link_latency=5e-6,
         p2p_bandwidth=HOPPER_P2P,
         source="H100 SXM 80GB: 989 TFLOP/s dense bf16, 67 fp32 (NVIDIA datasheet); NVLink4 900 "
-        "GB/s total = 450 GB/s per direction; ~5 us p2p latency",
+        "GB/s total = 450 GB/s per direction; ~5 us p2p latency"
+        "; memory 81559 MiB, as nvidia-smi reports it",
     ),
     Hardware(
         name="h200-nvlink",
         arch=HOPPER,
         flops=dense(bf16=989e12, fp32=67e12),
-        memory_bytes=141e9,
+        memory_bytes=H200_BYTES,
         memory_bandwidth=4.8e12,
         link=NVLINK,
         link_bandwidth=450e9,
         link_latency=5e-6,
         p2p_bandwidth=replace(HOPPER_P2P, source=f"{_HOPPER_P2P}; NVLink4 as the H100's"),
         source="H200 SXM 141GB: 989 TFLOP/s dense bf16 (same GH100 die as H100), HBM3e 4.8 TB/s "
-        "(datasheet); NVLink4 450 GB/s per direction; ~5 us p2p latency",
+        "(datasheet); NVLink4 450 GB/s per direction; ~5 us p2p latency"
+        "; memory 143771 MiB, as nvidia-smi reports it",
     ),
     Hardware(
         name="h200-ib",
         arch=HOPPER,
         flops=dense(bf16=989e12, fp32=67e12),
-        memory_bytes=141e9,
+        memory_bytes=H200_BYTES,
         memory_bandwidth=4.8e12,
         link=INFINIBAND,
         link_bandwidth=50e9,
         link_latency=5e-6,
         source="H200 SXM 141GB: 989 TFLOP/s dense bf16 (datasheet); one ConnectX-7 NDR 400 Gb/s "
-        "= 50 GB/s per GPU per direction; ~5 us latency",
+        "= 50 GB/s per GPU per direction; ~5 us latency"
+        "; memory 143771 MiB, as nvidia-smi reports it",
     ),
     Hardware(
         name="h800-nvlink",
         arch=HOPPER,
         flops=dense(bf16=989e12, fp32=67e12),
-        memory_bytes=80e9,
+        memory_bytes=H100_80GB_BYTES,
         memory_bandwidth=3.35e12,
         link=NVLINK,
         link_bandwidth=200e9,
@@ -292,13 +311,14 @@ _BUILTIN = [
         ),
         source="H800 SXM 80GB: the H100 SXM die, 989 TFLOP/s dense bf16, HBM3 3.35 TB/s; NVLink "
         "cut to 400 GB/s total = 200 GB/s per direction (DeepEP issue #16 and DeepSeek-V3 issue "
-        "#28, maintainers; DeepSeek measures ~160 GB/s one-way); ~5 us p2p latency",
+        "#28, maintainers; DeepSeek measures ~160 GB/s one-way); ~5 us p2p latency"
+        "; memory 81559 MiB, as nvidia-smi reports it",
     ),
     Hardware(
         name="b200-nvlink",
         arch=BLACKWELL,
         flops=dense(bf16=2.25e15, fp32=80e12),
-        memory_bytes=180e9,
+        memory_bytes=B200_BYTES,
         memory_bandwidth=8e12,
         link=NVLINK,
         link_bandwidth=900e9,
@@ -307,7 +327,8 @@ _BUILTIN = [
         "HGX B200 specifications, as tabulated at glennklockwood.com/garden/processors/B200); "
         "DGX B200: 1,440 GB HBM3e at 64 TB/s for 8 GPUs = 180 GB and 8 TB/s each (NVIDIA DGX B200 "
         "datasheet); NVLink5 1.8 TB/s total = 900 GB/s per direction; ~5 us p2p latency (as "
-        "NVLink4); no published FlashAttention curve on Blackwell yet: the ideal model only",
+        "NVLink4); no published FlashAttention "
+        "curve on Blackwell yet: the ideal model only",
     ),
     Hardware(
         name="tpu-v3",

@@ -46,7 +46,7 @@ import numpy as np
 
 from ringsim.checks import check_positive_int
 from ringsim.timer.machine.arch import ADA, AMPERE
-from ringsim.timer.machine.hardware import Hardware, dense, get_hardware
+from ringsim.timer.machine.hardware import A100_80GB_BYTES, Hardware, dense, get_hardware
 from ringsim.timer.machine.links import PCIE
 
 
@@ -281,14 +281,14 @@ _A100_PCIE = Hardware(
     name="a100-pcie",
     arch=AMPERE,
     flops=dense(bf16=312e12, fp32=19.5e12),
-    memory_bytes=80e9,
+    memory_bytes=A100_80GB_BYTES,
     memory_bandwidth=1.935e12,
     link=PCIE,
     link_bandwidth=31.5e9,
     link_latency=5e-6,
     source="A100 PCIe 80GB: 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet; DeepSeek Fire-Flyer, "
     "arXiv 2408.14158 Table II measures 83% of SXM's GEMM rate); PCIe 4.0 x16 ~31.5 GB/s per "
-    "direction",
+    "direction; memory 81920 MiB, as nvidia-smi reports it",
 )
 _H800 = replace(
     get_hardware("h100-nvlink").with_link(200e9),
