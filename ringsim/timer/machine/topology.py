@@ -290,14 +290,6 @@ _A100_PCIE = Hardware(
     "arXiv 2408.14158 Table II measures 83% of SXM's GEMM rate); PCIe 4.0 x16 ~31.5 GB/s per "
     "direction; memory 81920 MiB, as nvidia-smi reports it",
 )
-_H800 = replace(
-    get_hardware("h100-nvlink").with_link(200e9),
-    name="h800",
-    source="H800 SXM: H100 compute and memory (datasheet) with NVLink cut to 400 GB/s "
-    "bidirectional = 200 GB/s per direction (press reports; DeepSeek-V3, arXiv 2412.19437 "
-    "Sec. 3.2.2, measures ~160 GB/s)",
-)
-
 PCIE4_X16 = 31.5e9
 """PCIe 4.0 x16: ~31.5 GB/s per direction (ml-engineering network/README.md, PCIe table)."""
 
@@ -342,7 +334,7 @@ CLUSTERS: dict[str, Cluster] = {
         ),
         Cluster(
             "hgx-h800",
-            _H800,
+            get_hardware("h800-nvlink"),
             8,
             200e9,
             5e-6,
