@@ -171,6 +171,14 @@ def test_bad_call_arguments_name_themselves(kw, word):
         attention_call_seconds("fa2", H100, **args)
 
 
+def test_a_call_whose_heads_are_no_multiple_of_its_kv_heads_is_refused():
+    """``heads=32, kv_heads=3`` returned a time (issue 34)."""
+    call = dict(q_tokens=128, k_tokens=128, head_dim=128, dtype="bf16", pass_="forward")
+    for family in ("ideal", "fa2"):
+        with pytest.raises(ValueError, match="kv_heads"):
+            attention_call_seconds(family, H100, heads=32, kv_heads=3, mask="full", **call)
+
+
 def test_families_refuse_what_they_have_no_source_for():
     with pytest.raises(ValueError, match="implementation"):
         get_family("fa4")

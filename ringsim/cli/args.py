@@ -420,9 +420,13 @@ def resolve_cluster(args: argparse.Namespace, hardware):
 def run_config(config, strategy: str = "ring", *, keep_timeline: bool | None = None, args=None):
     """Time ``config`` with ``strategy``; a result whose times overflowed is a ``ValueError``
     naming the extreme flags (``check_finite_times``)."""
-    from ringsim.cli.checks import check_finite_times
+    from ringsim.cli.checks import check_finite_times, times_out_of_range
+    from ringsim.timer.engine.result import TimesOutOfRange
 
-    result = _run_config(config, strategy, keep_timeline=keep_timeline, args=args)
+    try:
+        result = _run_config(config, strategy, keep_timeline=keep_timeline, args=args)
+    except TimesOutOfRange:  # the library names fields; the user gave flags
+        raise times_out_of_range("a time overflowed", args) from None
     check_finite_times(result.summary(), args)
     return result
 

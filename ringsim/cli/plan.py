@@ -13,7 +13,7 @@ from ringsim.cli.args import (
     resolve_cluster,
     resolve_hardware,
 )
-from ringsim.cli.checks import EXTREME_FLAGS
+from ringsim.cli.checks import times_out_of_range
 from ringsim.cli.output import format_bytes, format_seconds, note, print_json, print_table
 from ringsim.cli.values import parse_implementation
 from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
@@ -140,10 +140,11 @@ def global_batch(args: argparse.Namespace, seq_len: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ringsim.timer.engine.result import TimesOutOfRange
     from ringsim.timer.machine.families import get_family
     from ringsim.timer.machine.topology import Cluster
     from ringsim.timer.step.models import get_model
-    from ringsim.timer.studies.planner import TimesOutOfRange, plan
+    from ringsim.timer.studies.planner import plan
 
     model = get_model(args.model)
     seq_len = parse_seq_len(args.seq_len)
@@ -179,13 +180,7 @@ def run(args: argparse.Namespace) -> int:
             keep=args.keep,
         )
     except TimesOutOfRange as err:
-        given = [
-            f"--{name.replace('_', '-')} {getattr(args, name)!r}"
-            for name in EXTREME_FLAGS
-            if getattr(args, name, None) not in (None, 0.0, [])
-        ]
-        hint = f"check {', '.join(given)}" if given else "check the hardware's rates"
-        raise ValueError(f"{err}; {hint}") from None
+        raise times_out_of_range(str(err), args) from None
     if args.plot:
         from ringsim.views.planning import plot_plan
 

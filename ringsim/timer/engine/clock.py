@@ -12,7 +12,7 @@ import numpy as np
 
 from ringsim.schedule import BlockKind, Schedule
 from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
-from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.config import Noise, RingConfig
 from ringsim.timer.engine.ring_steps import (
     StepModel,
     gqa_backward_seconds,
@@ -259,9 +259,12 @@ def family_overlap_block(config: RingConfig, pass_: str) -> float:
     and head-dim factor, its fixed cost; no tile or wave terms, so the answer moves smoothly
     with ``c``) and the merge or gradient sums after it, as ``StepModel`` times them. 1 when
     every block hides (e.g. a GQA forward, whose fp32 merge over the query heads outweighs
-    sending the fewer key/value heads). Bisection below the largest power of two that fails."""
-    key = (repr(config.kernel), repr(config.shape), config.hardware.name, config.hosts, pass_)
+    sending the fewer key/value heads). Bisection below the largest power of two that fails.
+    Remembered per (kernel, shape, machine with its hops, hosts, pass): everything it reads;
+    the run's noise is left out (a threshold is no random draw)."""
+    key = (config.kernel, config.shape, config.machine, config.hosts, pass_)
     if key not in _OVERLAP_CACHE:
+        config = config.replace(noise=Noise())
         steps, clock = StepModel(config, config.family), HostClock(config)
         fam, hbm, cfg = steps.family, config.hardware.memory_bandwidth, config
         shape = dict(heads=cfg.heads, head_dim=cfg.head_dim, batch=cfg.batch)

@@ -95,6 +95,20 @@ class Run:
             raise ValueError(f"recompute must be True or False, got {self.recompute!r}")
         _put(self, "recompute", bool(self.recompute))
 
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.compare)
+
+    def __eq__(self, other: object) -> bool:  # the packed documents count too
+        if not isinstance(other, Run):
+            return NotImplemented
+        mine, theirs = self.segment_ids, other.segment_ids
+        if mine is None or theirs is None:
+            return self._fields() == other._fields() and mine is theirs
+        return self._fields() == other._fields() and np.array_equal(mine, theirs)
+
+    def __hash__(self) -> int:  # equal runs have equal fields (the documents stay out)
+        return hash(self._fields())
+
     @property
     def block_tokens(self) -> int:
         return self.seq_len // self.hosts
@@ -208,7 +222,9 @@ class Noise:
             _put(self, "speed", _per_value("speed", self.speed, positive=True))
         _put(self, "jitter", _check_real("jitter", self.jitter))
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.seed < 0:  # NumPy's generator takes none below 0
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
 
 
 PARTS: dict[str, type] = {

@@ -352,6 +352,30 @@ def check_fits(config: RingConfig, rows: int, *, keep: bool, engine: str) -> Non
         )
 
 
+class TimesOutOfRange(ValueError):
+    """A run's time left float64's range: the rates or latencies it was given are extreme."""
+
+
+def check_finite_makespan(config: RingConfig, makespan: float) -> None:
+    """Refuse (``TimesOutOfRange``, a ``ValueError``) a run whose time left float64's range:
+    finite inputs so extreme (``hop_latency=(1e308,) * P``, a subnormal bandwidth) that a sum
+    overflowed. The message names the run's fields that can do that."""
+    if np.isfinite(makespan):
+        return
+    machine, noise, hw = config.machine, config.noise, config.machine.hardware
+    fields = {
+        "hop_latency": machine.hop_latency,
+        "hop_bandwidth": machine.hop_bandwidth,
+        "speed": noise.speed,
+        "jitter": noise.jitter or None,
+    }
+    given = [f"{name}={value!r}" for name, value in fields.items() if value is not None]
+    given.append(f"hardware {hw.name!r}: link {hw.link_bandwidth:.3g} B/s, {hw.link_latency:.3g} s")
+    raise TimesOutOfRange(
+        f"the run's times overflow float64 (makespan {makespan}): check {'; '.join(given)}"[:400]
+    )
+
+
 @dataclass
 class StrategyResult(SimResult):
     """A ``SimResult`` that knows its strategy; ``summary()`` has the ring's keys plus

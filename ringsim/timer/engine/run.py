@@ -25,7 +25,13 @@ from ringsim.timer.cost import attention_flops, ffn_flops, partial_bytes, projec
 from ringsim.timer.engine.clock import Costs, decode_seconds
 from ringsim.timer.engine.config import ENGINES, RingConfig
 from ringsim.timer.engine.engines import RING_ENGINES
-from ringsim.timer.engine.result import Recorder, SimResult, check_fits, timeline_bytes
+from ringsim.timer.engine.result import (
+    Recorder,
+    SimResult,
+    check_finite_makespan,
+    check_fits,
+    timeline_bytes,
+)
 
 
 @dataclass
@@ -144,19 +150,22 @@ def simulate(
     costs = Costs(config)
     ready = np.zeros(P)
     schedule = None
-    for phase in phases:
-        if phase.kind == "local":
-            ready = _local(costs, phase, ready, rec)
-        elif phase.kind == "decode":
-            _decode(config, costs, ready, rec, phase.rows)
-        else:
-            schedule = phase.schedule
-            if config.hardware.pass_overhead_s:
-                ready = ready + config.hardware.pass_overhead_s / costs.clock.speed
-            ready, sent = _ring(engine, schedule, costs, config.overlap, ready, rec)
-            if schedule.pass_ == "backward" and P > 1:  # dk, dv must be home before use
-                ready = np.maximum(ready, sent[schedule.recv_from])
-    result = SimResult(config, None, schedule, costs.flops_total, engine, rec.stats())
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, by name
+        for phase in phases:
+            if phase.kind == "local":
+                ready = _local(costs, phase, ready, rec)
+            elif phase.kind == "decode":
+                _decode(config, costs, ready, rec, phase.rows)
+            else:
+                schedule = phase.schedule
+                if config.hardware.pass_overhead_s:
+                    ready = ready + config.hardware.pass_overhead_s / costs.clock.speed
+                ready, sent = _ring(engine, schedule, costs, config.overlap, ready, rec)
+                if schedule.pass_ == "backward" and P > 1:  # dk, dv must be home before use
+                    ready = np.maximum(ready, sent[schedule.recv_from])
+        stats = rec.stats()
+    check_finite_makespan(config, stats.makespan)
+    result = SimResult(config, None, schedule, costs.flops_total, engine, stats)
     if keep_timeline:
         meta = {"pass": config.pass_, "engine": engine, "hardware": config.hardware.name}
         if early_kv:

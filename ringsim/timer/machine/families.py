@@ -130,6 +130,9 @@ class KernelFamily:
     host_call_s: Range | None = None
     grad_wire_dtype: str | None = None
 
+    def __hash__(self) -> int:  # the generated hash would hash the curves dict
+        return hash((self.name, self.tile, self.call_overhead_s, self.merge))
+
     @property
     def ideal(self) -> bool:
         """The Ring Attention paper's model: FLOPs at the peak rate, nothing else."""

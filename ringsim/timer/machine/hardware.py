@@ -157,6 +157,9 @@ class Hardware:
         if eff > 1:
             raise ValueError(f"efficiency must be in (0, 1], got {eff!r}")
 
+    def __hash__(self) -> int:  # the generated hash would hash the flops dict
+        return hash((self.name, tuple(sorted(self.flops.items())), self.link_bandwidth))
+
     def flops_for(self, dtype: str) -> float:
         """Effective FLOP/s for ``dtype``: peak times ``efficiency``."""
         dtype = check_dtype(dtype)

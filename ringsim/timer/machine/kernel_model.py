@@ -309,6 +309,10 @@ def _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dt
         ("batch", batch),
     ):
         check_positive_int(name, value, at_most=MAX_CALL_SIZE)
+    if heads % kv_heads:  # grouped-query attention shares each key/value head among a group
+        raise ValueError(
+            f"heads must be a multiple of kv_heads, got heads={heads}, kv_heads={kv_heads}"
+        )
     check_dtype(dtype)
     check_choice("pass", pass_, CALL_PASSES)
     check_choice("mask", mask, MASKS)

@@ -31,6 +31,7 @@ from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.engine.result import TimesOutOfRange
 from ringsim.timer.machine.families import get_family
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.step.flops import check_convention, model_tflops_per_gpu
@@ -59,10 +60,6 @@ cost grows with the rounds times the ring degree (a 16-round double ring of 32 r
 about 2 s, one of 64 rounds 25 s), and LoongTrain's own runs use a few rounds."""
 MAX_SECONDS = 1.7976931348623157e308 / 1e6
 """The longest time a plan may report (as ``ringsim.cli.checks``: traces count microseconds)."""
-
-
-class TimesOutOfRange(ValueError):
-    """A candidate's time left float64's range: the hardware's rates or latencies are extreme."""
 
 
 @dataclass
