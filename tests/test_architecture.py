@@ -103,6 +103,35 @@ def test_no_private_name_crosses_a_package():
     assert offenders == []
 
 
+TIMER_ROOMS = ("cost", "machine", "engine", "strategies", "step", "studies")
+"""The timer's rooms, bottom up (``ringsim/timer/__init__.py``): each may import the ones
+before it, never the ones after."""
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["ringsim", "timer"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def test_the_timer_rooms_import_only_downward():
+    """``cost`` at the bottom (it imports no other room: a device enters it as an argument),
+    then ``machine``, ``engine``, ``strategies``, ``step``, ``studies``; lazy imports count."""
+    offenders = []
+    for name, path in MODULES.items():
+        here = _room(name)
+        if here is None:
+            continue
+        for module, names in _imports(path):
+            for target in (module, *(f"{module}.{n}" for n in names)):
+                there = _room(target) if target in MODULES else None
+                if there in TIMER_ROOMS and here in TIMER_ROOMS:
+                    if TIMER_ROOMS.index(there) > TIMER_ROOMS.index(here):
+                        offenders.append(f"{name} imports {target}")
+    assert offenders == []
+
+
 LAYOUT_NAMES = ("contiguous", "striped", "zigzag", "per-document")
 STRATEGY_NAMES = ("ring", "ulysses", "allgather", "hybrid", "double-ring")
 COMPARISON = re.compile(

@@ -10,6 +10,7 @@ import dataclasses
 
 from ringsim.cli.values import parse_implementation, parse_model
 from ringsim.grid import PLACEMENTS
+from ringsim.timer.cost import DTYPES
 from ringsim.timer.strategies import STRATEGIES as STRATEGY_REGISTRY
 from ringsim.values import (
     arg_type,
@@ -21,9 +22,6 @@ from ringsim.values import (
     parse_straggler,
     parse_tile,
 )
-
-DTYPES = ("bf16", "fp16", "fp32")
-
 
 PASSES = ("forward", "backward", "train-step", "decode")
 

@@ -1,25 +1,65 @@
-"""FLOPs and bytes of one ring step, and the block size above which communication hides.
+"""The counts: an attention layer's shape (``AttentionShape``), the FLOPs and bytes of one ring
+step, and the block size above which communication hides.
+
+The bottom of the timer: it imports no other room of it (a device enters ``overlap_threshold``
+only as an argument, by its rates).
 
 Counting convention: a matmul of ``(m, k) @ (k, n)`` costs ``2 m k n`` FLOPs (one multiply and
 one add per term). Work under a mask is the fraction ``work`` of the ``c x c`` block a kernel
-computes, as given by ``Schedule.work_at`` (exact, or at a tile granularity): the cost model never
-re-derives the mask.
+computes, as given by ``Schedule.work_at`` (exact, or at a tile granularity): the cost model
+never re-derives the mask.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from ringsim.checks import (
-    check_bool,
-    check_choice,
-    check_instance,
-    check_positive_int,
-    check_real,
-)
-from ringsim.timer.machine.hardware import Hardware, check_dtype
+from ringsim.checks import check_bool, check_choice, check_positive_int, check_real
 
+DTYPES = ("bf16", "fp16", "fp32")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def check_dtype(dtype: object) -> str:
+    return check_choice("dtype", dtype, DTYPES)
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The layer's shape: ``heads`` query heads, ``kv_heads`` key/value heads (``None``: the
+    same, no GQA), ``head_dim``, the element ``dtype``, ``batch`` sequences; ``grad_dtype`` is
+    the dtype of ``dk, dv`` on the wire (default ``dtype``); ``d_model`` and ``ffn`` (defaults
+    ``heads * head_dim`` and ``4 * d_model``) size the projections and MLP of a training step."""
+
+    heads: int = 32
+    kv_heads: int | None = None
+    head_dim: int = 128
+    dtype: str = "bf16"
+    batch: int = 1
+    grad_dtype: str | None = None
+    d_model: int | None = None
+    ffn: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("heads", "head_dim", "batch"):
+            check_positive_int(name, getattr(self, name))
+        kv_heads = self.heads if self.kv_heads is None else self.kv_heads
+        check_positive_int("kv_heads", kv_heads)
+        if self.heads % kv_heads:
+            raise ValueError(
+                f"heads must be a multiple of kv_heads, got heads={self.heads}, kv_heads={kv_heads}"
+            )
+        object.__setattr__(self, "kv_heads", kv_heads)
+        check_dtype(self.dtype)
+        if self.grad_dtype is not None:
+            check_dtype(self.grad_dtype)
+        d_model = self.heads * self.head_dim if self.d_model is None else self.d_model
+        object.__setattr__(self, "d_model", check_positive_int("d_model", d_model))
+        object.__setattr__(
+            self, "ffn", check_positive_int("ffn", 4 * d_model if self.ffn is None else self.ffn)
+        )
+
 
 #: Flash-style backward: recompute S = Q K^T, then dV = P^T dO, dP = dO V^T, dQ = dS K,
 #: dK = dS^T Q: five matmuls against the forward's two, i.e. 2.5 x the forward FLOPs.
@@ -126,8 +166,15 @@ def grad_block_bytes(
     return both - kv_block_bytes(block_tokens, kv_heads, head_dim, dtype, batch=batch)
 
 
+def _check_device(hw: object) -> None:
+    """``hw`` must be a ``Hardware``, asked here by what it offers (its rates), not imported:
+    the counts sit below the machine."""
+    if not callable(getattr(hw, "flops_for", None)) or not hasattr(hw, "link_bandwidth"):
+        raise ValueError(f"hw must be a Hardware (ringsim.get_hardware(name)), got {hw!r}"[:200])
+
+
 def overlap_threshold(
-    hw: Hardware,
+    hw,
     *,
     heads: int,
     kv_heads: int,
@@ -180,7 +227,7 @@ def overlap_threshold(
     ``2 c d h_kv (b + b_grad)`` bytes: at equal dtypes ``c >= 0.8 (F / B) (h_kv / h)``.
     ``batch`` scales both sides alike and only matters through the latency term.
     """
-    check_instance("hw", hw, Hardware, "a Hardware (ringsim.get_hardware(name))")
+    _check_device(hw)
     pass_ = _check_pass(pass_, BLOCK_PASSES)
     check_positive_int("heads", heads)
     check_positive_int("kv_heads", kv_heads)

@@ -28,8 +28,9 @@ import numpy as np
 from ringsim.checks import check_bool, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len
 from ringsim.schedule import Schedule, build_schedule
+from ringsim.timer.cost import AttentionShape
 from ringsim.timer.machine.families import KernelFamily, for_hardware, get_family
-from ringsim.timer.machine.hardware import Hardware, check_dtype
+from ringsim.timer.machine.hardware import Hardware
 from ringsim.timer.machine.ranges import check_assume, end_of
 
 PASSES = ("forward", "backward", "train-step", "decode")
@@ -112,40 +113,6 @@ class Run:
     @property
     def block_tokens(self) -> int:
         return self.seq_len // self.hosts
-
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """The layer's shape: ``heads`` query heads, ``kv_heads`` key/value heads (``None``: the
-    same, no GQA), ``head_dim``, the element ``dtype``, ``batch`` sequences; ``grad_dtype`` is
-    the dtype of ``dk, dv`` on the wire (default ``dtype``); ``d_model`` and ``ffn`` (defaults
-    ``heads * head_dim`` and ``4 * d_model``) size the projections and MLP of a training step."""
-
-    heads: int = 32
-    kv_heads: int | None = None
-    head_dim: int = 128
-    dtype: str = "bf16"
-    batch: int = 1
-    grad_dtype: str | None = None
-    d_model: int | None = None
-    ffn: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("heads", "head_dim", "batch"):
-            check_positive_int(name, getattr(self, name))
-        kv_heads = self.heads if self.kv_heads is None else self.kv_heads
-        check_positive_int("kv_heads", kv_heads)
-        if self.heads % kv_heads:
-            raise ValueError(
-                f"heads must be a multiple of kv_heads, got heads={self.heads}, kv_heads={kv_heads}"
-            )
-        _put(self, "kv_heads", kv_heads)
-        check_dtype(self.dtype)
-        if self.grad_dtype is not None:
-            check_dtype(self.grad_dtype)
-        d_model = self.heads * self.head_dim if self.d_model is None else self.d_model
-        _put(self, "d_model", check_positive_int("d_model", d_model))
-        _put(self, "ffn", check_positive_int("ffn", 4 * d_model if self.ffn is None else self.ffn))
 
 
 @dataclass(frozen=True)

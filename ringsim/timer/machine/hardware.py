@@ -32,13 +32,11 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, field, replace
 from pathlib import Path
 
-from ringsim.checks import check_choice
 from ringsim.files import read_json_object, write_json
+from ringsim.timer.cost import check_dtype
 from ringsim.timer.machine.arch import AMPERE, BLACKWELL, HOPPER, TPU, Arch, get_arch
 from ringsim.timer.machine.links import ICI, IDEAL, INFINIBAND, NVLINK, LinkModel, get_link
 from ringsim.timer.machine.ranges import Range, middle
-
-DTYPES = ("bf16", "fp16", "fp32")
 
 
 def _check_rate(name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -56,10 +54,6 @@ def _check_rate(name: str, value: object, *, allow_zero: bool = False) -> float:
             f"{value!r}: a subnormal rate makes every time computed from it infinite"
         )
     return value
-
-
-def check_dtype(dtype: object) -> str:
-    return check_choice("dtype", dtype, DTYPES)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.checks import check_choice, check_instance, check_positive_int, check_real
-from ringsim.timer.cost import attention_flops
+from ringsim.timer.cost import attention_flops, check_dtype
 from ringsim.timer.machine.families import (
     Curve,
     KernelFamily,
@@ -67,7 +67,7 @@ from ringsim.timer.machine.families import (
     get_family,
     split_count,
 )
-from ringsim.timer.machine.hardware import Hardware, check_dtype
+from ringsim.timer.machine.hardware import Hardware
 from ringsim.timer.machine.ranges import ENDS
 
 __all__ = [

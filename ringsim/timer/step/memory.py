@@ -67,8 +67,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ringsim.checks import check_choice, check_instance, check_positive_int
-from ringsim.timer.cost import DTYPE_BYTES
-from ringsim.timer.machine.hardware import Hardware, check_dtype, get_hardware
+from ringsim.timer.cost import DTYPE_BYTES, check_dtype
+from ringsim.timer.machine.hardware import Hardware, get_hardware
 from ringsim.timer.step.frameworks import Framework, default_framework, get_framework
 from ringsim.timer.step.models import ModelSpec, get_model
 

@@ -19,6 +19,7 @@ import numpy as np
 from ringsim.timer.cost import (
     DTYPE_BYTES,
     attention_flops,
+    check_dtype,
     grad_block_bytes,
     hiding_block,
     kv_block_bytes,
@@ -27,7 +28,6 @@ from ringsim.timer.engine.attention import BlockSteps, GatheredCalls
 from ringsim.timer.engine.clock import HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
-from ringsim.timer.machine.hardware import check_dtype
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy, check_layer_args
 from ringsim.timer.strategies.frame import collective, run_two_level, two_level_memory

@@ -25,13 +25,12 @@ from collections.abc import Callable
 import numpy as np
 
 from ringsim.grid import Grid
-from ringsim.timer.cost import DTYPE_BYTES
+from ringsim.timer.cost import DTYPE_BYTES, check_dtype
 from ringsim.timer.engine.attention import FullSequence, elementwise_seconds
 from ringsim.timer.engine.clock import HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.engine.timeline import Timeline
-from ringsim.timer.machine.hardware import check_dtype
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import check_layer_args
 from ringsim.timer.strategies.pieces import Piece, place
