@@ -4,7 +4,8 @@ Ulysses group ``j`` (``U`` hosts) holds ring slot ``j``'s tokens, split by heads
 (``R`` hosts, in ring order) holds head group ``u``. ``placement`` says which groups sit on
 consecutive ranks: ``"ulysses-inner"`` puts each Ulysses group on neighbours (inside a node),
 ``"ring-inner"`` each ring group. The numerics, the timer and the real backend all number hosts
-with this one ``Grid``, and check the Ulysses degree with ``check_ulysses_degree``.
+with this one ``Grid``, check the Ulysses degree with ``check_ulysses_degree`` and split the
+heads with ``head_groups``.
 """
 
 from __future__ import annotations
@@ -87,7 +88,14 @@ def check_ulysses_degree(hosts: int, kv_heads: int, ulysses_degree: object) -> i
     return u
 
 
-def heads_per_host(heads: int, hosts: int) -> np.ndarray:
-    """``(P,)`` query heads on each Ulysses host: the first ``heads % P`` hosts get one more."""
-    base, extra = divmod(heads, hosts)
-    return base + (np.arange(hosts) < extra)
+def head_groups(heads: int, kv_heads: int, ulysses: int) -> list[tuple[slice, slice]]:
+    """``(query heads, kv heads)`` of each head group: the kv heads dealt in ``U`` runs (the
+    first ``kv_heads % U`` one longer), each with the query heads that share them (GQA). The
+    exact executor, the real backend and the timer split heads by this one rule."""
+    sizes = kv_heads // ulysses + (np.arange(ulysses) < kv_heads % ulysses)
+    group = heads // kv_heads
+    ends = np.cumsum(sizes)
+    return [
+        (slice(int(a) * group, int(b) * group), slice(int(a), int(b)))
+        for a, b in zip(ends - sizes, ends, strict=True)
+    ]

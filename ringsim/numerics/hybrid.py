@@ -42,7 +42,7 @@ from ringsim.checks import (
     check_segment_ids,
     checked_result,
 )
-from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
+from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree, head_groups
 from ringsim.layouts import Layout, get_layout
 from ringsim.numerics.attention import work_dtype
 from ringsim.numerics.context_parallel import METHODS, _place, _shard
@@ -52,18 +52,6 @@ from ringsim.schedule import Schedule, build_schedule
 # --------------------------------------------------------------------------------------------
 # The grid and its two all-to-alls
 # --------------------------------------------------------------------------------------------
-
-
-def head_groups(heads: int, kv_heads: int, ulysses: int) -> list[tuple[slice, slice]]:
-    """``(query heads, kv heads)`` of each head group: the kv heads dealt in ``U`` runs (the
-    first ``kv_heads % U`` one longer), each with the query heads that share them (GQA)."""
-    sizes = kv_heads // ulysses + (np.arange(ulysses) < kv_heads % ulysses)
-    group = heads // kv_heads
-    ends = np.cumsum(sizes)
-    return [
-        (slice(int(a) * group, int(b) * group), slice(int(a), int(b)))
-        for a, b in zip(ends - sizes, ends, strict=True)
-    ]
 
 
 def all_to_all(sends: list[list[np.ndarray]]) -> list[list[np.ndarray]]:

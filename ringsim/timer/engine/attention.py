@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim.grid import heads_per_host
+from ringsim.grid import head_groups
 from ringsim.layouts import KernelCall, get_layout
 from ringsim.schedule import Schedule
 from ringsim.timer.cost import DTYPE_BYTES, attention_flops
@@ -103,12 +103,18 @@ class BlockSteps:
         return total
 
 
+def ulysses_heads(heads: int, kv_heads: int, hosts: int) -> list[tuple[int, int]]:
+    """``(query heads, kv heads)`` of each Ulysses host after the all-to-all: its head group
+    (``ringsim.grid.head_groups``: whole GQA groups, as the exact executor deals them)."""
+    return [(q.stop - q.start, kv.stop - kv.start) for q, kv in head_groups(heads, kv_heads, hosts)]
+
+
 @dataclass(frozen=True)
 class FullSequence:
-    """Every host attends all ``seq_len`` tokens of its own heads (Ulysses after its
-    all-to-all): one ``seq_len x seq_len`` call per host on ``heads_per_host`` query heads and
-    their key/value heads. ``visible`` is the fraction of pairs the mask leaves (the ideal
-    model's count: the contiguous schedule's mean block work)."""
+    """Every host attends all ``seq_len`` tokens of its own head group (Ulysses after its
+    all-to-all, ``ulysses_heads``): one ``seq_len x seq_len`` call per host. ``visible`` is
+    the fraction of pairs the mask leaves (the ideal model's count: the contiguous schedule's
+    mean block work)."""
 
     seq_len: int
     causal: bool
@@ -121,26 +127,23 @@ class FullSequence:
                 attention_flops(
                     self.seq_len,
                     self.seq_len,
-                    int(h),
+                    h,
                     config.head_dim,
                     work=self.visible,
                     pass_=self.pass_,
                     batch=config.batch,
                 )
-                for h in heads_per_host(config.heads, config.hosts)
+                for h, _ in ulysses_heads(config.heads, config.kv_heads, config.hosts)
             ]
         )
 
     def seconds(self, config, steps) -> np.ndarray:
-        calls = steps.calls
+        calls, N = steps.calls, self.seq_len
         mask = "causal-diagonal" if self.causal else "full"
-        heads = heads_per_host(config.heads, config.hosts)
-        kv_heads = np.maximum(heads_per_host(config.kv_heads, config.hosts), 1)
-        N = self.seq_len
         return np.array(
             [
-                calls.seconds(self.pass_, N, N, mask, heads=int(h), kv_heads=int(kv))
-                for h, kv in zip(heads, kv_heads, strict=True)
+                calls.seconds(self.pass_, N, N, mask, heads=h, kv_heads=kv)
+                for h, kv in ulysses_heads(config.heads, config.kv_heads, config.hosts)
             ]
         )
 

@@ -132,7 +132,7 @@ def _alltoall(clock, config, token: float, width: int, tensors: int, U: int, lin
 
 
 def ulysses_attention(config: RingConfig, clock: HostClock, start: float) -> tuple[Piece, float]:
-    """Every host attends all ``N`` tokens of its heads (``heads_per_host``): the Ulysses
+    """Every host attends all ``N`` tokens of its head group (``ulysses_heads``): the Ulysses
     compute, one ``FullSequence`` plan. The ideal model counts the causal work as the
     ``P``-host contiguous ring's mean block work."""
     P = config.hosts
