@@ -141,6 +141,68 @@ COMPARISON = re.compile(
 HOMES = ("ringsim/layouts.py", "ringsim/timer/strategies/")
 
 
+HARDWARE_NAMES = (
+    *("a100-nvlink", "a100-ib", "h100-nvlink", "h200-nvlink", "h200-ib", "h800-nvlink"),
+    *("b200-nvlink", "tpu-v3", "tpu-v4", "tpu-v5e", "cpu-calibrated", "custom"),
+    *("ampere", "hopper", "ada", "blackwell", "tpu", "cpu", "nvlink", "infiniband", "pcie", "ici"),
+)
+FAMILY_NAMES = ("ideal", "fa2", "fa3", "cudnn", "triton", "torch")
+DEVICE_COMPARISON = re.compile(
+    r"""(==|!=|\bin)\s*\(?\s*["']({})["']""".format("|".join(map(re.escape, HARDWARE_NAMES)))
+)
+FAMILY_COMPARISON = re.compile(
+    r"""(implementation|family|kernel)[\w.]*\s*(==|!=|\bin)\s*\(?\s*["']({})["']""".format(
+        "|".join(FAMILY_NAMES)
+    )
+)
+NAME_PARSE = re.compile(
+    r"""\.name\s*(==|!=|\.startswith|\.endswith|\.split)|(hardware|hw)\w*\.startswith"""
+)
+#: Where devices and kernel families are defined (their own registries may name them).
+DEVICE_HOMES = ("ringsim/timer/machine/",)
+
+
+def test_devices_and_families_are_asked_not_parsed_by_name():
+    """What a device is (chip, link kind, achieved rates) and where a kernel family runs are
+    fields and methods (``Hardware.arch``, ``KernelFamily.runs_on``), never a name compared
+    or parsed (``== "torch"``, ``.name.endswith("-ib")``, ``ARCH_OF_PREFIX``) outside
+    ``ringsim/timer/machine/``."""
+    offenders = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith("ringsim/") or rel.startswith(DEVICE_HOMES):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if any(p.search(code) for p in (DEVICE_COMPARISON, FAMILY_COMPARISON, NAME_PARSE)):
+                offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+CONFIG_NAMES = re.compile(r"(^|\.)(config|cfg|sub|outer|base)$")
+
+
+def test_the_timer_reads_a_config_by_its_parts():
+    """Inside the timer a ``RingConfig`` is read by part (``config.shape.heads``), which a type
+    checker and an editor follow; the flat names (``config.heads``, through ``__getattr__``)
+    are for the API's edge: the command line, the lessons, a user."""
+    from dataclasses import fields
+
+    from ringsim.timer.engine.config import PARTS
+
+    flat = {f.name for part in PARTS.values() for f in fields(part)}
+    offenders = []
+    for name, path in MODULES.items():
+        if not name.startswith("ringsim.timer.") or name == "ringsim.timer.engine.config":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in flat:
+                base = ast.unparse(node.value)
+                if CONFIG_NAMES.search(base):
+                    offenders.append(f"{name}:{node.lineno}: {base}.{node.attr}")
+    assert offenders == []
+
+
 def test_kinds_are_asked_not_compared_by_name():
     """No ``== "zigzag"`` or ``in ("ring", ...)`` outside the layout and strategy modules."""
     offenders = []

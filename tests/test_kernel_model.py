@@ -12,7 +12,7 @@ from strategies import examples
 
 from ringsim.layouts import layout_names
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer.cost import attention_flops
+from ringsim.timer.cost import AttentionShape, attention_flops
 from ringsim.timer.engine.ring_steps import StepModel, grad_seconds, merge_seconds
 from ringsim.timer.machine.families import KERNELS, get_family
 from ringsim.timer.machine.hardware import PRESETS, custom_hardware
@@ -227,19 +227,17 @@ def test_striped_later_blocks_exclude_the_diagonal_and_contiguous_skips():
 def test_merge_bytes_follow_the_op_list():
     hbm = 1e12
     fa2 = replace(KERNELS["fa2"], elementwise_overhead_s=0.0)
-    shape = dict(rows=1000, heads=4, head_dim=8)
+    shape = AttentionShape(heads=4, kv_heads=2, head_dim=8)
     per_byte = 1000 * 4 * 8 / (0.9 * hbm)
-    assert merge_seconds(fa2, hbm, op="merge", **shape) == pytest.approx(38 * per_byte)
-    assert merge_seconds(fa2, hbm, op="slice", **shape) == pytest.approx(46 * per_byte)
+    assert merge_seconds(fa2, hbm, shape, op="merge", rows=1000) == pytest.approx(38 * per_byte)
+    assert merge_seconds(fa2, hbm, shape, op="slice", rows=1000) == pytest.approx(46 * per_byte)
     fused = replace(fa2, merge="fused")
-    assert merge_seconds(fused, hbm, op="merge", **shape) == pytest.approx(10 * per_byte)
-    assert merge_seconds(KERNELS["ideal"], hbm, op="merge", **shape) == 0.0
-    grads = grad_seconds(
-        fa2, hbm, op="accumulate", q_rows=10, kv_rows=20, heads=4, kv_heads=2, head_dim=8
-    )
+    assert merge_seconds(fused, hbm, shape, op="merge", rows=1000) == pytest.approx(10 * per_byte)
+    assert merge_seconds(KERNELS["ideal"], hbm, shape, op="merge", rows=1000) == 0.0
+    grads = grad_seconds(fa2, hbm, shape, op="accumulate", q_rows=10, kv_rows=20)
     assert grads == pytest.approx(10 * 8 * (10 * 4 + 2 * 20 * 2) / (0.9 * hbm))
     with pytest.raises(ValueError, match="op"):
-        merge_seconds(fa2, hbm, op="rescale", **shape)
+        merge_seconds(fa2, hbm, shape, op="rescale", rows=1000)
 
 
 # -- the timer runs the model ---------------------------------------------------------------------

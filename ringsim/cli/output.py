@@ -119,8 +119,8 @@ def describe(config, strategy: str = "ring") -> str:
         f" ({config.kv_heads} kv)" if config.kv_heads != config.heads else ""
     )
     batch = f", batch {config.batch}" if config.batch > 1 else ""
-    kernel = getattr(config, "implementation", "ideal")
-    kernel = "" if kernel == "ideal" else f", {kernel} kernels"
+    family = getattr(config, "family", None)
+    kernel = "" if family is None or family.ideal else f", {family.name} kernels"
     return (
         f"{strategy} {config.pass_}, {split}, {config.hardware.name}, {config.dtype}, "
         f"{heads} x {config.head_dim}{batch}{kernel}"

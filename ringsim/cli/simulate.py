@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     result = run_config(config, args.strategy, keep_timeline=keep, args=args)
     summary = result.summary()
     _add_paper_minimum(summary)
-    if config.implementation != "ideal":
-        summary["implementation"] = config.implementation
+    if not config.family.ideal:
+        summary["implementation"] = config.family.name
     if args.interval:
         _add_interval(summary, config, args)
     if args.trace:

@@ -13,7 +13,7 @@ never re-derives the mask.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ringsim.checks import check_bool, check_choice, check_positive_int, check_real
 
@@ -59,6 +59,63 @@ class AttentionShape:
         object.__setattr__(
             self, "ffn", check_positive_int("ffn", 4 * d_model if self.ffn is None else self.ffn)
         )
+
+    def split(self, ulysses: int) -> AttentionShape:
+        """One of ``ulysses`` head groups of this layer (``H / U`` query heads and ``H_kv / U``
+        key/value heads: the ring groups of a Ulysses x ring grid, ``U`` dividing ``H_kv``)."""
+        return replace(self, heads=self.heads // ulysses, kv_heads=self.kv_heads // ulysses)
+
+    # -- the counts below, for this shape ------------------------------------------------------
+    def flops(
+        self, q_tokens: int, k_tokens: int, *, work: float = 1.0, pass_: str = "forward"
+    ) -> float:
+        """``attention_flops`` of ``q_tokens`` queries on ``k_tokens`` keys of this layer."""
+        h, d, b = self.heads, self.head_dim, self.batch
+        return attention_flops(q_tokens, k_tokens, h, d, work=work, pass_=pass_, batch=b)
+
+    def kv_bytes(self, tokens: int, *, pass_: str = "forward", grad_dtype: str | None = None):
+        """``kv_block_bytes`` of ``tokens`` tokens of this layer's ``k, v`` (backward: and
+        ``dk, dv`` in ``grad_dtype``)."""
+        h, d, e, b = self.kv_heads, self.head_dim, self.dtype, self.batch
+        return kv_block_bytes(tokens, h, d, e, pass_=pass_, batch=b, grad_dtype=grad_dtype)
+
+    def grad_bytes(self, tokens: int, grad_dtype: str | None = None) -> float:
+        """``grad_block_bytes``: ``dk, dv`` of ``tokens`` tokens of this layer."""
+        h, d, e, b = self.kv_heads, self.head_dim, self.dtype, self.batch
+        return grad_block_bytes(tokens, h, d, e, batch=b, grad_dtype=grad_dtype)
+
+    def partial_bytes(self, tokens: int = 1) -> float:
+        """``partial_bytes`` of ``tokens`` query rows of this layer."""
+        return partial_bytes(self.heads, self.head_dim, tokens=tokens, batch=self.batch)
+
+    def projection_flops(self, tokens: int, pass_: str = "forward") -> tuple[float, float]:
+        """``projection_flops`` (q/k/v, output) of ``tokens`` tokens through this layer."""
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        return projection_flops(tokens, self.d_model, h, kv, d, pass_=pass_)
+
+    def ffn_flops(self, tokens: int, pass_: str = "forward") -> float:
+        """``ffn_flops`` of ``tokens`` tokens through this layer's MLP."""
+        return ffn_flops(tokens, self.d_model, self.ffn, pass_=pass_)
+
+    def overlap_threshold(self, hw, *, pass_: str = "forward", include_latency: bool = True):
+        """``overlap_threshold`` of this layer on the device ``hw`` (its own ``grad_dtype``)."""
+        h, kv, d, e, b = self.heads, self.kv_heads, self.head_dim, self.dtype, self.batch
+        return overlap_threshold(
+            hw,
+            heads=h,
+            kv_heads=kv,
+            head_dim=d,
+            dtype=e,
+            pass_=pass_,
+            batch=b,
+            grad_dtype=self.grad_dtype,
+            include_latency=include_latency,
+        )
+
+    def working_set_bytes(self, block_tokens: int, pass_: str = "forward") -> float:
+        """``attention_working_set_bytes`` of a ring host's block of ``block_tokens``."""
+        h, kv, d, e, b = self.heads, self.kv_heads, self.head_dim, self.dtype, self.batch
+        return attention_working_set_bytes(block_tokens, h, kv, d, e, pass_=pass_, batch=b)
 
 
 #: Flash-style backward: recompute S = Q K^T, then dV = P^T dO, dP = dO V^T, dQ = dS K,

@@ -11,7 +11,6 @@ from collections.abc import Callable
 import numpy as np
 
 from ringsim.schedule import BlockKind, Schedule
-from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
 from ringsim.timer.engine.config import Noise, RingConfig
 from ringsim.timer.engine.ring_steps import (
     StepModel,
@@ -37,24 +36,26 @@ class HostClock:
 
     def __init__(self, config: RingConfig):
         self.config = config
-        self.hosts = config.hosts
-        self.hardware = config.hardware
-        self.amount = config.jitter
-        self.speed = np.ones(self.hosts) if config.speed is None else np.asarray(config.speed)
+        self.hosts = config.run.hosts
+        self.hardware = config.machine.hardware
+        self.amount = config.noise.jitter
+        self.speed = (
+            np.ones(self.hosts) if config.noise.speed is None else np.asarray(config.noise.speed)
+        )
         self.seconds_per_flop = 1.0 / (config.attention_rate * self.speed)  # (P,)
         self.linear_seconds_per_flop = 1.0 / (config.linear_rate * self.speed)
         self.family = config.family
-        hw = config.hardware
+        hw = config.machine.hardware
         self.link = hw.link if self.family.collectives else None
-        f = config.overlap_efficiency
+        f = config.kernel.overlap_efficiency
         if f is None and self.link is not None and hw.arch is not None and hw.arch.sms:
             f = overlap_efficiency(hw.arch.sms, self.link)
         self.overlap_f = hw.overlap_efficiency if f is None else f
-        self.rng = np.random.default_rng(config.seed)
+        self.rng = np.random.default_rng(config.noise.seed)
         self._steps = None  # the run's StepModel (its calls), made on first use
         self._hop_seconds: dict[tuple, np.ndarray] = {}  # transfer() on the ring's hops
         # the hop of each host to h + 1: one hardware link, or per host on a cluster
-        bw, lat = config.hop_bandwidth, config.hop_latency
+        bw, lat = config.machine.hop_bandwidth, config.machine.hop_latency
         self.link_bandwidth = hw.link_bandwidth if bw is None else np.asarray(bw)
         self.link_latency = hw.link_latency if lat is None else np.asarray(lat)
         self.hop_link = self.link
@@ -163,12 +164,12 @@ class Costs:
         self.config = config
         self.clock = HostClock(config)
         self.flops_total = 0.0
-        shape = (config.block_tokens, config.kv_heads, config.head_dim, config.dtype)
-        self.kv_bytes = kv_block_bytes(*shape, batch=config.batch)
-        grad_dtype = config.grad_dtype  # as given, else the ring code's (fp32 accumulators)
-        if config.shape.grad_dtype is None and self.clock.family.grad_wire_dtype is not None:
+        shape, c = config.shape, config.block_tokens
+        self.kv_bytes = shape.kv_bytes(c)
+        grad_dtype = shape.grad_dtype  # as given, else the ring code's (fp32 accumulators)
+        if shape.grad_dtype is None and self.clock.family.grad_wire_dtype is not None:
             grad_dtype = self.clock.family.grad_wire_dtype
-        self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=grad_dtype)
+        self.grad_bytes = shape.grad_bytes(c, grad_dtype)
         family = self.clock.family
         # ideal, and the calibrated CPU torch family, whose terms are the hardware profile's
         # (HostClock.block applies them, lone-host speed included)
@@ -177,7 +178,7 @@ class Costs:
     def local(self, flops: float) -> np.ndarray:
         """``(P,)`` durations of a local computation of ``flops`` FLOPs (projections, MLP: the
         linear rate) on every host."""
-        self.flops_total += flops * self.config.hosts
+        self.flops_total += flops * self.config.run.hosts
         return self.clock.compute(flops, linear=True)
 
     def ring_rows(self, schedule: Schedule) -> Callable[[int], tuple]:
@@ -186,7 +187,7 @@ class Costs:
         overlap one blocking message carries ``k, v, dk, dv``, and the last only ``dk, dv``)."""
         cfg, clock = self.config, self.clock
         c = cfg.block_tokens
-        full = attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=schedule.pass_, batch=cfg.batch)
+        full = cfg.shape.flops(c, c, pass_=schedule.pass_)
         full_time = full * clock.seconds_per_flop
         backward = schedule.pass_ == "backward"
         last = schedule.steps - 1
@@ -196,7 +197,7 @@ class Costs:
             self.flops_total += full * float(work.sum())
             if not backward:
                 main = self.kv_bytes
-            elif cfg.overlap or s == last:
+            elif cfg.run.overlap or s == last:
                 main = self.grad_bytes
             else:
                 main = self.kv_bytes + self.grad_bytes
@@ -207,7 +208,7 @@ class Costs:
             else:  # a real implementation: its calls and the work between them
                 compute = clock.kernel(self.steps.seconds(schedule, s))
             kv, msg = clock.transfer(self.kv_bytes), clock.transfer(main)
-            if cfg.overlap and schedule.payload(s):  # its message travels while it computes
+            if cfg.run.overlap and schedule.payload(s):  # its message travels while it computes
                 if backward:  # the early k, v (the last step sends only dk, dv)
                     if s < last:
                         compute, kv = clock.overlapped(compute, kv)
@@ -221,30 +222,16 @@ class Costs:
 def decode_seconds(config: RingConfig, tokens: int) -> float:
     """Seconds to attend one query to ``tokens`` cached tokens on one host: the larger of the
     FLOP time and the time to stream the cache from memory (decode is memory bound). Under a
-    real kernel family: its call of one query on ``tokens`` keys (``attention_call_seconds``:
+    real kernel family: its call of one query on ``tokens`` keys (``decode_call_seconds``:
     its fixed cost, its rate, its memory floor), not the peak rate."""
+    shape, hw = config.shape, config.machine.hardware
     if not config.family.ideal and not config.family.calibrated:
         return decode_call_seconds(
-            config.family,
-            config.hardware,
-            tokens=tokens,
-            heads=config.heads,
-            kv_heads=config.kv_heads,
-            head_dim=config.head_dim,
-            dtype=config.dtype,
-            batch=config.batch,
-            peak=config.attention_rate,
+            config.family, hw, shape, tokens=tokens, peak=config.attention_rate
         )
-    hw = config.hardware
-    flops = attention_flops(
-        1, tokens, config.heads, config.head_dim, pass_="decode", batch=config.batch
-    )
-    time = flops / config.flops_rate
+    time = shape.flops(1, tokens, pass_="decode") / config.flops_rate
     if hw.memory_bandwidth > 0:
-        cache = kv_block_bytes(
-            tokens, config.kv_heads, config.head_dim, config.dtype, batch=config.batch
-        )
-        time = max(time, cache / hw.memory_bandwidth)
+        time = max(time, shape.kv_bytes(tokens) / hw.memory_bandwidth)
     return time
 
 
@@ -262,30 +249,26 @@ def family_overlap_block(config: RingConfig, pass_: str) -> float:
     sending the fewer key/value heads). Bisection below the largest power of two that fails.
     Remembered per (kernel, shape, machine with its hops, hosts, pass): everything it reads;
     the run's noise is left out (a threshold is no random draw)."""
-    key = (config.kernel, config.shape, config.machine, config.hosts, pass_)
+    key = (config.kernel, config.shape, config.machine, config.run.hosts, pass_)
     if key not in _OVERLAP_CACHE:
         config = config.replace(noise=Noise())
         steps, clock = StepModel(config, config.family), HostClock(config)
-        fam, hbm, cfg = steps.family, config.hardware.memory_bandwidth, config
-        shape = dict(heads=cfg.heads, head_dim=cfg.head_dim, batch=cfg.batch)
-        costs_grad = Costs(config).grad_bytes / cfg.block_tokens  # bytes per token of dk, dv
-        curve = fam.curve(cfg.hardware, pass_)
-        rate = cfg.attention_rate
+        fam, hbm, shape = steps.family, config.machine.hardware.memory_bandwidth, config.shape
+        costs_grad = Costs(config).grad_bytes / config.block_tokens  # bytes per token of dk, dv
+        curve = fam.curve(config.machine.hardware, pass_)
+        rate = config.attention_rate
         if not fam.calibrated:
-            rate *= curve.fraction * curve.head_dim_factor(cfg.head_dim)
+            rate *= curve.fraction * curve.head_dim_factor(shape.head_dim)
 
         def hides(c: int) -> bool:
-            flops = attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=pass_, batch=cfg.batch)
-            compute = fam.call_overhead_s + flops / rate
-            kv = kv_block_bytes(c, cfg.kv_heads, cfg.head_dim, cfg.dtype, batch=cfg.batch)
+            compute = fam.call_overhead_s + shape.flops(c, c, pass_=pass_) / rate
+            kv = shape.kv_bytes(c)
             if pass_ == "forward":
-                compute += merge_seconds(fam, hbm, op="merge", rows=c, **shape)
+                compute += merge_seconds(fam, hbm, shape, op="merge", rows=c)
                 transfer = clock.transfer(kv)[0]
             else:
-                compute += grad_seconds(
-                    fam, hbm, op="accumulate", q_rows=c, kv_rows=c, kv_heads=cfg.kv_heads, **shape
-                )
-                compute += gqa_backward_seconds(fam, hbm, kv_rows=c, kv_heads=cfg.kv_heads, **shape)
+                compute += grad_seconds(fam, hbm, shape, op="accumulate", q_rows=c, kv_rows=c)
+                compute += gqa_backward_seconds(fam, hbm, shape, kv_rows=c)
                 transfer = clock.transfer(kv)[0] + clock.transfer(costs_grad * c)[0]
             return compute >= transfer
 

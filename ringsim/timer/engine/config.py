@@ -13,8 +13,9 @@ Each part checks its own fields on construction (``ValueError`` naming the field
 ``RingConfig`` checks what spans two parts (one speed per host, a family that runs the dtype
 on this hardware) and hands out the ring ``Schedule`` the timer executes. ``RingConfig(...)``
 takes the flat keywords (``hosts=``, ``heads=``, ``implementation=``, ...) and builds the
-parts; every flat name reads back as an attribute (``config.heads``), and ``replace`` copies
-with changes.
+parts; every flat name reads back as an attribute (``config.heads``) for the API's edge (the
+command line, the lessons, a user), while the timer reads by part (``config.shape.heads``,
+``tests/test_architecture.py``); ``replace`` copies with changes.
 """
 
 from __future__ import annotations
@@ -213,7 +214,8 @@ class RingConfig:
     Build it from flat keywords, ``RingConfig(hosts=8, seq_len=65536, hardware=hw,
     heads=32, layout="zigzag", causal=True, implementation="fa2")``, or from parts,
     ``RingConfig(run=Run(8, 65536), machine=Machine(hw))`` (parts not given take their
-    defaults); read ``config.run.hosts`` or ``config.hosts`` alike. Immutable and hashable;
+    defaults); read ``config.run.hosts`` (the timer's way) or ``config.hosts`` alike. Immutable
+    and hashable;
     ``replace(**changes)`` takes flat keywords or whole parts."""
 
     __slots__ = ("family", *PARTS)

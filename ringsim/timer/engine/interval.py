@@ -31,13 +31,13 @@ class Interval:
 
 def live_ranges(config) -> tuple[str, ...]:
     """The ranges a run of ``config`` depends on (none under ``ideal``)."""
-    family, hw = config.family, config.hardware
+    family, hw = config.family, config.machine.hardware
     if family.ideal:
         return ()
     names = []
-    if family.collectives and config.hop_bandwidth is None and hw.p2p_bandwidth is not None:
+    if family.collectives and config.machine.hop_bandwidth is None and hw.p2p_bandwidth is not None:
         names.append("p2p_bandwidth")
-    if family.host_call_s is not None and config.hosts > 1:
+    if family.host_call_s is not None and config.run.hosts > 1:
         names.append("host_call_s")
     if family.lone_cta_speed is not None and hw.arch is not None and hw.arch.sms:
         if any(family.launch(hw, p).ctas_per_sm > 1 for p in ("forward", "backward")):

@@ -21,7 +21,6 @@ import numpy as np
 
 from ringsim.checks import check_choice
 from ringsim.schedule import Schedule
-from ringsim.timer.cost import attention_flops, ffn_flops, partial_bytes, projection_flops
 from ringsim.timer.engine.clock import Costs, decode_seconds
 from ringsim.timer.engine.config import ENGINES, RingConfig
 from ringsim.timer.engine.engines import RING_ENGINES
@@ -51,20 +50,18 @@ def _ring_phase(schedule: Schedule, prefix: str) -> _Phase:
 
 
 def _phases(config: RingConfig) -> list[_Phase]:
-    if config.pass_ == "decode":
-        rounds = math.ceil(math.log2(config.hosts)) if config.hosts > 1 else 0
+    if config.run.pass_ == "decode":
+        rounds = math.ceil(math.log2(config.run.hosts)) if config.run.hosts > 1 else 0
         return [_Phase("decode", ["partial"] + [f"merge {r}" for r in range(rounds)])]
-    if config.pass_ in ("forward", "backward"):
+    if config.run.pass_ in ("forward", "backward"):
         return [_ring_phase(config.schedule(), "")]
     # A transformer block's training step, per host on its c tokens:
     #   fwd: q/k/v projections -> ring attention -> output projection + MLP
     #   bwd: MLP + output projection -> ring attention backward -> q/k/v projections
-    tokens = config.block_tokens * config.batch
-    dims = (config.d_model, config.heads, config.kv_heads, config.head_dim)
-    qkv_f, out_f = projection_flops(tokens, *dims)
-    qkv_b, out_b = projection_flops(tokens, *dims, pass_="backward")
-    mlp_f = ffn_flops(tokens, config.d_model, config.ffn)
-    mlp_b = ffn_flops(tokens, config.d_model, config.ffn, pass_="backward")
+    shape, tokens = config.shape, config.block_tokens * config.shape.batch
+    qkv_f, out_f = shape.projection_flops(tokens)
+    qkv_b, out_b = shape.projection_flops(tokens, "backward")
+    mlp_f, mlp_b = shape.ffn_flops(tokens), shape.ffn_flops(tokens, "backward")
     forward = [
         _Phase("local", ["qkv-proj"], flops=qkv_f),
         _ring_phase(config.schedule("forward"), "fwd "),
@@ -78,7 +75,7 @@ def _phases(config: RingConfig) -> list[_Phase]:
     ]
     return (
         forward
-        + (recompute if config.recompute else [])
+        + (recompute if config.run.recompute else [])
         + [
             _Phase("local", ["mlp+o-proj bwd"], flops=mlp_b + out_b),
             _ring_phase(config.schedule("backward"), "bwd "),
@@ -92,14 +89,12 @@ def _decode(config: RingConfig, costs: Costs, ready, rec: Recorder, rows: int) -
     ``k 2^(r+1)`` receives the partial of ``k 2^(r+1) + 2^r`` and merges it into its own (the
     same tree as ``ringsim.numerics.decode.tree_merge``). One code path serves both engines:
     the rounds are a handful of independent transfers."""
-    P, clock = config.hosts, costs.clock
+    P, clock, shape = config.run.hosts, costs.clock, config.shape
     # memory bound, so not clock.compute(flops): the speed factor scales the whole scan
     partial = clock.jitter(decode_seconds(config, config.block_tokens) / clock.speed)
-    costs.flops_total += P * attention_flops(
-        1, config.block_tokens, config.heads, config.head_dim, batch=config.batch
-    )
-    merge_flops = 5.0 * config.batch * config.heads * (config.head_dim + 2)
-    message = partial_bytes(config.heads, config.head_dim, batch=config.batch)
+    costs.flops_total += P * shape.flops(1, config.block_tokens)
+    merge_flops = 5.0 * shape.batch * shape.heads * (shape.head_dim + 2)
+    message = shape.partial_bytes()
     done = ready + partial
     rec.row(ready, done.copy(), dense=False)
     for r in range(rows - 1):
@@ -141,11 +136,11 @@ def simulate(
     if keep_timeline is not None and not isinstance(keep_timeline, bool | np.bool_):
         raise ValueError(f"keep_timeline must be True, False or None, got {keep_timeline!r}")
     phases = _phases(config)
-    rows, P = sum(p.rows for p in phases), config.hosts
+    rows, P = sum(p.rows for p in phases), config.run.hosts
     if keep_timeline is None:
         keep_timeline = timeline_bytes(config, rows) <= KEEP_TIMELINE_BYTES
     check_fits(config, rows, keep=keep_timeline, engine=engine)
-    early_kv = config.overlap and config.pass_ in ("backward", "train-step")
+    early_kv = config.run.overlap and config.run.pass_ in ("backward", "train-step")
     rec = Recorder(P, rows, keep=keep_timeline, early_kv=early_kv)
     costs = Costs(config)
     ready = np.zeros(P)
@@ -158,16 +153,20 @@ def simulate(
                 _decode(config, costs, ready, rec, phase.rows)
             else:
                 schedule = phase.schedule
-                if config.hardware.pass_overhead_s:
-                    ready = ready + config.hardware.pass_overhead_s / costs.clock.speed
-                ready, sent = _ring(engine, schedule, costs, config.overlap, ready, rec)
+                if config.machine.hardware.pass_overhead_s:
+                    ready = ready + config.machine.hardware.pass_overhead_s / costs.clock.speed
+                ready, sent = _ring(engine, schedule, costs, config.run.overlap, ready, rec)
                 if schedule.pass_ == "backward" and P > 1:  # dk, dv must be home before use
                     ready = np.maximum(ready, sent[schedule.recv_from])
         stats = rec.stats()
     check_finite_makespan(config, stats.makespan)
     result = SimResult(config, None, schedule, costs.flops_total, engine, stats)
     if keep_timeline:
-        meta = {"pass": config.pass_, "engine": engine, "hardware": config.hardware.name}
+        meta = {
+            "pass": config.run.pass_,
+            "engine": engine,
+            "hardware": config.machine.hardware.name,
+        }
         if early_kv:
             backward = [p.schedule is not None and p.schedule.pass_ == "backward" for p in phases]
             meta["grad_rows"] = np.repeat(backward, [p.rows for p in phases])

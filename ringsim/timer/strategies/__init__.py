@@ -78,7 +78,7 @@ def with_bandwidth(config: RingConfig, bandwidth: float) -> RingConfig:
     """``config`` on the same device with another link bandwidth (for sweeps;
     ``Hardware.with_link``: the achieved point-to-point range of its own link no longer
     applies)."""
-    return config.replace(hardware=config.hardware.with_link(bandwidth))
+    return config.replace(hardware=config.machine.hardware.with_link(bandwidth))
 
 
 __all__ = [

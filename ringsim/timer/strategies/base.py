@@ -55,7 +55,7 @@ class Strategy:
         """The Ulysses degree ``U`` this run uses (default 1), checked against the hosts and
         heads (``ValueError`` naming it)."""
         u = 1 if ulysses_degree is None else ulysses_degree
-        return check_ulysses_degree(config.hosts, config.kv_heads, u)
+        return check_ulysses_degree(config.run.hosts, config.shape.kv_heads, u)
 
     def simulate(
         self,
@@ -72,15 +72,15 @@ class Strategy:
         sizes the double ring's inner rings."""
         check_instance("config", config, RingConfig, "a RingConfig")
         U = self.degree(config, ulysses_degree)
-        check_choice("pass", config.pass_, self.passes, also=f" for strategy {self.name}")
+        check_choice("pass", config.run.pass_, self.passes, also=f" for strategy {self.name}")
         check_choice("placement", placement, PLACEMENTS)
         check_instance("cluster", cluster, Cluster | type(None), "a Cluster (get_cluster) or None")
         if window is not None and not self.windowed:
             raise ValueError(f"window is for the double ring only, got window={window!r}")
-        P = config.hosts
-        cluster = Cluster.switch(config.hardware, P) if cluster is None else cluster
+        P = config.run.hosts
+        cluster = Cluster.switch(config.machine.hardware, P) if cluster is None else cluster
         cluster.check_hosts(P)
-        if U > 1 and config.segment_ids is not None:
+        if U > 1 and config.run.segment_ids is not None:
             raise ValueError("segment_ids are not supported with ulysses_degree > 1")
         grid = Grid(U, P // U, placement)
         self.check_fits(config, grid, cluster, window)
@@ -135,16 +135,10 @@ def get_strategy(strategy: str | Strategy) -> Strategy:
     return STRATEGIES[strategy]
 
 
-def check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_) -> None:
-    """The arguments of a peer's working-set count: positive sizes, a forward or backward."""
-    for name, value in (
-        ("seq_len", seq_len),
-        ("hosts", hosts),
-        ("heads", heads),
-        ("kv_heads", kv_heads),
-        ("head_dim", head_dim),
-        ("batch", batch),
-    ):
+def check_peer_args(seq_len: int, hosts: int, pass_: str) -> None:
+    """The arguments of a peer's working-set count beside its ``AttentionShape`` (which checks
+    itself): positive sizes, a forward or backward."""
+    for name, value in (("seq_len", seq_len), ("hosts", hosts)):
         check_positive_int(name, value)
     if pass_ not in PEER_PASSES:
         raise ValueError(f"pass must be forward or backward for the peers, got {pass_!r}")
