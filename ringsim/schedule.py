@@ -23,6 +23,7 @@ tile granularity; the timer turns it into time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 
 import numpy as np
@@ -31,7 +32,40 @@ from ringsim.checks import check_bool, check_choice, check_positive_int, check_s
 from ringsim.layouts import Layout, get_layout
 from ringsim.masks import BlockKind, count_visible, tile_shape
 
-PASSES = ("forward", "backward")
+
+class Pass(StrEnum):
+    """What runs: a ring's ``forward`` or ``backward`` pass, a transformer block's
+    ``train-step`` (a forward ring, then a backward one) or ``decode`` (one new token against
+    a sharded cache, no ring). A member is its name as a string (``Pass.FORWARD`` is the string
+    ``"forward"``), so flags, JSON and configs keep their text; code asks the member, never
+    spells the name."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    TRAIN_STEP = "train-step"
+    DECODE = "decode"
+
+    @property
+    def rings(self) -> tuple[Pass, ...]:
+        """The ring passes it runs, in order (none for decode)."""
+        return {
+            Pass.FORWARD: (Pass.FORWARD,),
+            Pass.BACKWARD: (Pass.BACKWARD,),
+            Pass.TRAIN_STEP: (Pass.FORWARD, Pass.BACKWARD),
+            Pass.DECODE: (),
+        }[self]
+
+    @property
+    def has_backward(self) -> bool:
+        """Whether a backward ring runs (its ``k, v`` may travel early; its peak memory is the
+        backward's)."""
+        return Pass.BACKWARD in self.rings
+
+
+PASSES = tuple(Pass)
+"""Every pass, the one declaration (the command line's ``--pass`` choices, ``RingConfig``)."""
+RING_PASSES = (Pass.FORWARD, Pass.BACKWARD)
+"""The passes a ring schedule runs (``build_schedule``), and one kernel call."""
 
 KV_PAYLOAD = ("k", "v")
 BACKWARD_PAYLOAD = ("k", "v", "dk", "dv")
@@ -49,7 +83,7 @@ class Schedule:
     hosts: int
     layout: Layout
     causal: bool
-    pass_: str
+    pass_: Pass
     seq_len: int
     tile: int | None = None
     segment_ids: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -94,7 +128,7 @@ class Schedule:
         if self.hosts == 1:
             return ()
         last = step == self.steps - 1
-        if self.pass_ == "forward":
+        if self.pass_ == Pass.FORWARD:
             return () if last else KV_PAYLOAD
         return HOMECOMING_PAYLOAD if last else BACKWARD_PAYLOAD
 
@@ -222,7 +256,7 @@ class Schedule:
                 tail = f"{arrow}{self.send_to[h]}" if sends else ""
                 cells.append(f"kv{owners[h]} {names[BlockKind(kinds[h])]} {tail}".ljust(13))
             lines.append(f"{s:4d} | " + " | ".join(cells))
-        if self.pass_ == "backward" and self.hosts > 1:
+        if self.pass_ == Pass.BACKWARD and self.hosts > 1:
             lines.append("-> sends k, v, dk, dv;  => sends only dk, dv home to their owner")
         if hosts < self.hosts:
             lines.append(f"({self.hosts - hosts} more hosts not shown)")
@@ -295,7 +329,7 @@ def build_schedule(
     """
     hosts = check_positive_int("hosts", hosts)
     layout = get_layout(layout)
-    pass_ = check_choice("pass", pass_, PASSES)
+    pass_ = Pass(check_choice("pass", pass_, RING_PASSES))
     seq_len = layout.check_seq_len(2 * hosts if seq_len is None else seq_len, hosts, segment_ids)
     if tile is not None:
         tile = check_positive_int("tile", tile)

@@ -179,6 +179,24 @@ def test_devices_and_families_are_asked_not_parsed_by_name():
     assert offenders == []
 
 
+PASS_COMPARISON = re.compile(
+    r"""(==|!=|\bin)\s*\(?\s*["'](forward|backward|train-step|decode)["']"""
+)
+
+
+def test_passes_are_members_not_strings():
+    """A pass is a ``ringsim.schedule.Pass`` member (``pass_ == Pass.BACKWARD``,
+    ``pass_.has_backward``), declared once; no code spells its name to compare it."""
+    offenders = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if PASS_COMPARISON.search(code) and "phase.kind" not in code:
+                offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []
+
+
 CONFIG_NAMES = re.compile(r"(^|\.)(config|cfg|sub|outer|base)$")
 
 

@@ -26,7 +26,7 @@ import ringsim
 from ringsim.layouts import layout_names
 from ringsim.numerics.ring import RingRecord
 from ringsim.numerics.rounding import relative_error
-from ringsim.schedule import PASSES
+from ringsim.schedule import RING_PASSES
 from ringsim.timer.engine.result import kv_messages
 from ringsim.views import explorer as ex
 
@@ -198,7 +198,7 @@ def test_data_file_is_small(data_path: Path) -> None:
 def test_data_covers_every_ring_and_slider_stop(data: dict) -> None:
     lab = data["lab"]
     assert data["hosts"] == list(range(2, 17))
-    assert len(data["rings"]) == 15 * len(layout_names()) * 2 * len(PASSES)
+    assert len(data["rings"]) == 15 * len(layout_names()) * 2 * len(RING_PASSES)
     assert set(data["timing"]) == set(data["rings"])
     shape = {(len(g), len(g[0])) for g in data["timing"].values()}
     assert shape == {(len(lab["block_tokens"]), len(lab["bandwidths"]))}
@@ -298,7 +298,7 @@ def test_data_timelines_are_the_timers(data, hosts, layout, causal, pass_, block
         np.testing.assert_allclose(got_end[ok] * unit, end[ok] / span, atol=2 * unit, err_msg=name)
 
 
-@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("pass_", RING_PASSES)
 def test_data_thresholds_are_overlap_threshold(data: dict, pass_) -> None:
     lab, marks = data["lab"], data["lab"]["thresholds"][pass_]
     forward = {b: ex.lab_threshold(b, "forward") for b in lab["bandwidths"]}
@@ -407,7 +407,7 @@ def _counts(status: str) -> dict[str, int]:
 
 
 def test_walk_shows_every_ring_to_its_end(walk: list[dict], data: dict) -> None:
-    assert len(walk) == 15 * len(layout_names()) * 2 * len(PASSES)
+    assert len(walk) == 15 * len(layout_names()) * 2 * len(RING_PASSES)
     problems = []
     for ring in walk:
         hosts = int(ring["name"].split("/")[0])

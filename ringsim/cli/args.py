@@ -10,6 +10,7 @@ import dataclasses
 
 from ringsim.cli.values import parse_implementation, parse_model
 from ringsim.grid import PLACEMENTS
+from ringsim.schedule import PASSES, Pass
 from ringsim.timer.cost import DTYPES
 from ringsim.timer.strategies import STRATEGIES as STRATEGY_REGISTRY
 from ringsim.values import (
@@ -22,9 +23,6 @@ from ringsim.values import (
     parse_straggler,
     parse_tile,
 )
-
-PASSES = ("forward", "backward", "train-step", "decode")
-
 
 STRATEGIES = tuple(STRATEGY_REGISTRY)
 DEFAULT_STRATEGY = "ring"
@@ -300,7 +298,7 @@ def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
             f"--window sets the double ring's inner ring: it needs --strategy {windowed}, "
             f"got --strategy {strategy}"
         )
-    if getattr(args, "recompute", False) and args.pass_ != "train-step":
+    if getattr(args, "recompute", False) and args.pass_ != Pass.TRAIN_STEP:
         raise ValueError(
             f"--recompute runs a training step's forward again: it needs --pass train-step, "
             f"got --pass {args.pass_}"

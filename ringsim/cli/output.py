@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from ringsim.files import to_jsonable
+from ringsim.schedule import Pass
 from ringsim.views.plots import format_tokens as format_length
 from ringsim.views.plots import percent
 
@@ -111,7 +112,7 @@ def describe(config, strategy: str = "ring") -> str:
     (decode leaves out layout, mask and overlap: one token attends to the whole cache)."""
     split = f"{format_length(config.seq_len)} tokens on {config.hosts} hosts"
     split += f" ({format_length(config.block_tokens)} each)"
-    if config.pass_ != "decode":
+    if config.pass_ != Pass.DECODE:
         mask = "causal" if config.causal else "full"
         overlap = "overlap" if config.overlap else "no overlap"
         split += f", {config.layout}, {mask}, {overlap}"

@@ -27,6 +27,7 @@ from ringsim.cli.output import (
     progress,
 )
 from ringsim.layouts import layout_names
+from ringsim.schedule import Pass
 from ringsim.values import arg_type, parse_positive_int, parse_seq_len
 
 HELP = "sweep block size or hosts and tabulate (and plot) the result"
@@ -118,7 +119,7 @@ def sweep_block(args: argparse.Namespace) -> dict:
     blocks = _values(args, DEFAULT_BLOCKS, "block")
     hw = resolve_hardware(args)
     kv_heads = args.kv_heads or args.heads
-    pass_ = "backward" if args.pass_ in ("backward", "train-step") else "forward"
+    pass_ = Pass.BACKWARD if Pass(args.pass_).has_backward else Pass.FORWARD
     threshold = overlap_threshold(
         hw,
         heads=args.heads,

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ringsim.checks import check_bool, check_choice, check_positive_int, check_real
+from ringsim.schedule import PASSES, RING_PASSES, Pass
 
 DTYPES = ("bf16", "fp16", "fp32")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -124,9 +125,6 @@ BACKWARD_FACTOR = 2.5
 #: Weight matmuls (projections, FFN) cost 2 x their forward in backward: dX and dW.
 LINEAR_BACKWARD_FACTOR = 2.0
 
-ATTENTION_PASSES = ("forward", "backward", "train-step", "decode")
-BLOCK_PASSES = ("forward", "backward")
-
 
 def _check_pass(pass_: object, allowed: tuple[str, ...]) -> str:
     return check_choice("pass", pass_, allowed)
@@ -160,7 +158,7 @@ def attention_flops(
         check_positive_int(name, value)
     check_positive_int("head_dim", head_dim)
     check_positive_int("batch", batch)
-    pass_ = _check_pass(pass_, ATTENTION_PASSES)
+    pass_ = _check_pass(pass_, PASSES)
     factor = {"forward": 1.0, "decode": 1.0, "backward": BACKWARD_FACTOR}
     factor["train-step"] = 1.0 + BACKWARD_FACTOR
     base = 4.0 * q_tokens * k_tokens * head_dim * heads * batch
@@ -193,10 +191,10 @@ def kv_block_bytes(
     check_positive_int("head_dim", head_dim)
     check_positive_int("batch", batch)
     dtype = check_dtype(dtype)
-    pass_ = _check_pass(pass_, BLOCK_PASSES)
+    pass_ = _check_pass(pass_, RING_PASSES)
     elements = 2.0 * block_tokens * kv_heads * head_dim * batch
     total = elements * DTYPE_BYTES[dtype]
-    if pass_ == "backward":
+    if pass_ == Pass.BACKWARD:
         total += elements * DTYPE_BYTES[check_dtype(grad_dtype or dtype)]
     return total
 
@@ -285,7 +283,7 @@ def overlap_threshold(
     ``batch`` scales both sides alike and only matters through the latency term.
     """
     _check_device(hw)
-    pass_ = _check_pass(pass_, BLOCK_PASSES)
+    pass_ = _check_pass(pass_, RING_PASSES)
     check_positive_int("heads", heads)
     check_positive_int("kv_heads", kv_heads)
     include_latency = check_bool("include_latency", include_latency)
@@ -297,7 +295,7 @@ def overlap_threshold(
         )
         / hw.link_bandwidth
     )
-    messages = 2 if pass_ == "backward" else 1
+    messages = 2 if pass_ == Pass.BACKWARD else 1
     latency = messages * hw.link_latency if include_latency else 0.0
     # a fixed cost per block call (hw.block_overhead_s) is compute time too: it offsets latency
     fixed = latency - (hw.block_overhead_s if include_latency else 0.0)
@@ -339,8 +337,8 @@ def projection_flops(
     """``(qkv, out)`` projection FLOPs for ``tokens`` tokens: ``x W_q``, ``x W_k``, ``x W_v``
     (``2 t d_model (h + 2 h_kv) d``) and the output projection ``2 t (h d) d_model``. Backward
     costs ``2 x`` (the input gradient and the weight gradient)."""
-    pass_ = _check_pass(pass_, BLOCK_PASSES)
-    factor = LINEAR_BACKWARD_FACTOR if pass_ == "backward" else 1.0
+    pass_ = _check_pass(pass_, RING_PASSES)
+    factor = LINEAR_BACKWARD_FACTOR if pass_ == Pass.BACKWARD else 1.0
     qkv = 2.0 * tokens * d_model * (heads + 2 * kv_heads) * head_dim
     out = 2.0 * tokens * heads * head_dim * d_model
     return qkv * factor, out * factor
@@ -349,8 +347,8 @@ def projection_flops(
 def ffn_flops(tokens: int, d_model: int, ffn: int, *, pass_: str = "forward") -> float:
     """A two-matrix MLP ``d_model -> ffn -> d_model``: ``2 t d_model ffn`` per matrix; backward
     ``2 x``. (A SwiGLU MLP has three matrices: pass ``ffn = 1.5 x`` its hidden size.)"""
-    pass_ = _check_pass(pass_, BLOCK_PASSES)
-    factor = LINEAR_BACKWARD_FACTOR if pass_ == "backward" else 1.0
+    pass_ = _check_pass(pass_, RING_PASSES)
+    factor = LINEAR_BACKWARD_FACTOR if pass_ == Pass.BACKWARD else 1.0
     return 2.0 * 2.0 * tokens * d_model * ffn * factor
 
 
@@ -388,14 +386,14 @@ def attention_working_set_bytes(
     head_dim = check_positive_int("head_dim", head_dim)
     batch = check_positive_int("batch", batch)
     e = DTYPE_BYTES[check_dtype(dtype)]
-    _check_pass(pass_, ATTENTION_PASSES)
+    _check_pass(pass_, PASSES)
     q_like = c * heads * head_dim * e  # q, out or dout block
     row_stat = c * heads * 4  # one fp32 number per query row and head
     acc = c * heads * head_dim * 4
-    if pass_ == "forward":  # the accumulators are a Partial of c rows
+    if pass_ == Pass.FORWARD:  # the accumulators are a Partial of c rows
         kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
         per_seq = 2 * q_like + partial_bytes(heads, head_dim, tokens=c) + 2 * kv
-    elif pass_ in ("backward", "train-step"):
+    elif pass_ in (Pass.BACKWARD, Pass.TRAIN_STEP):
         kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="backward", batch=1)
         per_seq = 3 * q_like + row_stat + acc + 2 * kv
     else:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ringsim.grid import head_groups
 from ringsim.layouts import KernelCall, get_layout
-from ringsim.schedule import Schedule
+from ringsim.schedule import Pass, Schedule
 from ringsim.timer.cost import AttentionShape
 from ringsim.timer.machine.kernel_model import HBM_FRACTION, call_seconds
 
@@ -176,7 +176,7 @@ class GatheredCalls:
             else:
                 total[host] = sum(calls.seconds(pass_, q, k, mask) for q, k, mask, *_ in shapes)
                 keys, ops = sum(call.k_tokens for call in shapes), len(shapes)
-            total[host] += copy_seconds(config, N, keys, ops, backward=pass_ == "backward")
+            total[host] += copy_seconds(config, N, keys, ops, backward=pass_ == Pass.BACKWARD)
         return total
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ringsim.schedule import BlockKind, Schedule
+from ringsim.schedule import BlockKind, Pass, Schedule
 from ringsim.timer.engine.config import Noise, RingConfig
 from ringsim.timer.engine.ring_steps import (
     StepModel,
@@ -189,7 +189,7 @@ class Costs:
         c = cfg.block_tokens
         full = cfg.shape.flops(c, c, pass_=schedule.pass_)
         full_time = full * clock.seconds_per_flop
-        backward = schedule.pass_ == "backward"
+        backward = schedule.pass_ == Pass.BACKWARD
         last = schedule.steps - 1
 
         def row(s: int) -> tuple:
@@ -263,7 +263,7 @@ def family_overlap_block(config: RingConfig, pass_: str) -> float:
         def hides(c: int) -> bool:
             compute = fam.call_overhead_s + shape.flops(c, c, pass_=pass_) / rate
             kv = shape.kv_bytes(c)
-            if pass_ == "forward":
+            if pass_ == Pass.FORWARD:
                 compute += merge_seconds(fam, hbm, shape, op="merge", rows=c)
                 transfer = clock.transfer(kv)[0]
             else:

@@ -26,15 +26,14 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from ringsim.checks import check_bool, check_positive_int, check_segment_ids
+from ringsim.checks import check_bool, check_choice, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len
-from ringsim.schedule import Schedule, build_schedule
+from ringsim.schedule import PASSES, Pass, Schedule, build_schedule
 from ringsim.timer.cost import AttentionShape
 from ringsim.timer.machine.families import KernelFamily, for_hardware, get_family
 from ringsim.timer.machine.hardware import Hardware
 from ringsim.timer.machine.ranges import check_assume, end_of
 
-PASSES = ("forward", "backward", "train-step", "decode")
 ENGINES = ("vectorized", "heap")
 
 
@@ -78,14 +77,13 @@ class Run:
 
     def __post_init__(self) -> None:
         hosts = check_positive_int("hosts", self.hosts)
-        if self.pass_ not in PASSES:
-            raise ValueError(f"pass must be one of {', '.join(PASSES)}, got {self.pass_!r}")
+        _put(self, "pass_", Pass(check_choice("pass", self.pass_, PASSES)))
         _put(self, "layout", check_layout(self.layout))
         _put(self, "causal", check_bool("causal", self.causal))
         _put(self, "overlap", check_bool("overlap", self.overlap))
         check_positive_int("seq_len", self.seq_len)
         _put(self, "segment_ids", check_segment_ids(self.segment_ids, self.seq_len))
-        if self.pass_ == "decode":
+        if self.pass_ == Pass.DECODE:
             if self.seq_len % hosts:
                 raise ValueError(
                     f"seq_len must be divisible by hosts = {hosts} (each host holds an equal "

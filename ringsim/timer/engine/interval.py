@@ -15,6 +15,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ringsim.schedule import RING_PASSES
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -40,7 +42,7 @@ def live_ranges(config) -> tuple[str, ...]:
     if family.host_call_s is not None and config.run.hosts > 1:
         names.append("host_call_s")
     if family.lone_cta_speed is not None and hw.arch is not None and hw.arch.sms:
-        if any(family.launch(hw, p).ctas_per_sm > 1 for p in ("forward", "backward")):
+        if any(family.launch(hw, p).ctas_per_sm > 1 for p in RING_PASSES):
             names.append("lone_cta_speed")
     return tuple(names)
 

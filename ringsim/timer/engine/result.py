@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ringsim.masks import documents_are_runs
-from ringsim.schedule import Schedule
+from ringsim.schedule import Pass, Schedule
 from ringsim.timer.engine.clock import decode_seconds, family_overlap_block
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.timeline import Timeline
@@ -221,7 +221,7 @@ class SimResult:
             "engine": self.engine,
             "events": self._stats().events,
         }
-        if cfg.run.pass_ == "decode":
+        if cfg.run.pass_ == Pass.DECODE:
             single = decode_seconds(cfg, cfg.run.seq_len)
             cache = cfg.shape.kv_bytes(cfg.run.seq_len)
             result["single_device_time_s"] = single
@@ -264,9 +264,9 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
     zigzag or striped ring needs about twice it); a training step takes the larger of forward
     and backward; ``None`` for decode, where no block moves. Under a real kernel family the
     family's own step against its own transfer (``family_overlap_block``), not peak rates."""
-    if config.run.pass_ == "decode":
+    if config.run.pass_ == Pass.DECODE:
         return None
-    passes = ("forward", "backward") if config.run.pass_ == "train-step" else (config.run.pass_,)
+    passes = config.run.pass_.rings
     if not config.family.ideal and not config.family.calibrated:
         return max(family_overlap_block(config, p) for p in passes)
     hw = config.machine.hardware
@@ -286,8 +286,8 @@ in ~2^33 block events; a million hosts (2^40 per pass) would take days, so they 
 def timeline_bytes(config: RingConfig, rows: int) -> int:
     """Bytes of a run's kept timeline: ``rows x (P + 1)`` float64 per kept array."""
     P = config.run.hosts
-    arrays = 6 if config.run.overlap and config.run.pass_ in ("backward", "train-step") else 4
-    extra = 2 * rows * P * 8 if config.run.pass_ == "decode" else 0  # decode's own receive rows
+    arrays = 6 if config.run.overlap and config.run.pass_.has_backward else 4
+    extra = 2 * rows * P * 8 if config.run.pass_ == Pass.DECODE else 0  # decode's own receive rows
     return rows * (P + 1) * 8 * arrays + extra
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringsim.layouts import KernelCall, get_layout
-from ringsim.schedule import Schedule
+from ringsim.schedule import Pass, Schedule
 from ringsim.timer.cost import AttentionShape
 from ringsim.timer.engine.attention import CallTimer
 from ringsim.timer.machine.families import KernelFamily, for_hardware
@@ -78,7 +78,7 @@ def host_calls(pass_: str, call: KernelCall | None, c: int, *, first: bool, last
     no ``k, v`` travel after it."""
     n = HOST_CALLS
     calls = 0 if last else n["transfer"]
-    if pass_ == "backward":
+    if pass_ == Pass.BACKWARD:
         calls += n["grad_transfer"] + (n["final"] + n["final_wait"] if last else 0)
     elif last:
         calls += n["final"]
@@ -88,7 +88,7 @@ def host_calls(pass_: str, call: KernelCall | None, c: int, *, first: bool, last
         if first:
             calls += n["first"]
         else:
-            calls += n["merge" if pass_ == "forward" else "accumulate"]
+            calls += n["merge" if pass_ == Pass.FORWARD else "accumulate"]
             calls += n["slice"] if sliced else 0
     return calls
 
@@ -226,7 +226,7 @@ class StepModel:
         if call is not None:
             q, k, mask, visible, sliced = call
             total += self.calls.seconds(pass_, q, k, mask, visible)
-            if pass_ == "forward":
+            if pass_ == Pass.FORWARD:
                 op = "first" if first else ("slice" if sliced else "merge")
                 total += merge_seconds(fam, hbm, shape, op=op, rows=q)
             else:
@@ -235,7 +235,7 @@ class StepModel:
                 total += gqa_backward_seconds(fam, hbm, shape, kv_rows=k)
         c = cfg.block_tokens
         if last:
-            if pass_ == "forward":
+            if pass_ == Pass.FORWARD:
                 total += merge_seconds(fam, hbm, shape, op="final", rows=c)
             else:
                 total += grad_seconds(fam, hbm, shape, op="final", q_rows=c, kv_rows=c)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.checks import check_choice
-from ringsim.schedule import Schedule
+from ringsim.schedule import RING_PASSES, Pass, Schedule
 from ringsim.timer.engine.clock import Costs, decode_seconds
 from ringsim.timer.engine.config import ENGINES, RingConfig
 from ringsim.timer.engine.engines import RING_ENGINES
@@ -50,10 +50,10 @@ def _ring_phase(schedule: Schedule, prefix: str) -> _Phase:
 
 
 def _phases(config: RingConfig) -> list[_Phase]:
-    if config.run.pass_ == "decode":
+    if config.run.pass_ == Pass.DECODE:
         rounds = math.ceil(math.log2(config.run.hosts)) if config.run.hosts > 1 else 0
         return [_Phase("decode", ["partial"] + [f"merge {r}" for r in range(rounds)])]
-    if config.run.pass_ in ("forward", "backward"):
+    if config.run.pass_ in RING_PASSES:
         return [_ring_phase(config.schedule(), "")]
     # A transformer block's training step, per host on its c tokens:
     #   fwd: q/k/v projections -> ring attention -> output projection + MLP
@@ -140,7 +140,7 @@ def simulate(
     if keep_timeline is None:
         keep_timeline = timeline_bytes(config, rows) <= KEEP_TIMELINE_BYTES
     check_fits(config, rows, keep=keep_timeline, engine=engine)
-    early_kv = config.run.overlap and config.run.pass_ in ("backward", "train-step")
+    early_kv = config.run.overlap and config.run.pass_.has_backward
     rec = Recorder(P, rows, keep=keep_timeline, early_kv=early_kv)
     costs = Costs(config)
     ready = np.zeros(P)
@@ -156,7 +156,7 @@ def simulate(
                 if config.machine.hardware.pass_overhead_s:
                     ready = ready + config.machine.hardware.pass_overhead_s / costs.clock.speed
                 ready, sent = _ring(engine, schedule, costs, config.run.overlap, ready, rec)
-                if schedule.pass_ == "backward" and P > 1:  # dk, dv must be home before use
+                if schedule.pass_ == Pass.BACKWARD and P > 1:  # dk, dv must be home before use
                     ready = np.maximum(ready, sent[schedule.recv_from])
         stats = rec.stats()
     check_finite_makespan(config, stats.makespan)
@@ -168,7 +168,9 @@ def simulate(
             "hardware": config.machine.hardware.name,
         }
         if early_kv:
-            backward = [p.schedule is not None and p.schedule.pass_ == "backward" for p in phases]
+            backward = [
+                p.schedule is not None and p.schedule.pass_ == Pass.BACKWARD for p in phases
+            ]
             meta["grad_rows"] = np.repeat(backward, [p.rows for p in phases])
         result.timeline = rec.timeline([label for p in phases for label in p.labels], meta)
     else:

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.checks import check_choice, check_instance, check_positive_int, check_real
+from ringsim.schedule import RING_PASSES, Pass
 from ringsim.timer.cost import DTYPE_BYTES, AttentionShape, attention_flops
 from ringsim.timer.machine.families import (
     Curve,
@@ -72,7 +73,6 @@ from ringsim.timer.machine.ranges import ENDS
 
 __all__ = [
     "BENCHMARK_TOKENS",
-    "CALL_PASSES",
     "HBM_FRACTION",
     "MASKS",
     "TileWork",
@@ -88,7 +88,6 @@ __all__ = [
 ]
 
 MASKS = ("full", "causal-diagonal", "offset-causal", "zigzag-half", "documents")
-CALL_PASSES = ("forward", "backward")
 
 #: Achieved fraction of peak HBM bandwidth for streaming kernels (estimate: STREAM-like copies
 #: reach ~90% of the datasheet rate on A100/H100; not fitted to any ring measurement).
@@ -186,7 +185,7 @@ def cta_lengths(
     the looped dimension."""
     M, N = launch.tile
     if launch.loop == "keys":
-        uneven = pass_ == "forward" and mask in ("causal-diagonal", "offset-causal")
+        uneven = pass_ == Pass.FORWARD and mask in ("causal-diagonal", "offset-causal")
         full, masked = _row_tiles(q, k, mask, launch.tile, visible, uneven)
         fixed = curve.keys_half / N
     else:
@@ -310,7 +309,7 @@ def _check_call(family, q_tokens, k_tokens, shape: AttentionShape, pass_, mask) 
         ("batch", shape.batch),
     ):
         check_positive_int(name, value, at_most=MAX_CALL_SIZE)
-    check_choice("pass", pass_, CALL_PASSES)
+    check_choice("pass", pass_, RING_PASSES)
     check_choice("mask", mask, MASKS)
     if shape.dtype not in family.dtypes:
         raise ValueError(
@@ -326,7 +325,7 @@ def call_bytes(q: int, k: int, shape: AttentionShape, pass_: str) -> float:
     b, batch, d = DTYPE_BYTES[shape.dtype], shape.batch, shape.head_dim
     q_el, kv_el = batch * q * shape.heads * d, batch * k * shape.kv_heads * d
     lse = 4.0 * batch * q * shape.heads
-    if pass_ == "forward":
+    if pass_ == Pass.FORWARD:
         return b * (2 * q_el + 2 * kv_el) + lse
     return b * (4 * q_el + 4 * kv_el) + lse + 8.0 * q_el
 

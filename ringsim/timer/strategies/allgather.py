@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ringsim.schedule import Pass
 from ringsim.timer.cost import (
     DTYPE_BYTES,
     AttentionShape,
@@ -82,7 +83,7 @@ def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
     kv = config.shape.kv_bytes(c)
     clock = HostClock(config)
     labels = ["all-gather k, v + own block", "attention to the gathered k, v"]
-    if config.run.pass_ == "backward":
+    if config.run.pass_ == Pass.BACKWARD:
         labels.append("reduce-scatter dk, dv")
     part = Piece(labels, P)
     gather = clock.transfer((P - 1) * kv, P - 1, links)
@@ -99,7 +100,7 @@ def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
         a["cs"][1] = gathered
         flops = rest.flops(config).sum()
     a["ce"][1] = a["cs"][1] + clock.attention(rest)
-    if config.run.pass_ == "backward":
+    if config.run.pass_ == Pass.BACKWARD:
         grads = config.shape.grad_bytes(c, config.shape.grad_dtype)
         ready = np.full(P, a["ce"][1].max())
         collective(part, 2, ready, clock.transfer((P - 1) * grads, P - 1, links))
@@ -144,7 +145,7 @@ def allgather_working_set_bytes(
     q_like = c * heads * head_dim * e
     lse = 4 * c * heads
     everything = replace(shape, batch=1).kv_bytes(seq_len, pass_=pass_)
-    if pass_ == "forward":
+    if pass_ == Pass.FORWARD:
         per_seq = 2 * q_like + lse + everything
     else:
         per_seq = 3 * q_like + lse + 4 * c * heads * head_dim + everything

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 from ringsim.checks import check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
+from ringsim.schedule import RING_PASSES
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
-
-PEER_PASSES = ("forward", "backward")
-"""The passes every strategy but the plain ring times (the ring also runs a training step and
-decode)."""
 
 
 class Strategy:
@@ -30,7 +27,7 @@ class Strategy:
     name: str = ""
     description: str = ""
     flat: bool = False
-    passes: tuple[str, ...] = PEER_PASSES
+    passes: tuple[str, ...] = RING_PASSES
     uses_layout: bool = True
     """Whether the token layout changes this strategy's run (Ulysses attends whole sequences)."""
     windowed: bool = False
@@ -140,5 +137,5 @@ def check_peer_args(seq_len: int, hosts: int, pass_: str) -> None:
     itself): positive sizes, a forward or backward."""
     for name, value in (("seq_len", seq_len), ("hosts", hosts)):
         check_positive_int(name, value)
-    if pass_ not in PEER_PASSES:
+    if pass_ not in RING_PASSES:
         raise ValueError(f"pass must be forward or backward for the peers, got {pass_!r}")

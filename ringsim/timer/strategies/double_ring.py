@@ -30,6 +30,7 @@ from collections import Counter
 
 import numpy as np
 
+from ringsim.schedule import Pass
 from ringsim.timer.engine.clock import Costs, HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.engines import RING_ENGINES
@@ -112,7 +113,7 @@ def double_ring(
     documents = None if config.run.segment_ids is None else np.zeros(inner_len, dtype=np.int64)
     sub = config.replace(hosts=w, seq_len=inner_len, speed=None, segment_ids=documents)
     inner = sub.schedule()
-    backward = config.run.pass_ == "backward"
+    backward = config.run.pass_ == Pass.BACKWARD
     early_kv = backward and config.run.overlap
     labels = []
     for o in range(rounds):

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ringsim.grid import Grid
+from ringsim.schedule import Pass
 from ringsim.timer.cost import DTYPE_BYTES, AttentionShape
 from ringsim.timer.engine.attention import FullSequence, elementwise_seconds
 from ringsim.timer.engine.clock import HostClock
@@ -93,7 +94,7 @@ def run_two_level(
     the result's timeline has one column per rank."""
     P, U, R = config.run.hosts, grid.ulysses, grid.ring
     H, H_kv, d = config.shape.heads, config.shape.kv_heads, config.shape.head_dim
-    e, backward = DTYPE_BYTES[config.shape.dtype], config.run.pass_ == "backward"
+    e, backward = DTYPE_BYTES[config.shape.dtype], config.run.pass_ == Pass.BACKWARD
     clock = HostClock(config)
     parts, start = [], 0.0
     if U > 1:
@@ -192,7 +193,7 @@ def two_level_memory(
     total = group_bytes()
     if ulysses_degree > 1:
         H, H_kv = shape.heads, shape.kv_heads
-        width = 2 * H + 2 * H_kv if run.pass_ == "backward" else H + 2 * H_kv
+        width = 2 * H + 2 * H_kv if run.pass_ == Pass.BACKWARD else H + 2 * H_kv
         e = DTYPE_BYTES[shape.dtype]
         total += config.block_tokens * width * shape.head_dim * e * shape.batch
     return float(total)
@@ -221,7 +222,7 @@ def ulysses_working_set_bytes(
     e = DTYPE_BYTES[shape.dtype]
     n, c = seq_len, seq_len / hosts
     h_here, kv_here = math.ceil(heads / hosts), math.ceil(kv_heads / hosts)
-    if pass_ == "forward":
+    if pass_ == Pass.FORWARD:
         own = c * (heads + 2 * kv_heads) * head_dim * e
         gathered = n * (h_here + 2 * kv_here) * head_dim * e
         out = n * h_here * head_dim * e + 4 * n * h_here

@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 from ringsim.grid import Grid
-from ringsim.timer.engine.config import PASSES, RingConfig
+from ringsim.schedule import PASSES
+from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.engine.run import simulate
 from ringsim.timer.machine.topology import Cluster

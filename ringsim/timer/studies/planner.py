@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names
+from ringsim.schedule import RING_PASSES
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import TimesOutOfRange
@@ -659,7 +660,7 @@ def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal)
         )
         / par.cp
         / rate
-        for pass_ in ("forward", "backward")
+        for pass_ in RING_PASSES
     }
     attention = AttentionTime(seconds["forward"], seconds["backward"])
     if mode == "prefill":
