@@ -188,7 +188,7 @@ def dense(bf16: float, fp32: float) -> dict[str, float]:
     return {"bf16": bf16, "fp16": bf16, "fp32": fp32}
 
 
-MIB = 2**20
+MIB = 2.0**20  # bytes (a float: memory sizes are rates' peers in every formula)
 A100_80GB_BYTES = 81920 * MIB
 """A100 80GB (SXM and PCIe): 81920 MiB = 85.9e9 bytes, not the marketed 80e9 (nvidia-smi's
 memory.total, what the driver exposes; modal-labs/modal-client PR #2797 lists it per GPU)."""
