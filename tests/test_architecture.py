@@ -138,7 +138,7 @@ COMPARISON = re.compile(
     r"""(==|!=|\bin)\s*\(?\s*["']({})["']""".format("|".join(LAYOUT_NAMES + STRATEGY_NAMES))
 )
 #: Where a kind is defined.
-HOMES = ("ringsim/layouts.py", "ringsim/timer/strategies/")
+HOMES = ("ringsim/layouts.py", "ringsim/sharing.py", "ringsim/timer/strategies/")
 
 
 HARDWARE_NAMES = (

@@ -36,6 +36,7 @@ from ringsim.numerics.attention import (
 )
 from ringsim.numerics.ring import KVBlock, _softmax_rows, ring_backward, ring_forward
 from ringsim.schedule import BlockKind, Schedule
+from ringsim.sharing import ALLGATHER, DOUBLE_RING, RING, Sharing
 
 
 def _shard(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -254,17 +255,27 @@ def allgather_backward(
 
 @dataclass(frozen=True)
 class Method:
-    """A sequence-parallel method of a ring group: ``forward(q, k, v, sched, scale, *, stats,
-    [window]) -> (out, lse)``, ``backward(q, k, v, dout, out, lse, sched, scale, *, row_max,
-    row_sum, [window]) -> (dq, dk, dv)``; ``windowed``: it takes the inner ring's size."""
+    """A sequence-parallel method of a ring group, the strategy ``record``'s exact executor:
+    ``forward(q, k, v, sched, scale, *, stats, [window]) -> (out, lse)``, ``backward(q, k, v,
+    dout, out, lse, sched, scale, *, row_max, row_sum, [window]) -> (dq, dk, dv)``."""
 
+    record: Sharing
     forward: Callable
     backward: Callable
-    windowed: bool = False
+
+    @property
+    def windowed(self) -> bool:
+        """It takes the inner ring's size (the record says)."""
+        return self.record.windowed
 
 
 METHODS: dict[str, Method] = {
-    "ring": Method(ring_forward, ring_backward),
-    "double-ring": Method(double_ring_forward, double_ring_backward, windowed=True),
-    "allgather": Method(allgather_forward, allgather_backward),
+    m.record.name: m
+    for m in (
+        Method(RING, ring_forward, ring_backward),
+        Method(DOUBLE_RING, double_ring_forward, double_ring_backward),
+        Method(ALLGATHER, allgather_forward, allgather_backward),
+    )
 }
+"""The group methods of the exact executor, keyed by their strategies' records
+(``ringsim.sharing``)."""

@@ -1,19 +1,15 @@
 """The planner's figures (``ringsim.timer.studies.planner``): predicted step time against memory
 per GPU, one point per candidate, the usable memory as a wall and the best candidate ringed
-(``plot_plan``); and where the time of the best candidates' steps goes (``plot_breakdown``)."""
+(``plot_plan``: each strategy drawn as its record says, ``ringsim.sharing.drawing``, an
+unknown one with the default marker); and where the time of the best candidates' steps goes
+(``plot_breakdown``)."""
 
 from __future__ import annotations
 
 import os
 
-MARKERS = {"ring": "o", "ulysses": "s", "hybrid": "^", "double-ring": "D", "allgather": "v"}
-COLOURS = {  # Okabe-Ito
-    "ring": "#0072B2",
-    "ulysses": "#E69F00",
-    "hybrid": "#009E73",
-    "double-ring": "#CC79A7",
-    "allgather": "#D55E00",
-}
+from ringsim.sharing import SHARINGS, drawing
+
 PARTS = (  # breakdown key, label, colour (Okabe-Ito and greys)
     ("attention_s", "attention (CP comm. inside)", "#0072B2"),
     ("gemm_s", "GEMMs", "#E69F00"),
@@ -39,15 +35,17 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
     else:
         fig = ax.figure
     unit = "step" if plan.mode == "train" else "forward"
-    for strategy, marker in MARKERS.items():
+    shown = list(SHARINGS) + sorted({c.strategy for c in plan.candidates} - set(SHARINGS))
+    for strategy in shown:  # the known ones in their order, then any other: every one shows
         points = [c for c in plan.candidates if c.strategy == strategy]
         if points:
+            marker, colour = drawing(strategy)
             ax.scatter(
                 [c.bytes_per_host / 1e9 for c in points],
                 [c.step_time_s for c in points],
                 marker=marker,
                 s=14,
-                color=COLOURS[strategy],
+                color=colour,
                 label=f"{strategy} ({len(points)})",
                 alpha=0.45,
                 linewidths=0,

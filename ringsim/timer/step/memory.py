@@ -67,6 +67,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ringsim.checks import check_choice, check_instance, check_positive_int
+from ringsim.sharing import RING, ULYSSES
 from ringsim.timer.cost import DTYPE_BYTES, check_dtype
 from ringsim.timer.machine.hardware import Hardware, get_hardware
 from ringsim.timer.step.frameworks import Framework, default_framework, get_framework
@@ -147,10 +148,11 @@ METHODS: dict[str, Method] = {
     "vanilla": Method(_vanilla),
     "memory_efficient": Method(_memory_efficient),
     "blockwise": Method(_blockwise),
-    "ring": Method(_ring, lambda m, hosts: hosts),
-    "ulysses": Method(_ulysses, lambda m, hosts: min(hosts, m.n_kv_heads)),
+    RING.name: Method(_ring, lambda m, hosts: hosts),
+    ULYSSES.name: Method(_ulysses, lambda m, hosts: min(hosts, m.n_kv_heads)),
 }
-"""The paper's Table 3 methods and Ulysses; the single-device ones hold one whole sequence."""
+"""The paper's Table 3 methods and Ulysses; the single-device ones hold one whole sequence, the
+strategies' entries are keyed by their records (``ringsim.sharing``)."""
 
 
 def bytes_per_host(

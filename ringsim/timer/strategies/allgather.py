@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from ringsim.schedule import Pass
+from ringsim.sharing import ALLGATHER
 from ringsim.timer.cost import (
     DTYPE_BYTES,
     AttentionShape,
@@ -36,8 +37,7 @@ from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
 
 class AllGather(Strategy):
-    name = "allgather"
-    description = "all-gather every key and value, then attend the host's own queries"
+    record = ALLGATHER
     flat = True  # at its default U = 1, every host gathers from every other
 
     def check_fits(self, config, grid, cluster, window) -> None:

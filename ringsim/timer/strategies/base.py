@@ -14,24 +14,36 @@ from __future__ import annotations
 from ringsim.checks import check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
 from ringsim.schedule import RING_PASSES
+from ringsim.sharing import Sharing
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
 
 
 class Strategy:
-    """One way to share a sequence's attention. Subclasses set ``name``, ``description``,
-    ``flat`` (at its default degree every host is in one group) and implement ``run`` and
+    """One way to share a sequence's attention. Subclasses set ``record`` (its
+    ``ringsim.sharing.Sharing``: name, description, drawing, ``windowed``), ``flat`` (at its
+    default degree every host is in one group) and implement ``run`` and
     ``working_set_bytes``."""
 
-    name: str = ""
-    description: str = ""
+    record: Sharing
     flat: bool = False
     passes: tuple[str, ...] = RING_PASSES
     uses_layout: bool = True
     """Whether the token layout changes this strategy's run (Ulysses attends whole sequences)."""
-    windowed: bool = False
-    """Whether a ``window`` (inner ring size) means anything to this strategy."""
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def description(self) -> str:
+        return self.record.description
+
+    @property
+    def windowed(self) -> bool:
+        """Whether a ``window`` (inner ring size) means anything to this strategy."""
+        return self.record.windowed
 
     def runs(self, ulysses: int, ring: int) -> bool:
         """Whether this strategy is one way to run a ``U x R`` group (``ulysses`` x ``ring``

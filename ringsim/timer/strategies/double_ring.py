@@ -31,6 +31,7 @@ from collections import Counter
 import numpy as np
 
 from ringsim.schedule import Pass
+from ringsim.sharing import DOUBLE_RING
 from ringsim.timer.engine.clock import Costs, HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.engines import RING_ENGINES
@@ -238,9 +239,7 @@ def _speed(config: RingConfig):
 
 
 class DoubleRing(Strategy):
-    name = "double-ring"
-    windowed = True
-    description = "inner rings inside a node, an outer ring across nodes (LoongTrain)"
+    record = DOUBLE_RING
 
     def rounds(self, ring: int, per_node: int) -> int:
         return -(-ring // max(per_node, 1))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ringsim.grid import Grid
 from ringsim.schedule import PASSES
+from ringsim.sharing import HYBRID, RING
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.engine.run import simulate
@@ -37,8 +38,7 @@ def ring_working_set(config: RingConfig, ulysses_degree: int) -> float:
 
 
 class Ring(Strategy):
-    name = "ring"
-    description = "one ring of all hosts; each passes its key/value block on, P - 1 hops"
+    record = RING
     flat = True
     passes = PASSES
 
@@ -63,8 +63,7 @@ class Ring(Strategy):
 
 
 class Hybrid(Strategy):
-    name = "hybrid"
-    description = "Ulysses x ring (USP): U-host all-to-alls around R-host rings"
+    record = HYBRID
 
     def runs(self, ulysses: int, ring: int) -> bool:
         return ulysses > 1 and ring > 1  # U = 1 is the ring, R = 1 Ulysses

@@ -34,6 +34,7 @@ not a timing.)
 
 from __future__ import annotations
 
+from ringsim.sharing import ULYSSES
 from ringsim.timer.cost import DTYPE_BYTES
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
@@ -52,8 +53,7 @@ def check_ulysses_hosts(hosts: int, heads: int, kv_heads: int) -> None:
 
 
 class Ulysses(Strategy):
-    name = "ulysses"
-    description = "all-to-alls re-shard by heads; each host attends the whole sequence"
+    record = ULYSSES
     flat = True
     uses_layout = False
 
