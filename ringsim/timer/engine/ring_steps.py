@@ -151,7 +151,7 @@ def _stream(nbytes: float, memory_bandwidth: float) -> float:
 
 class StepModel:
     """Per-host seconds of each ring step of one run under a kernel family: the call its
-    layout makes (``attention_call_seconds``) plus the work between calls. Durations are
+    layout makes (``kernel_model.call_seconds``) plus the work between calls. Durations are
     computed once per distinct (kind, relation, work, first, last) and shared."""
 
     def __init__(self, config, family: KernelFamily):
