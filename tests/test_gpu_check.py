@@ -164,3 +164,32 @@ def test_without_a_gpu_main_says_why_and_writes_no_figure(tmp_path):
     data = json.loads(out.read_text())
     assert "no CUDA device" in data["errors"]["device"]
     assert not out.with_suffix(".png").exists()
+
+
+def test_the_calibration_profile_is_written_as_a_hardware_file_the_cli_loads(tmp_path, capsys):
+    """A profile from the GPU check could not be loaded by any command (issue 30's item 4): the
+    calibration section's ``profile`` (a ``Hardware``'s fields, its chip from the device's
+    compute capability and SM count) is written beside the report and ``--hardware`` loads it,
+    its device and save date said before the output."""
+    import dataclasses
+
+    from ringsim import cli
+    from ringsim.timer.machine.arch import device_arch
+    from ringsim.timer.machine.hardware import get_hardware, load_profile
+
+    measured = dataclasses.replace(
+        get_hardware("h100-nvlink"),
+        name="cuda-calibrated",
+        arch=device_arch((9, 0), 114),  # an H100 PCIe
+        device="NVIDIA H100 PCIe",
+        p2p_bandwidth=None,
+    )
+    profile = json.loads(json.dumps(dataclasses.asdict(measured)))  # as the report holds it
+    path = gpu_check.save_device_profile(profile, tmp_path / "gpu-h100-2026-12-02.json")
+    assert path.name == "gpu-h100-2026-12-02-profile.json"
+    assert load_profile(path) == measured and load_profile(path).arch.sms == 114
+    argv = ["simulate", "--hosts", "8", "--seq-len", "64K", "--hardware", str(path)]
+    assert cli.main([*argv, "--implementation", "fa2", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["hardware"] == "cuda-calibrated"
+    assert "on NVIDIA H100 PCIe, saved 20" in err
