@@ -37,15 +37,12 @@ class HostClock:
     def __init__(self, config: RingConfig):
         self.config = config
         self.hosts = config.run.hosts
-        self.hardware = config.machine.hardware
-        self.amount = config.noise.jitter
-        self.speed = (
-            np.ones(self.hosts) if config.noise.speed is None else np.asarray(config.noise.speed)
-        )
+        self.hardware = hw = config.machine.hardware
+        self.amount, speed = config.noise.jitter, config.noise.speed
+        self.speed = np.ones(self.hosts) if speed is None else np.asarray(speed)
         self.seconds_per_flop = 1.0 / (config.attention_rate * self.speed)  # (P,)
         self.linear_seconds_per_flop = 1.0 / (config.linear_rate * self.speed)
         self.family = config.family
-        hw = config.machine.hardware
         self.link = hw.link if self.family.collectives else None
         f = config.kernel.overlap_efficiency
         if f is None and self.link is not None and hw.arch is not None and hw.arch.sms:

@@ -168,8 +168,8 @@ class Hardware:
         """``ValueError`` (``what`` needs fp8 tensor cores) unless this device's chip has them
         (``Arch.fp8``): the one place fp8 is allowed or refused."""
         if self.arch is None or not self.arch.fp8:
-            chip = "an unknown chip" if self.arch is None else f"a {self.arch.name} chip"
-            raise ValueError(f"{what} needs fp8 tensor cores; {self.name} ({chip}) has none")
+            chip = "unknown" if self.arch is None else self.arch.name
+            raise ValueError(f"{what} needs fp8 tensor cores; {self.name} (chip: {chip}) has none")
 
     def with_link(self, bandwidth: float | None = None, latency: float | None = None) -> Hardware:
         """This device on another link (``bandwidth`` bytes/s, ``latency`` s; ``None`` keeps
