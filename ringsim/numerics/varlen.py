@@ -93,6 +93,13 @@ def _all_gather(x: np.ndarray, hosts: int) -> np.ndarray:
     return np.concatenate(np.split(x, hosts, axis=-2), axis=-2)
 
 
+def _reduce_scatter(buffers: list[np.ndarray], hosts: int) -> np.ndarray:
+    """Every host's buffer ``(..., N, d)`` summed, each owner keeping the sum over its own
+    slice of tokens; returned in token order (the owners' slices, concatenated)."""
+    slices = [np.split(buf, hosts, axis=-2) for buf in buffers]
+    return np.concatenate([sum(parts[owner] for parts in slices) for owner in range(hosts)], -2)
+
+
 def _calls(p: dict, rank: int):
     """``(q rows, k rows, mask keywords)`` of each document call of host ``rank``: global
     token ranges, which give the queries and keys their positions."""
@@ -201,7 +208,7 @@ def llama3_varlen_attention_backward(
     check_overflow("attention", out, dtype, lse=lse)
     dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
     delta = (dout.astype(dtype) * out).sum(axis=-1)  # rowsum(dout * out), one per query row
-    P, per = p["hosts"], q.shape[-2] // p["hosts"]
+    P = p["hosts"]
     for qh, kh in _head_chunks(p):
         k_all = _all_gather(k[..., kh, :, :], P)
         v_all = _all_gather(v[..., kh, :, :], P)
@@ -227,10 +234,8 @@ def llama3_varlen_attention_backward(
                 dk_buf[..., keys, :] += g_k
                 dv_buf[..., keys, :] += g_v
             buffers.append((dk_buf, dv_buf))
-        for owner in range(P):  # reduce-scatter: owner sums every host's buffer of its tokens
-            own = slice(owner * per, (owner + 1) * per)
-            dk[..., kh, own, :] = sum(buf[0][..., own, :] for buf in buffers)
-            dv[..., kh, own, :] = sum(buf[1][..., own, :] for buf in buffers)
+        dk[..., kh, :, :] = _reduce_scatter([b[0] for b in buffers], P)
+        dv[..., kh, :, :] = _reduce_scatter([b[1] for b in buffers], P)
     return tuple(
         checked_result(name, x[0] if p["flat"] else x, q.dtype)
         for name, x in zip(GRADS, (dq, dk, dv), strict=True)
