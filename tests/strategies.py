@@ -227,6 +227,29 @@ class Case:
         return brute_mask(self.q.shape[-2], self.causal, self.segment_ids, self.sliding_window)
 
 
+def assert_forward_exact(case: Case, out: np.ndarray, lse: np.ndarray | None = None) -> None:
+    """``out`` (and ``lse``) against float64 attention from the definition on ``case.mask``,
+    per token and head, in ``case.q``'s dtype."""
+    tol = rel_tol(case.q, case.k, case.used_scale)
+    ref = dense_attention(case.q, case.k, case.v, case.used_scale, case.mask)
+    assert out.dtype == case.q.dtype
+    assert_close_to(out, ref, tol * np.abs(case.v.astype(np.float64)).max(), "out")
+    if lse is not None:
+        want = dense_lse(case.q, case.k, case.used_scale, case.mask)
+        assert_close_to(lse, want, tol * max(1.0, np.abs(want).max()), "lse")
+
+
+def assert_backward_exact(case: Case, grads: tuple) -> None:
+    """``(dq, dk, dv)`` against the definition's gradients on ``case.mask``, per token and
+    head: a block of ``dk`` on the wrong host fails."""
+    want = dense_grads(case.q, case.k, case.v, case.dout, case.used_scale, case.mask)
+    tol = rel_tol(case.q, case.k, case.used_scale)
+    magnitudes = grad_magnitudes(case.q, case.k, case.v, case.dout, case.used_scale, case.mask)
+    for name, got, exp, mag in zip(("dq", "dk", "dv"), grads, want, magnitudes, strict=True):
+        assert got.shape == exp.shape and got.dtype == case.q.dtype
+        assert_close_to(got, exp, tol * mag, name)
+
+
 def random_segments(rng: np.random.Generator, n: int) -> np.ndarray:
     """Document ids for ``n`` tokens with random boundaries (documents may be one token)."""
     starts = rng.random(n) < rng.uniform(0.05, 0.5)

@@ -18,12 +18,9 @@ from hypothesis import strategies as st
 from strategies import (
     METHODS,
     Case,
-    assert_close_to,
-    dense_attention,
-    dense_grads,
-    grad_magnitudes,
+    assert_backward_exact,
+    assert_forward_exact,
     random_segments,
-    rel_tol,
     seeds,
 )
 
@@ -115,14 +112,8 @@ def replicated_cases(draw: st.DrawFn) -> tuple[Case, dict]:
 
 
 def assert_exact(case: Case, out: np.ndarray, grads: tuple) -> None:
-    tol = rel_tol(case.q, case.k, case.used_scale)
-    ref = dense_attention(case.q, case.k, case.v, case.used_scale, case.mask)
-    assert_close_to(out, ref, tol * np.abs(case.v.astype(np.float64)).max(), "out")
-    want = dense_grads(case.q, case.k, case.v, case.dout, case.used_scale, case.mask)
-    magnitudes = grad_magnitudes(case.q, case.k, case.v, case.dout, case.used_scale, case.mask)
-    for name, got, exp, mag in zip(("dq", "dk", "dv"), grads, want, magnitudes, strict=True):
-        assert got.shape == exp.shape and got.dtype == case.q.dtype
-        assert_close_to(got, exp, tol * mag, name)
+    assert_forward_exact(case, out)
+    assert_backward_exact(case, grads)
 
 
 @given(replicated_cases())
