@@ -284,7 +284,9 @@ def test_json_files_are_strict_and_atomic(tmp_path):
 @pytest.mark.parametrize(
     ("content", "cause"),
     [
-        (None, "could not be read"),  # a folder where the file should be
+        (None, "not a regular file"),  # a folder where the file should be
+        ("/dev/zero", "not a regular file"),  # a device that never ends: never opened
+        (b"\xff\xfe{}", "not UTF-8"),
         ("", "is empty"),
         ("  \n", "is empty"),
         ('{"a": [1, 2', "not valid JSON"),
@@ -292,12 +294,16 @@ def test_json_files_are_strict_and_atomic(tmp_path):
         ("[1, 2]", "got a list"),
         ('"text"', "got a str"),
     ],
-    ids=["folder", "empty", "blank", "truncated", "NaN", "list", "string"],
+    ids=["folder", "device", "binary", "empty", "blank", "truncated", "NaN", "list", "string"],
 )
 def test_every_json_reader_names_the_file_and_the_cause(tmp_path, content, cause):
     path = tmp_path / "saved.json"
     if content is None:
         path.mkdir()
+    elif content == "/dev/zero":
+        path.symlink_to(content)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
     else:
         path.write_text(content)
     with pytest.raises(ValueError, match=cause) as info:

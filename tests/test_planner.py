@@ -126,9 +126,9 @@ def test_what_does_not_fit_exceeds_the_device_by_its_own_count(two_nodes):
     assert two_nodes.dropped, "expected some configurations not to fit"
     for c in two_nodes.dropped:
         assert c.bytes_per_host == pytest.approx(sum(c.memory.values()))
-        assert c.bytes_per_host > c.memory_bytes
+        assert c.bytes_per_host > c.usable_bytes
     for c in two_nodes.candidates:
-        assert c.bytes_per_host <= c.memory_bytes < c.device_bytes
+        assert c.bytes_per_host <= c.usable_bytes < c.device_bytes
 
 
 def test_the_nemo_1m_configuration_fits():

@@ -378,9 +378,13 @@ def check_calibrate_args(args: argparse.Namespace) -> Path | None:
         )
         # a block's q, k, v, out and its fp32 scores per head, and the largest link message
         tensors = args.heads * (4 * largest * args.head_dim + largest * largest) * 4
-        check_local_ranks(args.hosts, problem_bytes=tensors + 2 * max(args.bytes))
+        check_local_ranks(
+            args.hosts, problem_bytes=tensors + 2 * max(args.bytes), threads=args.threads
+        )
     check_backend(args.backend, args.hosts)
     if args.no_save:
+        if args.out is not None:
+            raise ValueError(f"--out {args.out} names the profile that --no-save does not write")
         return None
     args.out = str(default_profile_path(args.backend) if args.out is None else args.out)
     check_outputs(args, {"out": ("--out", ("json",))})

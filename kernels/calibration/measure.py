@@ -454,7 +454,7 @@ def check_measure_args(args: argparse.Namespace) -> tuple[RingShape, Calibration
         )
     check_ring_shape(**dataclasses.asdict(shape))
     check_backend(args.backend, shape.hosts)
-    check_local_ranks(shape.hosts, problem_bytes=_rank_tensor_bytes(shape))
+    check_local_ranks(shape.hosts, problem_bytes=_rank_tensor_bytes(shape), threads=args.threads)
     if args.trace is not None:
         if not args.trace.strip() or args.trace.endswith(("/", os.sep)):
             raise ValueError(f"--trace must be a path prefix such as /tmp/ring, got {args.trace!r}")

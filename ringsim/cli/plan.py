@@ -139,11 +139,27 @@ def global_batch(args: argparse.Namespace, seq_len: int) -> int:
     return args.global_batch or args.batch or 1
 
 
+def check_plan_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag that would change nothing: ``--recompute`` in a prefill (a forward keeps
+    nothing for a backward), ``--virtual-stages`` without pipeline stages to interleave."""
+    if args.prefill and args.recompute:
+        raise ValueError(
+            "--recompute chooses what a training step's backward recomputes; --prefill runs one "
+            "forward pass and recomputes nothing: drop --recompute"
+        )
+    if args.virtual_stages > 1 and args.pp == 1:
+        raise ValueError(
+            f"--virtual-stages {args.virtual_stages} interleaves pipeline stages: it needs "
+            f"--pp 2 or more, got --pp 1"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from ringsim.timer.machine.topology import Cluster
     from ringsim.timer.step.models import get_model
     from ringsim.timer.studies.planner import TimesOutOfRange, plan
 
+    check_plan_flags(args)
     model = get_model(args.model)
     seq_len = parse_seq_len(args.seq_len)
     batch = global_batch(args, seq_len)
@@ -244,5 +260,5 @@ def print_plan(result, top: int) -> None:
         lean = min(result.dropped, key=lambda c: c.bytes_per_host)
         print(
             f"{len(result.dropped)} do not fit (not ranked); the leanest of them, {lean.label}, "
-            f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.memory_bytes)}"
+            f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.usable_bytes)} usable"
         )

@@ -27,17 +27,24 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from ringsim.checks import check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.machine.families import arch_of, get_family
-from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.machine.topology import Cluster, get_cluster
 from ringsim.timer.step.flops import check_convention, model_tflops_per_gpu
 from ringsim.timer.step.footprint import prefill_bytes, step_bytes, usable_bytes
 from ringsim.timer.step.gemm import check_gemm_dtype, peak_flops
 from ringsim.timer.step.models import ModelSpec, get_model
-from ringsim.timer.step.parallel import RECOMPUTE, SHARDING, Parallel
+from ringsim.timer.step.parallel import (
+    RECOMPUTE,
+    SHARDING,
+    Parallel,
+    check_interleaving,
+    interleaving_runs,
+)
 from ringsim.timer.step.training import (
     AttentionTime,
     heads_per_gpu,
@@ -76,8 +83,8 @@ class Candidate:
     breakdown: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     bytes_per_host: float = 0.0
-    memory_bytes: float = 0.0  # what the framework leaves of the device
-    device_bytes: float = 0.0
+    usable_bytes: float = 0.0  # the budget: what the framework leaves of the device
+    device_bytes: float = 0.0  # the device's memory
     fits: bool = True
     idle_fraction: float = 0.0
     model_tflops_per_gpu: float = 0.0
@@ -122,8 +129,14 @@ class Candidate:
         )
 
     @property
+    def memory_bytes(self) -> float:
+        """The old name of ``usable_bytes`` (the budget, not what the candidate uses: that is
+        ``bytes_per_host``)."""
+        return self.usable_bytes
+
+    @property
     def headroom_bytes(self) -> float:
-        return self.memory_bytes - self.bytes_per_host
+        return self.usable_bytes - self.bytes_per_host
 
     @property
     def label(self) -> str:
@@ -160,7 +173,7 @@ class Candidate:
             "block_tokens": self.block_tokens,
             "step_time_s": self.step_time_s,
             "bytes_per_host": self.bytes_per_host,
-            "memory_bytes": self.memory_bytes,
+            "usable_bytes": self.usable_bytes,
             "device_bytes": self.device_bytes,
             "headroom_bytes": self.headroom_bytes,
             "fits": self.fits,
@@ -314,6 +327,8 @@ def enumerate_parallel(
         for cp in divisors(hosts // (t * pp)):
             dp = hosts // (t * pp * cp)
             if cp > max_cp or global_batch % dp or seq_len % cp:
+                continue
+            if not interleaving_runs(global_batch // dp, pp, virtual_stages):
                 continue
             per_node = max(1, gpus_per_node // t)
             for variant in cp_variants(cp, kv, seq_len, causal, per_node):
@@ -512,18 +527,22 @@ def plan(
     ``global_batch``."""
     t0 = time.perf_counter()
     m = get_model(model)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    cluster = get_cluster(cluster) if isinstance(cluster, str) else cluster
+    check_instance("cluster", cluster, Cluster, "a Cluster or a cluster preset's name")
+    check_choice("mode", mode, MODES)
     if batch is not None:
         global_batch = batch
-    for name, value in (
-        ("seq_len", seq_len),
-        ("global_batch", global_batch),
-        ("pp", pp),
-        ("virtual_stages", virtual_stages),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    seq_len, global_batch, pp, virtual_stages = (
+        check_positive_int(name, value)
+        for name, value in (
+            ("seq_len", seq_len),
+            ("global_batch", global_batch),
+            ("pp", pp),
+            ("virtual_stages", virtual_stages),
+        )
+    )
+    tp = None if tp is None else check_positive_int("tp", tp)
+    keep = None if keep is None else check_positive_int("keep", keep)
     recompute = _recompute_choices(recompute, mode)
     if sharding not in SHARDING:
         raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {sharding!r}")
@@ -537,6 +556,7 @@ def plan(
     cluster.check_hosts(hosts)
     if pp > m.layers:
         raise ValueError(f"pp must be at most the model's {m.layers} layers, got pp={pp}")
+    check_interleaving(m.layers, pp, virtual_stages)
     if tp is not None and tp not in tp_degrees(m, hosts, cluster.gpus_per_node):
         raise ValueError(
             f"tp={tp} is not a tensor-parallel degree of {m.name} on {cluster.gpus_per_node}-GPU "
@@ -559,6 +579,13 @@ def plan(
         sharding=sharding,
         gemm_dtype=gemm_dtype,
     )
+    if not parallels and virtual_stages > 1:
+        raise ValueError(
+            f"virtual_stages={virtual_stages}: the interleaved schedule needs the micro-batches "
+            f"per step (global_batch / dp) to be a multiple of pp={pp} (Megatron-LM), and no "
+            f"data-parallel degree leaves that with global_batch={global_batch}: give a global "
+            f"batch that is a multiple of {pp}, or virtual_stages=1"
+        )
     if not parallels:
         raise ValueError(
             f"no configuration of {hosts} devices runs seq_len={seq_len} with "
@@ -668,15 +695,24 @@ def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal)
 
 
 def _recompute_choices(recompute, mode: str) -> tuple[str, ...]:
+    """The recompute choices to rank: all by default, each named once; a prefill (one
+    forward, nothing kept for a backward) recomputes nothing, so a choice given there is
+    refused rather than ignored."""
     if mode == "prefill":
+        if recompute is not None:
+            raise ValueError(
+                f"recompute={recompute!r} changes nothing in prefill mode (a forward pass keeps "
+                "no activations for a backward); leave it out"
+            )
         return ("none",)
     if recompute is None:
         return RECOMPUTE
+    if not isinstance(recompute, str | list | tuple):
+        raise ValueError(f"recompute must be a choice or a tuple of them, got {recompute!r}")
     chosen = (recompute,) if isinstance(recompute, str) else tuple(recompute)
     for r in chosen:
-        if r not in RECOMPUTE:
-            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {r!r}")
-    return chosen
+        check_choice("recompute", r, RECOMPUTE)
+    return tuple(dict.fromkeys(chosen))  # a choice named twice is one choice (ranked once)
 
 
 def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candidate:
@@ -686,7 +722,7 @@ def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candi
     else:
         cand.memory = step_bytes(m, par, seq_len, cand.micro_batches, timer.bytes(par))
     cand.bytes_per_host = sum(cand.memory.values())
-    cand.memory_bytes = usable
+    cand.usable_bytes = usable
     cand.device_bytes = cluster.hardware.memory_bytes
     cand.fits = cand.bytes_per_host <= usable
     return cand
