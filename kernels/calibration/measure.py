@@ -53,6 +53,7 @@ from kernels.calibration.report import (
 from kernels.calibration.uncertainty import bootstrap_intervals, overlaps, regime
 from kernels.distributed.progress import Progress, stall_window
 from kernels.distributed.repeats import slowest_per_pass
+from kernels.distributed.ring import ring_failure_as_os_error
 from ringsim.files import read_json_object
 
 MEASURE_BACKENDS = ("gloo", "nccl")
@@ -520,7 +521,8 @@ def measure_main(argv: Sequence[str] | None = None) -> int:
         trace=args.trace,
         progress=not args.json if args.progress is None else args.progress,
     )
-    report = measure(shape, options, calibration)
+    with ring_failure_as_os_error():
+        report = measure(shape, options, calibration)
     if args.json:
         print(json_text(report.to_json(), indent=2))
     else:

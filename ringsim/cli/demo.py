@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    return guarded("ringsim demo", lambda: run(args))
+    return guarded("ringsim demo", lambda: run(args), as_json=args.json)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,14 @@ from ringsim.cli.args import (
     resolve_hardware,
 )
 from ringsim.cli.checks import EXTREME_FLAGS
-from ringsim.cli.output import format_bytes, format_seconds, note, print_json, print_table
+from ringsim.cli.output import (
+    Ticker,
+    format_bytes,
+    format_seconds,
+    note,
+    print_json,
+    print_table,
+)
 from ringsim.cli.values import parse_implementation
 from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
 
@@ -172,25 +179,27 @@ def run(args: argparse.Namespace) -> int:
     if args.hosts is None and cluster.nodes is None:
         raise ValueError("hosts: give --hosts P or --nodes N")
     try:
-        result = plan(
-            model,
-            seq_len,
-            cluster,
-            args.hosts,
-            mode="prefill" if args.prefill else "train",
-            causal=args.causal,
-            dtype=args.dtype,
-            global_batch=batch,
-            implementation=args.implementation,
-            tp=args.tp,
-            pp=args.pp,
-            virtual_stages=args.virtual_stages,
-            recompute=tuple(args.recompute) if args.recompute else None,
-            sharding=args.sharding,
-            gemm_dtype=args.gemm_dtype,
-            flops_convention=args.flops_convention,
-            keep=args.keep,
-        )
+        with Ticker("ringsim plan") as ticker:
+            result = plan(
+                model,
+                seq_len,
+                cluster,
+                args.hosts,
+                mode="prefill" if args.prefill else "train",
+                causal=args.causal,
+                dtype=args.dtype,
+                global_batch=batch,
+                implementation=args.implementation,
+                tp=args.tp,
+                pp=args.pp,
+                virtual_stages=args.virtual_stages,
+                recompute=tuple(args.recompute) if args.recompute else None,
+                sharding=args.sharding,
+                gemm_dtype=args.gemm_dtype,
+                flops_convention=args.flops_convention,
+                keep=args.keep,
+                progress=ticker,
+            )
     except TimesOutOfRange as err:
         given = [
             f"--{name.replace('_', '-')} {getattr(args, name)!r}"

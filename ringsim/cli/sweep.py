@@ -18,13 +18,13 @@ from ringsim.cli.args import (
     run_config,
 )
 from ringsim.cli.output import (
+    Ticker,
     format_length,
     format_seconds,
     note,
     percent,
     print_json,
     print_table,
-    progress,
 )
 from ringsim.layouts import layout_names
 from ringsim.values import arg_type, parse_positive_int, parse_seq_len
@@ -118,7 +118,7 @@ def sweep_block(args: argparse.Namespace) -> dict:
     blocks = _values(args, DEFAULT_BLOCKS, "block")
     hw = resolve_hardware(args)
     rows, threshold = [], None
-    for block in progress(blocks, "sweeping block size", enabled=not args.json):
+    for block in Ticker("ringsim sweep").over(blocks, "block sizes timed"):
         row = {"block_tokens": block, "seq_len": block * hosts}
         for overlap in (True, False):
             config = ring_config(
@@ -224,7 +224,7 @@ def sweep_hosts(args: argparse.Namespace) -> dict:
             raise ValueError(f"layout must be one of {', '.join(names)}, got {layout!r}")
     cases = [(p, layout) for p in hosts_list for layout in layouts]
     rows = []
-    for p, layout in progress(cases, "sweeping hosts", enabled=not args.json):
+    for p, layout in Ticker("ringsim sweep").over(cases, "rings timed"):
         config = ring_config(
             args,
             hosts=p,

@@ -13,12 +13,12 @@ finish: more block events than the timer handles, or more memory than the machin
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ringsim.checks import physical_memory
 from ringsim.masks import documents_are_runs
 from ringsim.schedule import Schedule
 from ringsim.timer.cost import attention_working_set_bytes, kv_block_bytes, overlap_threshold
@@ -326,8 +326,9 @@ def run_bytes(config: RingConfig, rows: int, *, keep: bool, engine: str) -> int:
 
 
 def memory_budget() -> int:
-    """This machine's physical memory in bytes (what ``check_fits`` compares with)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """The memory this process may use (``ringsim.checks.physical_memory``: the machine's, or
+    its address-space cap), what ``check_fits`` compares with."""
+    return physical_memory()
 
 
 def _gib(nbytes: float) -> str:

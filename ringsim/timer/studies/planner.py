@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ringsim.checks import check_choice, check_instance, check_positive_int
@@ -66,6 +67,14 @@ cost grows with the rounds times the ring degree (a 16-round double ring of 32 r
 about 2 s, one of 64 rounds 25 s), and LoongTrain's own runs use a few rounds."""
 MAX_SECONDS = 1.7976931348623157e308 / 1e6
 """The longest time a plan may report (as ``ringsim.cli.checks``: traces count microseconds)."""
+
+
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, what)``: how far a long computation has come (``plan``)."""
+
+
+def _silent(done: int, total: int, what: str) -> None:
+    """The default ``Progress``: the library itself prints nothing."""
 
 
 class TimesOutOfRange(ValueError):
@@ -518,13 +527,15 @@ def plan(
     flops_convention: str = "megatron",
     keep: int | None = None,
     batch: int | None = None,
+    progress: Progress | None = None,
 ) -> Plan:
     """Rank every configuration for ``model`` at ``seq_len`` tokens, ``global_batch`` sequences
     per step, on ``hosts`` devices of ``cluster`` (default: all of its nodes); ``ValueError`` if
     none fits in memory, saying what the leanest needs. ``keep``: time only as many as it takes
     to know the best ``keep`` exactly (the rest are ``Plan.bounded``: fit, provably slower;
     ``evaluate``); default: time every one that fits. ``batch`` is the old name of
-    ``global_batch``."""
+    ``global_batch``. ``progress(done, total, what)`` is called as the work goes (a command
+    line shows it; the planner prints nothing)."""
     t0 = time.perf_counter()
     m = get_model(model)
     cluster = get_cluster(cluster) if isinstance(cluster, str) else cluster
@@ -604,6 +615,7 @@ def plan(
         mode=mode,
         flops_convention=flops_convention,
         keep=keep,
+        progress=progress,
     )
     if not fitting:
         usable = usable_bytes(cluster.hardware)
@@ -638,6 +650,7 @@ def evaluate(
     mode: str = "train",
     flops_convention: str = "megatron",
     keep: int | None = None,
+    progress: Progress | None = None,
 ) -> tuple[list[Candidate], list[Candidate], list[Candidate]]:
     """Size every configuration of ``parallels`` and time the ones that fit: ``(timed, best
     first; not fitting; bounded)``. With ``keep``, the fitting ones are timed in the order of
@@ -647,8 +660,10 @@ def evaluate(
     range."""
     usable = usable_bytes(cluster.hardware)
     ideal = get_family(timer.implementation).ideal
+    progress = progress or _silent
     fitting, dropped = [], []
-    for par in parallels:
+    for i, par in enumerate(parallels):
+        progress(i, len(parallels), "configurations sized")
         cand = _sized(model, par, seq_len, global_batch, mode, timer, usable, cluster)
         (fitting if cand.fits else dropped).append(cand)
     can_bound = keep is not None and (ideal or arch_of(cluster.hardware) is not None)
@@ -659,7 +674,8 @@ def evaluate(
             )
         fitting.sort(key=lambda c: c.lower_bound_s)
     timed, bounded, best = [], [], []
-    for cand in fitting:
+    for i, cand in enumerate(fitting):
+        progress(i, len(fitting), "configurations that fit, timed or bounded")
         if can_bound and len(best) >= keep and cand.lower_bound_s > best[keep - 1]:
             bounded.append(cand)
             continue
