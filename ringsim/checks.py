@@ -71,6 +71,14 @@ def check_instance(name: str, value: object, kind: type | tuple[type, ...], what
     return value
 
 
+def check_callback(name: str, value: object) -> object:
+    """Return ``value`` if it is ``None`` or callable (a ``progress`` callback), else a
+    ``ValueError`` naming ``name``."""
+    if value is not None and not callable(value):
+        raise ValueError(f"{name} must be a function or None, got {_show(value)}")
+    return value
+
+
 def check_memory(name: str, value: int, nbytes: float, what: str) -> None:
     """Refuse up front a size whose arrays (``nbytes``: ``what``) exceed this machine's
     physical memory: a ``ValueError`` naming ``name=value`` and the memory it would need,

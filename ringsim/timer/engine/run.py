@@ -35,19 +35,19 @@ class _Phase:
     size check could refuse it)."""
 
     kind: str  # "ring" | "local" | "decode"
-    names: list[str]  # the labels; a ring phase: one prefix, numbered by step
+    names: list[str]  # the labels; a ring phase (one with a schedule): a prefix per step
     schedule: Schedule | None = None
     flops: float = 0.0
 
     @property
     def rows(self) -> int:
-        return self.schedule.steps if self.kind == "ring" else len(self.names)
+        return len(self.names) if self.schedule is None else self.schedule.steps
 
     @property
     def labels(self) -> list[str]:
-        if self.kind == "ring":
-            return [f"{self.names[0]}{s}" for s in range(self.rows)]
-        return self.names
+        if self.schedule is None:
+            return self.names
+        return [f"{self.names[0]}{s}" for s in range(self.rows)]
 
 
 def _ring_phase(schedule: Schedule, prefix: str) -> _Phase:

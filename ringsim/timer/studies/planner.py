@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ringsim.checks import check_choice, check_instance, check_positive_int
+from ringsim.checks import check_callback, check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names
 from ringsim.timer.cost import attention_flops
@@ -554,6 +554,7 @@ def plan(
     )
     tp = None if tp is None else check_positive_int("tp", tp)
     keep = None if keep is None else check_positive_int("keep", keep)
+    check_callback("progress", progress)
     recompute = _recompute_choices(recompute, mode)
     if sharding not in SHARDING:
         raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {sharding!r}")

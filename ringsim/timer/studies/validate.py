@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ringsim.checks import check_choice
+from ringsim.checks import check_callback, check_choice
 from ringsim.layouts import layout_names
 from ringsim.schedule import build_schedule
 from ringsim.timer.cost import overlap_threshold
@@ -504,6 +504,7 @@ def validate(
     wanted = EXPERIMENTS if experiments is None else _names("experiments", experiments)
     for name in wanted:
         check_choice("experiments", name, EXPERIMENTS)
+    check_callback("progress", progress)
     rows = [row for row in _names("rows", rows, Published) if row.experiment in wanted]
     results = []
     for i, row in enumerate(rows):
