@@ -51,6 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+Ran = subprocess.CompletedProcess  # what a command-line case's run gave: exit, stdout, stderr
+
+
 @dataclass
 class Cli:
     """``ringsim argv``: ``exit`` expected; with exit 2, one stderr line naming ``named``."""
@@ -61,7 +64,7 @@ class Cli:
     named: str = ""
     limit_s: float = 30.0
     setup: Callable[[Path], None] | None = None  # prepares files in the case's folder
-    check: Callable[[Path], str | None] | None = None  # after the run: None or what failed
+    check: Callable[[Path, Ran], str | None] | None = None  # after: None or what failed
     preexec: Callable[[], None] | None = None
 
 
@@ -79,7 +82,7 @@ def _keep(tmp: Path) -> None:
     (tmp / "keep.json").write_text(json.dumps({"traceEvents": [{"name": "x" * 50_000}]}))
 
 
-def _keep_unchanged(tmp: Path) -> str | None:
+def _keep_unchanged(tmp: Path, run: Ran) -> str | None:
     text = (tmp / "keep.json").read_text()
     ok = text == json.dumps({"traceEvents": [{"name": "x" * 50_000}]})
     left = sorted(p.name for p in tmp.iterdir() if p.name != "keep.json")
@@ -89,11 +92,11 @@ def _keep_unchanged(tmp: Path) -> str | None:
 
 
 def _no_file(name: str) -> Callable[[Path], str | None]:
-    return lambda tmp: f"{name} was written" if (tmp / name).exists() else None
+    return lambda tmp, run: f"{name} was written" if (tmp / name).exists() else None
 
 
-def _strict_json(name: str) -> Callable[[Path], str | None]:
-    def check(tmp: Path) -> str | None:
+def _strict_json(name: str) -> Callable[[Path, Ran], str | None]:
+    def check(tmp: Path, run: Ran) -> str | None:
         path = tmp / name
         if not path.exists():
             return None
@@ -152,8 +155,8 @@ def _loop(tmp: Path) -> None:
 LONGEST = "a" * 250 + ".json"  # 255 bytes: NAME_MAX on Linux file systems
 
 
-def _wrote_only(name: str) -> Callable[[Path], str | None]:
-    def check(tmp: Path) -> str | None:
+def _wrote_only(name: str) -> Callable[[Path, Ran], str | None]:
+    def check(tmp: Path, run: Ran) -> str | None:
         left = sorted(p.name for p in tmp.iterdir())
         if left != [name]:
             return f"left {[n[:20] for n in left]} instead of the one file"
@@ -168,17 +171,19 @@ def _wrote_only(name: str) -> Callable[[Path], str | None]:
     return check
 
 
-def _json_rows_unique(tmp: Path) -> str | None:
-    data = json.loads((tmp / "stdout").read_text())
+def _json_rows_unique(tmp: Path, run: Ran) -> str | None:
+    data = json.loads(run.stdout)
     labels = [c["label"] for key in ("candidates", "dropped", "bounded") for c in data[key]]
     twice = len(labels) - len(set(labels))
     return f"{twice} configurations ranked twice" if twice else None
 
 
-def _stdout_json_and_progress(tmp: Path) -> str | None:
-    json.loads((tmp / "stdout").read_text())  # stdout: one JSON document, nothing else
-    err = (tmp / "stderr").read_text()
-    if "[ringsim validate" not in err:
+def _stdout_json_and_progress(tmp: Path, run: Ran) -> str | None:
+    try:
+        json.loads(run.stdout)  # stdout: one JSON document, nothing else
+    except ValueError as err:
+        return f"stdout is not one JSON document: {err}"
+    if "[ringsim validate" not in run.stderr:
         return "no progress line on stderr"
     return None
 
@@ -790,8 +795,6 @@ def run_cli(case: Cli) -> tuple[bool, str]:
         if run is None:
             return False, f"still running after {case.limit_s:g} s (killed with its children)"
         took = time.monotonic() - start
-        (tmp / "stdout").write_text(run.stdout)
-        (tmp / "stderr").write_text(run.stderr)
         lines = [line for line in run.stderr.splitlines() if not line.startswith("[ringsim ")]
         err = "\n".join(lines).strip()
         last = err.splitlines()[-1] if err else "(no stderr)"
@@ -810,9 +813,7 @@ def run_cli(case: Cli) -> tuple[bool, str]:
                 json.loads(err)
             except ValueError:
                 return False, f"an error under --json that is not JSON: {said}"
-        for name in ("stdout", "stderr"):
-            (tmp / name).unlink()
-        problem = case.check(tmp) if case.check else None
+        problem = case.check(tmp, run) if case.check else None
         if problem:
             return False, f"{problem}; {said}"
         return True, said

@@ -5,7 +5,8 @@ predicted time of the whole step.
 node, dividing the heads), context parallelism ``cp = U x R`` with each strategy that can run it
 (the ring, Ulysses, the hybrid ``U x R`` (USP), the double ring (LoongTrain), all-gather
 (Llama 3)), both placements and every layout, pipeline parallelism ``pp`` where asked (with
-``v`` interleaved chunks), data parallelism with the rest of the devices (its degree must divide
+``v`` interleaved chunks, only where Megatron-LM runs them: ``check_interleaving``,
+``interleaving_runs``), data parallelism with the rest of the devices (its degree must divide
 the global batch), and each activation recompute choice (``none``, ``selective``, ``full``).
 It sizes every configuration on one GPU (``ringsim.timer.step.footprint``), drops the ones that
 do not fit in what the framework leaves of the device (reported, never ranked), times the rest
