@@ -493,10 +493,23 @@ def case_api_issue26() -> str:
     return _api_verdict(api_cases(), "calls")
 
 
+def rank_interface(rank: int, hosts: int) -> str:
+    """The interface gloo was told to use in this rank (GLOO_SOCKET_IFNAME)."""
+    return os.environ.get("GLOO_SOCKET_IFNAME", "(unset)")
+
+
 def case_gloo_loopback_empty_ifname() -> str:
-    """Issue 34: an empty GLOO_SOCKET_IFNAME (gloo reads it as unset) keeps the loopback pin."""
+    """Issue 34: an empty GLOO_SOCKET_IFNAME (gloo reads it as unset, and binds where the host
+    name resolves) keeps the ranks pinned to the loopback interface, and their sockets on it
+    (on a machine whose host name resolves to loopback anyway, only the pin tells)."""
+    from kernels.distributed.launch import launch, loopback_interface
+
     os.environ["GLOO_SOCKET_IFNAME"] = ""
-    return case_gloo_loopback()
+    told = launch(rank_interface, 2, timeout_s=60)
+    if told != [loopback_interface()] * 2:
+        return f"FAIL ranks told GLOO_SOCKET_IFNAME={told}, not {loopback_interface()!r}"
+    verdict = case_gloo_loopback()
+    return verdict if verdict.startswith("FAIL") else f"{verdict}; pinned to {told[0]!r}"
 
 
 def case_api_issue34() -> str:
