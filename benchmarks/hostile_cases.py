@@ -138,7 +138,7 @@ PLAN_BAD = [
         )
     ),
     ([*TWO_NODES, "--latency", "1e-3"], "--latency"),
-    ([*TWO_NODES, "--bandwidth", "1G", "--json"], "--bandwidth"),
+    ([*TWO_NODES, "--bandwidth", "1G", "--json"], "links replace"),
 ]
 
 
@@ -183,7 +183,7 @@ ISSUE34_BAD = [
     (["sweep", "--vary", "hosts", "--values", "1099511627776"], "hosts=1099511627776"),
     ([*SIM, "--interval"], "--interval"),
     ([*SIM, "--cluster", "dgx-h100", "--latency", "1e-3"], "--latency"),
-    ([*SIM, "--cluster", "dgx-h100", "--bandwidth", "10G"], "--bandwidth"),
+    ([*SIM, "--hardware", "h100-nvlink", "--cluster", "dgx-h100", "--bandwidth", "10G"], "replace"),
     (["demo", "--no-plot", "--out", "d.png"], "--no-plot"),
     (
         [*SIM, "--strategy", "double-ring", "--gpus-per-node", "3", "--inter-bandwidth", "25G"],

@@ -376,7 +376,9 @@ def _launcher_killed_by(sig: int) -> str:
     from kernels.distributed.launch import clean_stale_rendezvous
 
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as temp:
-        code = (
+        code = (  # SIGHUP at its default, as a terminal starts it (under nohup it is ignored,
+            # and the launcher rightly leaves an ignored signal alone)
+            "import signal; signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
             f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'benchmarks')!r}]\n"
             "from kernels.distributed.launch import launch\n"
             "from hostile_sweep import sleeping_rank\n"
