@@ -175,7 +175,7 @@ def test_report_keys_and_totals():
         "layer_working_set",
     }
     assert r["total_bytes_per_host"] == pytest.approx(sum(r["bytes_per_host"].values()))
-    assert r["total_bytes_per_host"] <= r["memory_bytes"]
+    assert r["total_bytes_per_host"] <= r["device_bytes"]
     assert (r["hosts"], r["model"], r["hardware"]) == (8, "13b", "a100-nvlink")
 
 
@@ -307,7 +307,7 @@ def test_framework_usable_bytes_formula():
 def test_report_has_both_bounds_and_the_framework():
     r = memory_report("llama3-8b", "h800-nvlink", 8)
     assert r["framework"] == "pytorch"
-    assert r["usable_bytes"] < r["memory_bytes"]
+    assert r["usable_bytes"] < r["device_bytes"]
     for method in METHODS:
         assert r["max_context"][method] <= r["max_context_tensors"][method]
     assert r["total_bytes_per_host"] <= r["usable_bytes"]

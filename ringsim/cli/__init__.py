@@ -22,7 +22,7 @@ import sys
 from ringsim.cli import memory, plan, presets, simulate, sweep, validate
 from ringsim.cli.output import guarded, to_jsonable
 from ringsim.files import check_outputs
-from ringsim.values import Parser
+from ringsim.values import Parser, error_line, wants_json
 
 __all__ = ["build_parser", "guarded", "main", "to_jsonable"]
 
@@ -57,14 +57,11 @@ def run_forwarded(command: str, argv: list[str]) -> int:
         module = importlib.import_module(module_name)
         entry = getattr(module, function)
     except (ImportError, AttributeError) as err:
-        print(
-            f"ringsim {command}: error: {module_name}.{function} is not available ({err}); "
-            f"it needs {needs}",
-            file=sys.stderr,
-        )
+        message = f"{module_name}.{function} is not available ({err}); it needs {needs}"
+        sys.stderr.write(error_line(f"ringsim {command}", message, as_json=wants_json(argv)))
         return 2
     try:
-        return guarded(f"ringsim {command}", lambda: entry(argv))
+        return guarded(f"ringsim {command}", lambda: entry(argv), as_json=wants_json(argv))
     except SystemExit as exit_:  # its parser's verdict (--help: 0, a bad flag: 2), as main's
         return exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
 
@@ -125,4 +122,4 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs(args)  # every output path, before any work or any file written
         return args.run(args)
 
-    return guarded(f"ringsim {args.command}", run)
+    return guarded(f"ringsim {args.command}", run, as_json=bool(getattr(args, "json", False)))

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     title = (
         f"longest context per method: {report['model']} on {args.hosts} x {report['hardware']} "
-        f"({format_bytes(report['memory_bytes'])} each), {args.dtype}"
+        f"({format_bytes(report['device_bytes'])} each), {args.dtype}"
     )
     contexts, tensors = report["max_context"], report["max_context_tensors"]
     print_table(
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"framework {report['framework']}: {format_bytes(report['usable_bytes'])} of "
-        f"{format_bytes(report['memory_bytes'])} usable ({report['framework_source']})"
+        f"{format_bytes(report['device_bytes'])} usable ({report['framework_source']})"
     )
     print()
     parts = report["bytes_per_host"]

@@ -14,7 +14,14 @@ from ringsim.cli.args import (
     resolve_hardware,
 )
 from ringsim.cli.checks import EXTREME_FLAGS
-from ringsim.cli.output import format_bytes, format_seconds, note, print_json, print_table
+from ringsim.cli.output import (
+    Ticker,
+    format_bytes,
+    format_seconds,
+    note,
+    print_json,
+    print_table,
+)
 from ringsim.cli.values import parse_implementation
 from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
 
@@ -139,11 +146,27 @@ def global_batch(args: argparse.Namespace, seq_len: int) -> int:
     return args.global_batch or args.batch or 1
 
 
+def check_plan_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag that would change nothing: ``--recompute`` in a prefill (a forward keeps
+    nothing for a backward), ``--virtual-stages`` without pipeline stages to interleave."""
+    if args.prefill and args.recompute:
+        raise ValueError(
+            "--recompute chooses what a training step's backward recomputes; --prefill runs one "
+            "forward pass and recomputes nothing: drop --recompute"
+        )
+    if args.virtual_stages > 1 and args.pp == 1:
+        raise ValueError(
+            f"--virtual-stages {args.virtual_stages} interleaves pipeline stages: it needs "
+            f"--pp 2 or more, got --pp 1"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from ringsim.timer.machine.topology import Cluster
     from ringsim.timer.step.models import get_model
     from ringsim.timer.studies.planner import TimesOutOfRange, plan
 
+    check_plan_flags(args)
     model = get_model(args.model)
     seq_len = parse_seq_len(args.seq_len)
     batch = global_batch(args, seq_len)
@@ -156,25 +179,27 @@ def run(args: argparse.Namespace) -> int:
     if args.hosts is None and cluster.nodes is None:
         raise ValueError("hosts: give --hosts P or --nodes N")
     try:
-        result = plan(
-            model,
-            seq_len,
-            cluster,
-            args.hosts,
-            mode="prefill" if args.prefill else "train",
-            causal=args.causal,
-            dtype=args.dtype,
-            global_batch=batch,
-            implementation=args.implementation,
-            tp=args.tp,
-            pp=args.pp,
-            virtual_stages=args.virtual_stages,
-            recompute=tuple(args.recompute) if args.recompute else None,
-            sharding=args.sharding,
-            gemm_dtype=args.gemm_dtype,
-            flops_convention=args.flops_convention,
-            keep=args.keep,
-        )
+        with Ticker("ringsim plan") as ticker:
+            result = plan(
+                model,
+                seq_len,
+                cluster,
+                args.hosts,
+                mode="prefill" if args.prefill else "train",
+                causal=args.causal,
+                dtype=args.dtype,
+                global_batch=batch,
+                implementation=args.implementation,
+                tp=args.tp,
+                pp=args.pp,
+                virtual_stages=args.virtual_stages,
+                recompute=tuple(args.recompute) if args.recompute else None,
+                sharding=args.sharding,
+                gemm_dtype=args.gemm_dtype,
+                flops_convention=args.flops_convention,
+                keep=args.keep,
+                progress=ticker,
+            )
     except TimesOutOfRange as err:
         given = [
             f"--{name.replace('_', '-')} {getattr(args, name)!r}"
@@ -244,5 +269,5 @@ def print_plan(result, top: int) -> None:
         lean = min(result.dropped, key=lambda c: c.bytes_per_host)
         print(
             f"{len(result.dropped)} do not fit (not ranked); the leanest of them, {lean.label}, "
-            f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.memory_bytes)}"
+            f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.usable_bytes)} usable"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ringsim.cli.output import note, print_json, print_table
+from ringsim.cli.output import Ticker, note, print_json, print_table
 from ringsim.timer.studies.published import EXPERIMENTS
 
 HELP = "predict every published measurement in the dataset; ratios and target bands"
@@ -49,7 +49,10 @@ def _value(v: float) -> str:
 def run(args: argparse.Namespace) -> int:
     from ringsim.timer.studies.validate import summarize, validate
 
-    results = validate(experiments=args.experiment, implementation=args.implementation)
+    with Ticker("ringsim validate") as ticker:
+        results = validate(
+            experiments=args.experiment, implementation=args.implementation, progress=ticker
+        )
     if args.plot:
         from ringsim.views.validation import plot_validation
 

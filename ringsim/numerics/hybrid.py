@@ -35,6 +35,7 @@ takes its hosts' blocks placed at their token positions and shards them back the
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,8 +200,10 @@ def _problem(
     if seq_len % hosts:
         raise ValueError(f"seq_len must be divisible by hosts = {hosts}, got seq_len={seq_len}")
     if METHODS[method].windowed:
-        if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or R % window:
+        whole = isinstance(window, numbers.Integral) and not isinstance(window, bool)
+        if not whole or window <= 0 or R % window:
             raise ValueError(f"window must divide the ring degree {R}, got window={window!r}")
+        window = int(window)
     elif window is not None:
         windowed = ", ".join(name for name, m in METHODS.items() if m.windowed)
         raise ValueError(f"window is for method {windowed} only, got window={window!r}")

@@ -281,13 +281,13 @@ def family_overlap_block(config: RingConfig, pass_: str) -> float:
             kv = kv_block_bytes(c, cfg.kv_heads, cfg.head_dim, cfg.dtype, batch=cfg.batch)
             if pass_ == "forward":
                 compute += merge_seconds(fam, hbm, op="merge", rows=c, **shape)
-                transfer = clock.transfer(kv)[0]
+                transfer = clock.transfer(kv).max()  # the slowest hop, as the run waits
             else:
                 compute += grad_seconds(
                     fam, hbm, op="accumulate", q_rows=c, kv_rows=c, kv_heads=cfg.kv_heads, **shape
                 )
                 compute += gqa_backward_seconds(fam, hbm, kv_rows=c, kv_heads=cfg.kv_heads, **shape)
-                transfer = clock.transfer(kv)[0] + clock.transfer(costs_grad * c)[0]
+                transfer = (clock.transfer(kv) + clock.transfer(costs_grad * c)).max()
             return compute >= transfer
 
         c = 2**24

@@ -13,12 +13,12 @@ finish: more block events than the timer handles, or more memory than the machin
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ringsim.checks import physical_memory
 from ringsim.masks import documents_are_runs
 from ringsim.schedule import Schedule
 from ringsim.timer.cost import attention_working_set_bytes, kv_block_bytes, overlap_threshold
@@ -266,12 +266,18 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
     """``overlap_threshold`` for the config's pass, latency included, for a full block (a causal
     zigzag or striped ring needs about twice it); a training step takes the larger of forward
     and backward; ``None`` for decode, where no block moves. Under a real kernel family the
-    family's own step against its own transfer (``family_overlap_block``), not peak rates."""
+    family's own step against its own transfer (``family_overlap_block``), not peak rates. On
+    a cluster (per-host hops) the slowest hop decides, as in the run: a ring step waits for it."""
     if config.pass_ == "decode":
         return None
     passes = ("forward", "backward") if config.pass_ == "train-step" else (config.pass_,)
     if not config.family.ideal and config.family.name != "torch":
         return max(family_overlap_block(config, p) for p in passes)
+    hardware = config.hardware
+    if config.hop_bandwidth is not None or config.hop_latency is not None:
+        bandwidth = min(config.hop_bandwidth or (hardware.link_bandwidth,))
+        latency = max(config.hop_latency or (hardware.link_latency,))
+        hardware = replace(hardware, link_bandwidth=bandwidth, link_latency=latency)
     kw = dict(
         heads=config.heads,
         kv_heads=config.kv_heads,
@@ -280,7 +286,7 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
         batch=config.batch,
         grad_dtype=config.grad_dtype,
     )
-    return max(overlap_threshold(config.hardware, pass_=p, **kw) for p in passes)
+    return max(overlap_threshold(hardware, pass_=p, **kw) for p in passes)
 
 
 def memory_per_host_bytes(config: RingConfig) -> float:
@@ -320,8 +326,9 @@ def run_bytes(config: RingConfig, rows: int, *, keep: bool, engine: str) -> int:
 
 
 def memory_budget() -> int:
-    """This machine's physical memory in bytes (what ``check_fits`` compares with)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """The memory this process may use (``ringsim.checks.physical_memory``: the machine's, or
+    its address-space cap), what ``check_fits`` compares with."""
+    return physical_memory()
 
 
 def _gib(nbytes: float) -> str:

@@ -249,7 +249,7 @@ def memory_report(
     Keys: ``max_context`` {method: tokens}, ``max_context_tensors`` {method: tokens, the pure
     tensor bound}, ``framework``, ``framework_source``, ``usable_bytes`` (what the framework
     leaves), ``bytes_per_host`` {component: bytes} (ring), ``total_bytes_per_host``,
-    ``memory_bytes`` (the device), ``block_tokens`` (ring), ``ulysses_degree``,
+    ``device_bytes`` (the device), ``block_tokens`` (ring), ``ulysses_degree``,
     ``bytes_per_param``, ``hosts``, ``model``, ``hardware``, ``dtype``, ``batch``.
     """
     m = get_model(model)
@@ -271,7 +271,7 @@ def memory_report(
         "batch": batch,
         "params": m.params,
         "bytes_per_param": STATE_BYTES_PER_PARAM,
-        "memory_bytes": hw.memory_bytes,
+        "device_bytes": hw.memory_bytes,
         "framework": fw.name,
         "framework_source": fw.source,
         "usable_bytes": fw.usable_bytes(hw.memory_bytes),

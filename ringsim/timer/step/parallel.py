@@ -21,7 +21,8 @@ context-parallel group spans ``8 / tp`` GPUs per node.
 * ``gemm_dtype``: ``fp8`` runs the linear layers' GEMMs in fp8 (Transformer Engine's recipe;
   attention stays in the model's dtype), ``bf16`` as the model.
 * ``virtual_stages`` ``v``: the interleaved 1F1B schedule (Narayanan et al., SC'21), ``v``
-  model chunks per pipeline rank; ``v = 1`` is plain 1F1B.
+  model chunks per pipeline rank; ``v = 1`` is plain 1F1B. It runs only where Megatron-LM
+  runs it (``check_interleaving``, ``interleaving_runs``).
 """
 
 from __future__ import annotations
@@ -99,3 +100,46 @@ class Parallel:
         pp = f" PP{self.pp}" + (f"v{self.virtual_stages}" if self.virtual_stages > 1 else "")
         recompute = "no" if self.recompute == "none" else self.recompute
         return f"TP{self.tp} {cp}{pp if self.pp > 1 else ''} DP{self.dp}, {recompute} recompute"
+
+
+# -- where the interleaved schedule runs (Megatron-LM's own checks) ------------------------------
+MEGATRON_INTERLEAVING = (
+    "Megatron-LM (github.com/NVIDIA/Megatron-LM, commit d98e8a64): "
+    "megatron/core/transformer/transformer_block.py get_num_layers_to_build (the layers, "
+    "with the embedding and the loss optionally counted as one each, "
+    "account_for_embedding/loss_in_pipeline_split, divisible by the pipeline size, and each "
+    "rank's layers by vp_size); megatron/core/pipeline_parallel/schedules.py (interleaved: "
+    "micro-batch groups of microbatch_group_size_per_vp_stage, default pp "
+    "(model_parallel_config.py), between pp and the micro-batch count, remainder 0: so a "
+    "multiple of pp); core_v0.9.0 said it outright: 'number of microbatches is not divisible "
+    "by pipeline-parallel size when using interleaved schedule'"
+)
+
+
+def check_interleaving(layers: int, pp: int, virtual_stages: int) -> None:
+    """Refuse (``ValueError`` naming ``virtual_stages``) an interleaved schedule that cannot
+    cut ``layers`` into ``pp x virtual_stages`` equal chunks: Megatron-LM splits the layers
+    (alone, or with the embedding and/or the loss counted as a layer, as Llama 3 balances its
+    first and last stage) evenly over the ``pp`` ranks and each rank's share into
+    ``virtual_stages`` chunks (``MEGATRON_INTERLEAVING``); ``virtual_stages > 1`` needs
+    ``pp > 1`` (with one stage there is nothing to interleave)."""
+    if virtual_stages == 1:
+        return
+    if pp == 1:
+        raise ValueError(
+            f"virtual_stages={virtual_stages} needs pipeline parallelism (pp > 1): with one "
+            f"stage there is nothing to interleave"
+        )
+    if not any(n % pp == 0 and (n // pp) % virtual_stages == 0 for n in range(layers, layers + 3)):
+        raise ValueError(
+            f"virtual_stages={virtual_stages} does not split the model's {layers} layers over "
+            f"pp={pp} stages: the interleaved schedule (Megatron-LM) needs every stage's layers "
+            f"(the embedding and the loss may count as one each) divisible by virtual_stages"
+        )
+
+
+def interleaving_runs(micro_batches: int, pp: int, virtual_stages: int) -> bool:
+    """Whether the interleaved schedule runs ``micro_batches`` per step on ``pp`` stages:
+    Megatron-LM's interleaved schedule needs a multiple of ``pp`` (``MEGATRON_INTERLEAVING``);
+    plain 1F1B (``virtual_stages = 1``) runs any number."""
+    return virtual_stages == 1 or micro_batches % pp == 0

@@ -5,7 +5,8 @@ predicted time of the whole step.
 node, dividing the heads), context parallelism ``cp = U x R`` with each strategy that can run it
 (the ring, Ulysses, the hybrid ``U x R`` (USP), the double ring (LoongTrain), all-gather
 (Llama 3)), both placements and every layout, pipeline parallelism ``pp`` where asked (with
-``v`` interleaved chunks), data parallelism with the rest of the devices (its degree must divide
+``v`` interleaved chunks, only where Megatron-LM runs them: ``check_interleaving``,
+``interleaving_runs``), data parallelism with the rest of the devices (its degree must divide
 the global batch), and each activation recompute choice (``none``, ``selective``, ``full``).
 It sizes every configuration on one GPU (``ringsim.timer.step.footprint``), drops the ones that
 do not fit in what the framework leaves of the device (reported, never ranked), times the rest
@@ -25,19 +26,27 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ringsim.checks import check_callback, check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.machine.families import arch_of, get_family
-from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.machine.topology import Cluster, get_cluster
 from ringsim.timer.step.flops import check_convention, model_tflops_per_gpu
 from ringsim.timer.step.footprint import prefill_bytes, step_bytes, usable_bytes
 from ringsim.timer.step.gemm import check_gemm_dtype, peak_flops
 from ringsim.timer.step.models import ModelSpec, get_model
-from ringsim.timer.step.parallel import RECOMPUTE, SHARDING, Parallel
+from ringsim.timer.step.parallel import (
+    RECOMPUTE,
+    SHARDING,
+    Parallel,
+    check_interleaving,
+    interleaving_runs,
+)
 from ringsim.timer.step.training import (
     AttentionTime,
     heads_per_gpu,
@@ -61,6 +70,14 @@ MAX_SECONDS = 1.7976931348623157e308 / 1e6
 """The longest time a plan may report (as ``ringsim.cli.checks``: traces count microseconds)."""
 
 
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, what)``: how far a long computation has come (``plan``)."""
+
+
+def _silent(done: int, total: int, what: str) -> None:
+    """The default ``Progress``: the library itself prints nothing."""
+
+
 class TimesOutOfRange(ValueError):
     """A candidate's time left float64's range: the hardware's rates or latencies are extreme."""
 
@@ -76,8 +93,8 @@ class Candidate:
     breakdown: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     bytes_per_host: float = 0.0
-    memory_bytes: float = 0.0  # what the framework leaves of the device
-    device_bytes: float = 0.0
+    usable_bytes: float = 0.0  # the budget: what the framework leaves of the device
+    device_bytes: float = 0.0  # the device's memory
     fits: bool = True
     idle_fraction: float = 0.0
     model_tflops_per_gpu: float = 0.0
@@ -122,8 +139,14 @@ class Candidate:
         )
 
     @property
+    def memory_bytes(self) -> float:
+        """The old name of ``usable_bytes`` (the budget, not what the candidate uses: that is
+        ``bytes_per_host``)."""
+        return self.usable_bytes
+
+    @property
     def headroom_bytes(self) -> float:
-        return self.memory_bytes - self.bytes_per_host
+        return self.usable_bytes - self.bytes_per_host
 
     @property
     def label(self) -> str:
@@ -160,7 +183,7 @@ class Candidate:
             "block_tokens": self.block_tokens,
             "step_time_s": self.step_time_s,
             "bytes_per_host": self.bytes_per_host,
-            "memory_bytes": self.memory_bytes,
+            "usable_bytes": self.usable_bytes,
             "device_bytes": self.device_bytes,
             "headroom_bytes": self.headroom_bytes,
             "fits": self.fits,
@@ -314,6 +337,8 @@ def enumerate_parallel(
         for cp in divisors(hosts // (t * pp)):
             dp = hosts // (t * pp * cp)
             if cp > max_cp or global_batch % dp or seq_len % cp:
+                continue
+            if not interleaving_runs(global_batch // dp, pp, virtual_stages):
                 continue
             per_node = max(1, gpus_per_node // t)
             for variant in cp_variants(cp, kv, seq_len, causal, per_node):
@@ -503,27 +528,34 @@ def plan(
     flops_convention: str = "megatron",
     keep: int | None = None,
     batch: int | None = None,
+    progress: Progress | None = None,
 ) -> Plan:
     """Rank every configuration for ``model`` at ``seq_len`` tokens, ``global_batch`` sequences
     per step, on ``hosts`` devices of ``cluster`` (default: all of its nodes); ``ValueError`` if
     none fits in memory, saying what the leanest needs. ``keep``: time only as many as it takes
     to know the best ``keep`` exactly (the rest are ``Plan.bounded``: fit, provably slower;
     ``evaluate``); default: time every one that fits. ``batch`` is the old name of
-    ``global_batch``."""
+    ``global_batch``. ``progress(done, total, what)`` is called as the work goes (a command
+    line shows it; the planner prints nothing)."""
     t0 = time.perf_counter()
     m = get_model(model)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    cluster = get_cluster(cluster) if isinstance(cluster, str) else cluster
+    check_instance("cluster", cluster, Cluster, "a Cluster or a cluster preset's name")
+    check_choice("mode", mode, MODES)
     if batch is not None:
         global_batch = batch
-    for name, value in (
-        ("seq_len", seq_len),
-        ("global_batch", global_batch),
-        ("pp", pp),
-        ("virtual_stages", virtual_stages),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    seq_len, global_batch, pp, virtual_stages = (
+        check_positive_int(name, value)
+        for name, value in (
+            ("seq_len", seq_len),
+            ("global_batch", global_batch),
+            ("pp", pp),
+            ("virtual_stages", virtual_stages),
+        )
+    )
+    tp = None if tp is None else check_positive_int("tp", tp)
+    keep = None if keep is None else check_positive_int("keep", keep)
+    check_callback("progress", progress)
     recompute = _recompute_choices(recompute, mode)
     if sharding not in SHARDING:
         raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {sharding!r}")
@@ -537,6 +569,7 @@ def plan(
     cluster.check_hosts(hosts)
     if pp > m.layers:
         raise ValueError(f"pp must be at most the model's {m.layers} layers, got pp={pp}")
+    check_interleaving(m.layers, pp, virtual_stages)
     if tp is not None and tp not in tp_degrees(m, hosts, cluster.gpus_per_node):
         raise ValueError(
             f"tp={tp} is not a tensor-parallel degree of {m.name} on {cluster.gpus_per_node}-GPU "
@@ -559,6 +592,13 @@ def plan(
         sharding=sharding,
         gemm_dtype=gemm_dtype,
     )
+    if not parallels and virtual_stages > 1:
+        raise ValueError(
+            f"virtual_stages={virtual_stages}: the interleaved schedule needs the micro-batches "
+            f"per step (global_batch / dp) to be a multiple of pp={pp} (Megatron-LM), and no "
+            f"data-parallel degree leaves that with global_batch={global_batch}: give a global "
+            f"batch that is a multiple of {pp}, or virtual_stages=1"
+        )
     if not parallels:
         raise ValueError(
             f"no configuration of {hosts} devices runs seq_len={seq_len} with "
@@ -577,6 +617,7 @@ def plan(
         mode=mode,
         flops_convention=flops_convention,
         keep=keep,
+        progress=progress,
     )
     if not fitting:
         usable = usable_bytes(cluster.hardware)
@@ -611,6 +652,7 @@ def evaluate(
     mode: str = "train",
     flops_convention: str = "megatron",
     keep: int | None = None,
+    progress: Progress | None = None,
 ) -> tuple[list[Candidate], list[Candidate], list[Candidate]]:
     """Size every configuration of ``parallels`` and time the ones that fit: ``(timed, best
     first; not fitting; bounded)``. With ``keep``, the fitting ones are timed in the order of
@@ -620,8 +662,10 @@ def evaluate(
     range."""
     usable = usable_bytes(cluster.hardware)
     ideal = get_family(timer.implementation).ideal
+    progress = progress or _silent
     fitting, dropped = [], []
-    for par in parallels:
+    for i, par in enumerate(parallels):
+        progress(i, len(parallels), "configurations sized")
         cand = _sized(model, par, seq_len, global_batch, mode, timer, usable, cluster)
         (fitting if cand.fits else dropped).append(cand)
     can_bound = keep is not None and (ideal or arch_of(cluster.hardware) is not None)
@@ -632,7 +676,8 @@ def evaluate(
             )
         fitting.sort(key=lambda c: c.lower_bound_s)
     timed, bounded, best = [], [], []
-    for cand in fitting:
+    for i, cand in enumerate(fitting):
+        progress(i, len(fitting), "configurations that fit, timed or bounded")
         if can_bound and len(best) >= keep and cand.lower_bound_s > best[keep - 1]:
             bounded.append(cand)
             continue
@@ -668,15 +713,24 @@ def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal)
 
 
 def _recompute_choices(recompute, mode: str) -> tuple[str, ...]:
+    """The recompute choices to rank: all by default, each named once; a prefill (one
+    forward, nothing kept for a backward) recomputes nothing, so a choice given there is
+    refused rather than ignored."""
     if mode == "prefill":
+        if recompute is not None:
+            raise ValueError(
+                f"recompute={recompute!r} changes nothing in prefill mode (a forward pass keeps "
+                "no activations for a backward); leave it out"
+            )
         return ("none",)
     if recompute is None:
         return RECOMPUTE
+    if not isinstance(recompute, str | list | tuple):
+        raise ValueError(f"recompute must be a choice or a tuple of them, got {recompute!r}")
     chosen = (recompute,) if isinstance(recompute, str) else tuple(recompute)
     for r in chosen:
-        if r not in RECOMPUTE:
-            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {r!r}")
-    return chosen
+        check_choice("recompute", r, RECOMPUTE)
+    return tuple(dict.fromkeys(chosen))  # a choice named twice is one choice (ranked once)
 
 
 def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candidate:
@@ -686,7 +740,7 @@ def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candi
     else:
         cand.memory = step_bytes(m, par, seq_len, cand.micro_batches, timer.bytes(par))
     cand.bytes_per_host = sum(cand.memory.values())
-    cand.memory_bytes = usable
+    cand.usable_bytes = usable
     cand.device_bytes = cluster.hardware.memory_bytes
     cand.fits = cand.bytes_per_host <= usable
     return cand

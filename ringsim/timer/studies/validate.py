@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ringsim.checks import check_choice
+from ringsim.checks import check_callback, check_choice
 from ringsim.layouts import layout_names
 from ringsim.schedule import build_schedule
 from ringsim.timer.cost import overlap_threshold
@@ -493,20 +493,23 @@ def validate(
     *,
     experiments: Iterable[str] | None = None,
     implementation: str | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> list[dict]:
     """Predict every row (of ``experiments``, default all). Each result: ``key``,
     ``experiment``, ``source``, ``metric``, ``config``, ``published``, ``predicted``,
     ``ratio`` (predicted / published), ``error`` (points for zhuzilin, relative otherwise),
     ``band``, ``in_band``, ``implementation`` and, for Table 3, ``tensor_bound``.
-    ``implementation`` names a kernel family for the ring rows instead of each row's own."""
+    ``implementation`` names a kernel family for the ring rows instead of each row's own.
+    ``progress(done, total, what)`` is called before each row (a command line shows it)."""
     wanted = EXPERIMENTS if experiments is None else _names("experiments", experiments)
     for name in wanted:
         check_choice("experiments", name, EXPERIMENTS)
-    rows = _names("rows", rows, Published)
+    check_callback("progress", progress)
+    rows = [row for row in _names("rows", rows, Published) if row.experiment in wanted]
     results = []
-    for row in rows:
-        if row.experiment not in wanted:
-            continue
+    for i, row in enumerate(rows):
+        if progress is not None:
+            progress(i, len(rows), "published rows predicted")
         span = predict_interval(row, implementation)
         predicted, impl = span.point, _row_implementation(row, implementation)
         result = {
