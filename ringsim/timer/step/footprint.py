@@ -15,9 +15,9 @@ one the logits; the larger of the two is reported), with ``P_s`` the parameters 
   reduce-scatter.
 * ``optimizer``: fp32 weights and two Adam moments, 12 bytes per parameter, sharded over ``n``.
 * ``activations``: what a layer's backward reads, per token (``activation_bytes_per_token``),
-  times the GPU's tokens, the stage's layers and the micro-batches in flight: ``min(m, pp)`` on
-  the first stage of a 1F1B pipeline, times ``1 + (pp - 1) / (pp v)`` with ``v`` interleaved
-  chunks (Korthikanti et al., arXiv 2205.05198, Sec. 4.2.3).
+  times the GPU's tokens, the stage's layers and the micro-batches in flight (``in_flight``:
+  ``min(m, pp)`` on the first stage of a plain 1F1B pipeline; with ``v`` interleaved chunks up
+  to ``pp (1 + (pp - 1) / (pp v))``).
 * ``layer_working_set``: the transient of the one layer being run: the attention strategy's
   working set (``Strategy.working_set_bytes``, backward), and with
   ``full`` recompute the layer's activations, rebuilt for its backward.
@@ -63,10 +63,23 @@ def activation_bytes_per_token(model: ModelSpec, par: Parallel) -> float:
 
 
 def in_flight(par: Parallel, micro_batches: int) -> float:
-    """Micro-batches whose activations the first stage holds at its peak (1F1B, interleaved)."""
-    if par.pp == 1:
+    """Micro-batches' worth of the stage's activations the first pipeline stage holds at its
+    peak, counted in whole stages (``L / pp`` layers each).
+
+    Megatron-LM's schedules (``megatron/core/pipeline_parallel/schedules.py`` @ core_v0.6.0):
+    plain 1F1B (``v = 1``) warms up ``pp - rank - 1`` micro-batches (l.1151-1156) and holds one
+    more in its steady state, so rank 0 holds ``min(m, pp)`` micro-batches of its layers; the
+    interleaved schedule warms up ``(pp - rank - 1) 2 + (v - 1) pp`` model chunks of ``L / (pp
+    v)`` layers (l.516-518; all ``m v`` of them when there are no more), plus one: ``pp (1 + (pp
+    - 1) / (pp v))`` stages' worth at most (Korthikanti et al., arXiv 2205.05198, Sec. 4.2.3),
+    a factor that holds for ``v >= 2`` only."""
+    pp, v, m = par.pp, par.virtual_stages, micro_batches
+    if pp == 1:
         return 1.0
-    return min(micro_batches, par.pp) * (1 + (par.pp - 1) / (par.pp * par.virtual_stages))
+    if v == 1:
+        return float(min(m, pp))
+    chunks = min(2 * (pp - 1) + (v - 1) * pp + 1, m * v)
+    return chunks / v
 
 
 def step_bytes(
