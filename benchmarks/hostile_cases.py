@@ -41,7 +41,10 @@ CALIBRATE_BAD = [
 # `plan --model 7b`.
 PLAN_BAD = [
     (["--seq-len", "1G", "--hosts", "1073741824"], "hosts=1073741824"),
-    (["--seq-len", "128K", "--cluster", "dgx-h100", "--nodes", "4096"], "4,096"),
+    (
+        ["--seq-len", "128K", "--cluster", "dgx-h100", "--nodes", "4096", "--global-batch", "1"],
+        "4,096",
+    ),
     (
         ["--seq-len", "64K", "--hosts", "8", "--hardware", "h100-nvlink", "--flops", "1e-300"],
         "--flops",
