@@ -16,6 +16,7 @@ from ringsim.cli.args import (
 from ringsim.cli.checks import EXTREME_FLAGS
 from ringsim.cli.output import format_bytes, format_seconds, note, print_json, print_table
 from ringsim.cli.values import parse_implementation
+from ringsim.timer.step.frameworks import FRAMEWORKS
 from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
 
 HELP = "rank ways to spread a training step (TP x CP x PP x DP) for a model, a length, a cluster"
@@ -30,16 +31,7 @@ EXAMPLES = """examples:
   ringsim plan --model 7b --seq-len 128K --cluster pcie-8x-l20 --hosts 8 --prefill --plot plan.png
 """
 
-FRAMEWORK_NAMES = (
-    "megatron-0.6",
-    "megatron-0.12",
-    "nemo-24.03",
-    "llama3",
-    "torchtitan-2024.12",
-    "deepspeed-ulysses",
-    "usp-0.6",
-    "pytorch",
-)
+FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 CHOICES = {
     "recompute": ("none", "selective", "full", "every-other-layer", "per-op"),
     "sharding": ("zero1", "zero3"),
