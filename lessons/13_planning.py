@@ -222,7 +222,7 @@ Markdown(
 # NeMo's documentation gives the training throughput of Llama 2 7B in FP8 on DGX H100
 # at 4K to 1M tokens, with the tensor, pipeline, data and context parallel degrees of
 # each row. `ringsim validate` runs each published configuration through the same step
-# model as NVIDIA's launcher ran it, each setting cited in the row (flash-attn 2 through
+# model as NeMo's launcher ran it, each setting cited in the row (flash-attn 2 through
 # Transformer Engine, since the launcher switched cuDNN attention off; no recompute, as
 # the recipe sets), a setting no source gives as a range its interval spans, and compares
 # model TFLOP/s per GPU, counted as NeMo counts them: attention as if no causal mask hid
