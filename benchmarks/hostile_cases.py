@@ -50,7 +50,10 @@ TWO_NODES = ["--seq-len", "64K", "--cluster", "dgx-h100", "--nodes", "2"]
 # `plan --model 7b`.
 PLAN_BAD = [
     (["--seq-len", "1G", "--hosts", "1073741824"], "hosts=1073741824"),
-    (["--seq-len", "128K", "--cluster", "dgx-h100", "--nodes", "4096"], "4,096"),
+    (
+        ["--seq-len", "128K", "--cluster", "dgx-h100", "--nodes", "4096", "--global-batch", "1"],
+        "4,096",
+    ),
     (
         ["--seq-len", "64K", "--hosts", "8", "--hardware", "h100-nvlink", "--flops", "1e-300"],
         "--flops",
@@ -132,7 +135,7 @@ PLAN_BAD = [
             (["--pp", "2", "--virtual-stages", "1000", "--global-batch", "8"], "=1000"),
             (["--pp", "4", "--virtual-stages", "3"], "virtual_stages=3"),
             (["--pp", "4", "--virtual-stages", "3", "--json"], "virtual_stages=3"),
-            (["--pp", "4", "--virtual-stages", "2"], "multiple of pp=4"),
+            (["--pp", "4", "--virtual-stages", "2", "--global-batch", "1"], "multiple of pp=4"),
             (["--virtual-stages", "2"], "--virtual-stages 2"),
             (["--prefill", "--recompute", "full"], "--recompute"),
         )

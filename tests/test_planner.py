@@ -12,7 +12,7 @@ from ringsim.timer.machine.hardware import get_hardware
 from ringsim.timer.machine.topology import get_cluster
 from ringsim.timer.step import gemm
 from ringsim.timer.step.flops import model_flops_per_sequence, model_tflops_per_gpu
-from ringsim.timer.step.footprint import step_bytes, usable_bytes
+from ringsim.timer.step.footprint import in_flight, step_bytes, usable_bytes
 from ringsim.timer.step.models import ModelSpec, get_model
 from ringsim.timer.step.parallel import Parallel
 from ringsim.timer.step.training import (
@@ -129,6 +129,41 @@ def test_what_does_not_fit_exceeds_the_device_by_its_own_count(two_nodes):
         assert c.bytes_per_host > c.usable_bytes
     for c in two_nodes.candidates:
         assert c.bytes_per_host <= c.usable_bytes < c.device_bytes
+
+
+def megatron_peak_chunks(pp: int, v: int, m: int) -> int:
+    """Model chunks rank 0 holds at its peak under Megatron-LM's schedules (schedules.py @
+    core_v0.6.0): the warmup forwards (l.1151-1156 plain, l.516-518 interleaved; every chunk
+    when m == pp under interleaving) and the steady state's one more, never more than exist."""
+    if v == 1:
+        return min(pp - 1, m) + (1 if m > pp - 1 else 0)
+    total = m * v
+    warmup = total if m == pp else min(2 * (pp - 1) + (v - 1) * pp, total)
+    return min(warmup + 1, total)
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 8, 16])
+def test_the_first_stage_holds_what_megatron_s_schedule_warms_up(pp):
+    """Issue 29's defect: plain 1F1B holds min(m, pp) micro-batches of the stage (factor 1,
+    not the interleaved 1 + (pp - 1) / (pp v)); interleaved holds its warmup chunks plus one
+    (Megatron's interleaved schedule needs m divisible by pp)."""
+    for v in (1, 2, 4, 8):
+        for m in (1, 2, 5, 16, 64) if v == 1 else (pp, 2 * pp, 4 * pp, 16 * pp):
+            par = Parallel(pp=pp, virtual_stages=v)
+            expected = megatron_peak_chunks(pp, v, m) / v
+            assert in_flight(par, m) == pytest.approx(expected, rel=1e-12), (v, m)
+            if v > 1:
+                assert in_flight(par, m) <= pp * (1 + (pp - 1) / (pp * v)) + 1e-12
+
+
+def test_plain_1f1b_at_two_stages_counts_two_micro_batches_not_three():
+    """At pp = 2, v = 1 the old factor (1 + 1/2) counted 3 micro-batches' worth on the first
+    stage; Megatron holds 2. A run that fits by the true count is no longer refused."""
+    model = get_model("7b")
+    plain = Parallel(pp=2, dp=4, gemm_dtype="fp8")
+    parts = step_bytes(model, plain, 8192, 128, attention_bytes=0.0)
+    per_stage = step_bytes(model, plain.with_(pp=1), 8192, 1, 0.0)["activations"] / 2
+    assert parts["activations"] == pytest.approx(2 * per_stage, rel=1e-12)
 
 
 def test_the_nemo_1m_configuration_fits():
