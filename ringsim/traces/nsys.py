@@ -76,7 +76,8 @@ def _read(path: Path, db: sqlite3.Connection) -> tuple[list[RankRecord], list[st
     host_op = _host_ops(runtime, nvtx)
     devices = _device_names(db, tables)
     kernel_cols = tables["CUPTI_ACTIVITY_KIND_KERNEL"]
-    name_col = "shortName" if "shortName" in kernel_cols else "demangledName"
+    # the full name (FA3's short one is cutlass's "device_kernel"), else the short one
+    name_col = "demangledName" if "demangledName" in kernel_cols else "shortName"
     grid = [c for c in ("gridX", "gridY", "gridZ") if c in kernel_cols]
     rows = db.execute(
         f"SELECT start, end, deviceId, streamId, correlationId, globalPid, {name_col}"

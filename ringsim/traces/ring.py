@@ -242,6 +242,7 @@ def _steps(recorded: RecordedRing, rings: list[RankRing], index: int) -> None:
     arrays = {k: np.full(shape, np.nan) for k in ("cs", "ce", "ss", "se", "rs", "re")}
     attention, busy = np.zeros(shape), np.zeros(shape)
     offsets = recorded.alignment.offsets
+    known = recorded.shape.family is not None  # else the whole compute stands for the calls
     for h, ring_pass in enumerate(passes):
         origin = ring_pass.start
         sender = h - 1 if h > 0 else (len(passes) - 1 if len(passes) == hosts else None)
@@ -249,8 +250,9 @@ def _steps(recorded: RecordedRing, rings: list[RankRing], index: int) -> None:
             if work:
                 arrays["cs"][k, h] = min(w.start for w in work) - origin
                 arrays["ce"][k, h] = max(w.end for w in work) - origin
-                attention[k, h] = _union([w for w in work if w.role.kind == "attention"])
                 busy[k, h] = _union(work)
+                calls = [w for w in work if w.role.kind == "attention"]
+                attention[k, h] = _union(calls) if known else busy[k, h]
             if k >= len(ring_pass.batches):
                 continue
             batch = ring_pass.batches[k]

@@ -16,6 +16,7 @@ with the flag that supplies it.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -149,6 +150,7 @@ def infer_shape(
     if shapes:
         _from_calls(shape, shapes)
     _from_messages(shape, passes)
+    _from_kernel_names(shape, [g[0] for _, g in calls])
     _mask_and_layout(shape, rings, passes, shapes)
     shape.set("batch", 1, "assumed: one sequence")
     shape.set("kv_heads", shape.values.get("heads"), "assumed: as many as query heads")
@@ -187,6 +189,19 @@ def _from_messages(shape: RunShape, passes: list[RankPass]) -> None:
         c, rest = divmod(elements, 2 * v.get("batch", 1) * kv_heads * v["head_dim"])
         if c > 0 and rest == 0:
             shape.set("block_tokens", c, "trace: the kv messages' sizes")
+
+
+# element types a kernel's template arguments name (cutlass::bfloat16_t, cutlass::half_t)
+KERNEL_TYPES = (("bf16", re.compile(r"bfloat16")), ("fp16", re.compile(r"half_t|__half\b")))
+
+
+def _from_kernel_names(shape: RunShape, calls: list[Work]) -> None:
+    """The element type from the attention kernels' template arguments (an Nsight export
+    records no input types)."""
+    for dtype, pattern in KERNEL_TYPES:
+        if any(w.event.device and pattern.search(w.event.name) for w in calls):
+            shape.set("dtype", dtype, "trace: the attention kernels' template arguments")
+            return
 
 
 def _mask_and_layout(shape, rings, passes: list[RankPass], shapes: list[CallShape]) -> None:

@@ -128,6 +128,14 @@ def rank_ring(record: RankRecord, per_pass: int | None = None) -> RankRing:
     roles = [classify(e) for e in record.events]
     messages = _messages(record, roles)
     if not messages:
+        collectives = sorted(
+            {e.name for e, r in zip(record.events, roles, strict=True) if r.kind == "collective"}
+        )
+        if collectives:
+            raise TraceError(
+                f"{record.source}: its communication is {', '.join(collectives[:3])}, not a "
+                f"ring's send and receive: ringsim compare reads rings"
+            )
         raise TraceError(f"{record.source}: no send or receive: not a ring's trace")
     lane = _ring_lane(record, roles)
     work = _work(record, roles, messages, lane)

@@ -312,3 +312,94 @@ def write_gpu_traces(result, folder: str | Path, *, gz: bool = False, **kwargs) 
             write_text_atomic(path, text)
         paths.append(path)
     return paths
+
+
+# -- the same run as Nsight Systems' SQLite export ----------------------------------------------
+NSYS_SCHEMA = """
+CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+    deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
+    correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
+    shortName INTEGER NOT NULL, mangledName INTEGER, gridX INTEGER NOT NULL,
+    gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL,
+    blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
+    eventClass INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER,
+    nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER);
+CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
+    rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
+    endGlobalTid INTEGER, textId INTEGER, domainId INTEGER);
+CREATE TABLE TARGET_INFO_GPU (id INTEGER NOT NULL, name TEXT NOT NULL);
+"""
+NVTX_PUSH_POP = 59  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange
+
+
+def write_nsys_export(docs: list[dict], path: str | Path) -> Path:
+    """The ranks' Kineto documents (``gpu_traces``) as one Nsight Systems SQLite export, in
+    NVIDIA's documented schema (``ringsim.traces.nsys``): kernels, runtime launches, and the
+    host ops as the NVTX ranges ``torch.autograd.profiler.emit_nvtx(record_shapes=True)``
+    names them (``"aten::mm, seq = 3, sizes = [[4, 8], [8, 2]]"``). Each rank is a process
+    (``globalTid = pid << 24 | tid``)."""
+    import sqlite3
+
+    path = Path(path)
+    check_output_path("path", path)
+    if path.exists():
+        path.unlink()
+    db = sqlite3.connect(path)
+    strings: dict[str, int] = {}
+
+    def sid(text: str) -> int:
+        if text not in strings:
+            strings[text] = len(strings) + 1
+        return strings[text]
+
+    ns = lambda us: round(us * 1e3)
+    try:
+        db.executescript(NSYS_SCHEMA)
+        for doc in docs:
+            for device in doc.get("deviceProperties", []):
+                db.execute(
+                    "INSERT INTO TARGET_INFO_GPU VALUES (?, ?)", (device["id"], device["name"])
+                )
+            host_pid = next(e["pid"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+            tid = (host_pid << 24) | host_pid
+            for seq, e in enumerate(x for x in doc["traceEvents"] if x.get("ph") == "X"):
+                start, end = ns(e["ts"]), ns(e["ts"] + e["dur"])
+                args = e.get("args", {})
+                if e["cat"] == "kernel":
+                    short = e["name"].split("(")[0].split("<")[0].split()[-1]
+                    db.execute(
+                        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES "
+                        "(?, ?, ?, 1, ?, ?, ?, ?, ?, NULL, 1, 1, 1, 128, 1, 1)",
+                        (
+                            start,
+                            end,
+                            args["device"],
+                            args["stream"],
+                            args["correlation"],
+                            host_pid << 24,
+                            sid(e["name"]),
+                            sid(short),
+                        ),
+                    )
+                elif e["cat"] == "cuda_runtime":
+                    db.execute(
+                        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME "
+                        "VALUES (?, ?, 0, ?, ?, ?, 0, NULL)",
+                        (start, end, tid, args.get("correlation"), sid(e["name"])),
+                    )
+                elif e["cat"] == "cpu_op":
+                    text = e["name"] + f", seq = {seq}"
+                    if "Input Dims" in args:
+                        text += f", sizes = {json.dumps(args['Input Dims'])}"
+                    db.execute(
+                        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (start, end, NVTX_PUSH_POP, text, tid),
+                    )
+        db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, t) for t, i in strings.items()])
+        db.commit()
+    finally:
+        db.close()
+    return path

@@ -323,8 +323,9 @@ def compare_ring(recorded, config: RingConfig) -> Comparison:
             tl = _columns(tl, members)
             attention, busy = attention[:, members], busy[:, members]
             comparison.predicted_steps = split_steps(tl, attention, busy, merges=merges)
+        known = recorded.shape.family is not None  # else no call is told from a merge
         comparison.measured_steps = split_steps(
-            recorded.timeline, recorded.attention, recorded.busy, merges=merges
+            recorded.timeline, recorded.attention, recorded.busy, merges=known
         )
     return comparison
 
