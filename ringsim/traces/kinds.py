@@ -217,6 +217,10 @@ HOST_TRANSFERS = {
     "gloo:send": Transfer("send"),
     "gloo:recv": Transfer("recv"),
 }
+# Where a GPU ring's host waits for a transfer: torch's Work.wait() on NCCL makes the compute
+# stream wait on the work's end event (pytorch/pytorch ProcessGroupNCCL.cpp,
+# WorkNCCL::synchronizeStream: cudaStreamWaitEvent); a blocking wait synchronises
+WAIT_CALLS = ("cudaStreamWaitEvent", "cudaEventSynchronize", "cudaStreamSynchronize")
 NCCL_P2P_KERNEL = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 P2P_KERNEL = re.compile(r"^nccl(Dev)?Kernel_SendRecv")
 COLLECTIVE_KERNEL = re.compile(r"^nccl(Dev)?Kernel_(AllGather|AllReduce|ReduceScatter|Broadcast)")

@@ -82,7 +82,7 @@ def read_kineto(path: Path, document: object) -> tuple[list[RankRecord], list[st
     if not host and not device:
         raise TraceError(f"{path}: no timed events (every event lacks ph X, ts or dur)")
     notes = [f"{path}: {n} events {why} skipped" for why, n in sorted(skipped.items())]
-    ranks = _ranks(path, top, host, device)
+    ranks = _ranks(path, top, host, device, notes)
     return ranks, notes
 
 
@@ -141,7 +141,7 @@ def _event(raw: object, names: dict, skipped: Counter) -> Event | None:
     )
 
 
-def _ranks(path: Path, top: dict, host: dict, device: dict) -> list[RankRecord]:
+def _ranks(path: Path, top: dict, host: dict, device: dict, notes: list) -> list[RankRecord]:
     """One ``RankRecord`` per host process, each with the device events it launched."""
     info = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
     devices = {
@@ -149,10 +149,10 @@ def _ranks(path: Path, top: dict, host: dict, device: dict) -> list[RankRecord]:
         for d in top.get("deviceProperties") or []
         if isinstance(d, dict) and d.get("name")
     }
-    processes = sorted(host, key=lambda pid: min(e.start for e in host[pid]))
+    processes = sorted(host, key=lambda pid: (str(type(pid)), pid))
     if not processes:  # device events only: one rank
         processes = [None]
-    owner = _device_owners(path, processes, host, device)
+    owner = _device_owners(path, processes, host, device, notes)
     records = []
     for pid in processes:
         events = list(host.get(pid, []))
@@ -167,26 +167,32 @@ def _ranks(path: Path, top: dict, host: dict, device: dict) -> list[RankRecord]:
     return records
 
 
-def _device_owners(path: Path, processes: list, host: dict, device: dict) -> dict:
-    """``device pid -> host pid``: the process whose CUDA runtime calls have the most of the
-    device's correlation ids (all of one process's when there is one)."""
+def _device_owners(path: Path, processes: list, host: dict, device: dict, notes: list) -> dict:
+    """``device pid -> host pid``: the process whose CUDA runtime calls carry the device's
+    correlation ids, when that pairs devices and processes one to one; else (each process
+    counts its ids from 1, so a merged file's ids collide) the devices in order with the
+    processes in order, as one rank per device runs on one node."""
     if len(processes) == 1:
         return dict.fromkeys(device, processes[0])
     launched = {
         pid: {e.args.get("correlation") for e in host[pid] if e.category == "cuda_runtime"}
         for pid in processes
     }
-    owners = {}
+    owners, unique = {}, True
     for d, events in device.items():
         ids = {e.args.get("correlation") for e in events} - {None}
-        score = {pid: len(ids & launched[pid]) for pid in processes}
-        best = max(processes, key=lambda pid: score[pid])
-        if score[best] == 0:
-            raise TraceError(
-                f"{path}: device {d}'s kernels match no process's launches: give one file per rank"
-            )
-        owners[d] = best
-    return owners
+        score = sorted(((len(ids & launched[p]), p) for p in processes), reverse=True)
+        owners[d] = score[0][1]
+        unique &= score[0][0] > 0 and (len(score) < 2 or score[0][0] > score[1][0])
+    if unique and len(set(owners.values())) == len(owners):
+        return owners
+    if len(device) != len(processes):
+        raise TraceError(
+            f"{path}: {len(device)} devices and {len(processes)} processes whose launches do "
+            f"not tell which device is whose: give one file per rank"
+        )
+    notes.append(f"{path}: devices paired with processes in order (their ids collide)")
+    return dict(zip(sorted(device, key=str), processes, strict=True))
 
 
 def _apply_distributed_info(record: RankRecord, info: dict, path: Path) -> None:

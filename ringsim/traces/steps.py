@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ringsim.traces.events import Event, RankRecord, TraceError
-from ringsim.traces.kinds import DTYPES, OTHER, Role, classify
+from ringsim.traces.kinds import DTYPES, OTHER, WAIT_CALLS, Role, classify
 
 # host ops of the transfer machinery or the profiler, never a step's compute or a pass
 MACHINERY = ("c10d::", "nccl:", "gloo:", "record_param_comms", "ProfilerStep", "cuda")
@@ -91,8 +91,9 @@ class Work:
 class RankPass:
     """One pass of the ring on one rank: its ``batches``, its ``work``, when it ran
     (``start``/``end``: its enclosing op's, else its first post to the next pass's), the name
-    of that ``container`` op (``None``: found by counting), and, once ``assign_steps`` ran,
-    each step's work."""
+    of that ``container`` op (``None``: found by counting), ``waits``: when its host waited
+    for a transfer (a GPU ring's ``cudaStreamWaitEvent``; none recorded on a CPU), and, once
+    ``assign_steps`` ran, each step's work."""
 
     batches: list[Batch]
     work: list[Work]
@@ -100,6 +101,7 @@ class RankPass:
     end: float
     container: str | None = None
     steps: list[list[Work]] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
 
     @property
     def calls(self) -> list[Work]:
@@ -139,8 +141,21 @@ def rank_ring(record: RankRecord, per_pass: int | None = None) -> RankRing:
         raise TraceError(f"{record.source}: no send or receive: not a ring's trace")
     lane = _ring_lane(record, roles)
     work = _work(record, roles, messages, lane)
-    batches = _batches(messages, _boundaries(record, messages, lane))
+    machinery = _merged(
+        (e.start, e.end) for e in record.events if e.lane == lane and e.name.startswith(MACHINERY)
+    )
+    batches = _batches(messages, _boundaries(record, messages, lane, machinery))
     passes = _passes(record, batches, work, lane, per_pass)
+    waits = sorted(
+        e.start
+        for e in record.events
+        if e.category == "cuda_runtime"
+        and e.name in WAIT_CALLS
+        and e.lane == lane
+        and not _inside(machinery, e.start)
+    )
+    for p in passes:
+        p.waits = [t for t in waits if p.start <= t <= p.end]
     host_ops = {e.link: e for e in record.events if e.category in HOST_OPS and e.link is not None}
     return RankRing(record, passes, host_ops)
 
@@ -298,19 +313,17 @@ def _encloses(event: Event, posts: list[float]) -> bool:
     return i < len(posts) and posts[i] <= event.end
 
 
-def _boundaries(record: RankRecord, messages: list[Message], lane: str | None) -> list[float]:
-    """Starts of the ring thread's host activity that is not posting a transfer (and encloses
-    no post): between two posts, such activity means they belong to different steps."""
+def _inside(spans: list[tuple[float, float]], t: float) -> bool:
+    """Whether ``t`` falls in one of ``spans`` (sorted, disjoint)."""
+    i = bisect.bisect_left(spans, (t, -math.inf)) - 1
+    return i >= 0 and spans[i][0] < t <= spans[i][1]
+
+
+def _boundaries(record: RankRecord, messages: list[Message], lane, machinery) -> list[float]:
+    """Starts of the ring thread's host activity that is not posting a transfer (outside the
+    ``machinery`` spans, enclosing no post): between two posts, such activity means they
+    belong to different steps."""
     posts = sorted(m.post for m in messages)
-    spans = _merged(
-        (e.start, e.end) for e in record.events if e.lane == lane and e.name.startswith(MACHINERY)
-    )
-    starts = [a for a, _ in spans]
-
-    def inside(t: float) -> bool:
-        i = bisect.bisect_left(starts, t) - 1
-        return i >= 0 and t <= spans[i][1]
-
     return sorted(
         e.start
         for e in record.events
@@ -318,7 +331,7 @@ def _boundaries(record: RankRecord, messages: list[Message], lane: str | None) -
         and not e.device
         and not e.name.startswith(MACHINERY)
         and not _encloses(e, posts)
-        and not inside(e.start)
+        and not _inside(machinery, e.start)
     )
 
 
@@ -408,11 +421,11 @@ def _containers(record: RankRecord, batches: list[Batch], lane) -> list[Event | 
 # -- steps -------------------------------------------------------------------------------------
 def assign_steps(ring_pass: RankPass, expected_last: tuple[bool, bool] | None = None) -> None:
     """Fill ``ring_pass.steps``: step ``k`` gets the work issued between post ``k`` and post
-    ``k + 1``, less what the host issued after it waited for transfer ``k`` (that is the next
-    step's, issued before the next post); the work after the last post is split between the
-    last two steps (``split_last``); work issued before the first post is the pass's setup,
-    no step's. ``expected_last``: whether the schedule has this rank compute at each of the
-    last two steps, when known."""
+    ``k + 1``, less what the host issued after it waited for transfer ``k`` (``waited``: that
+    is the next step's, issued before the next post); the work after the last post is split
+    between the last two steps (``split_last``); work issued before the first post is the
+    pass's setup, no step's. ``expected_last``: whether the schedule has this rank compute at
+    each of the last two steps, when known."""
     batches = ring_pass.batches
     posts = [b.post for b in batches]
     steps: list[list[Work]] = [[] for _ in range(len(posts) + 1)]
@@ -421,10 +434,22 @@ def assign_steps(ring_pass: RankPass, expected_last: tuple[bool, bool] | None = 
         if k >= 0:
             steps[min(k, len(posts) - 1)].append(w)
     for k in range(len(posts) - 1):
-        i = after_wait(steps[k], batches[k].done)
+        i = waited(steps[k], batches[k], ring_pass.waits)
         steps[k], steps[k + 1] = steps[k][:i], steps[k][i:] + steps[k + 1]
-    steps[-2], steps[-1] = split_last(steps[-2], batches[-1].done, expected_last)
+    steps[-2], steps[-1] = split_last(steps[-2], batches[-1], ring_pass.waits, expected_last)
     ring_pass.steps = steps
+
+
+def waited(work: list[Work], batch: Batch, waits: list[float]) -> int:
+    """The index in ``work`` (a step's, in launch order) where the host waited for ``batch``:
+    after the first wait call it made once the batch was posted, when it recorded one (a
+    GPU's ``cudaStreamWaitEvent``), else where a gap in the work ends at the batch's
+    completion (``after_wait``)."""
+    posted = batch.messages[-1].post
+    i = bisect.bisect_right(waits, posted)
+    if i < len(waits):
+        return bisect.bisect_right([w.launch for w in work], waits[i])
+    return after_wait(work, batch.done)
 
 
 def after_wait(work: list[Work], done: float) -> int:
@@ -456,15 +481,15 @@ def call_groups(work: list[Work]) -> list[list[Work]]:
 
 
 def split_last(
-    tail: list[Work], done: float, expected: tuple[bool, bool] | None
+    tail: list[Work], batch: Batch, waits: list[float], expected: tuple[bool, bool] | None
 ) -> tuple[list[Work], list[Work]]:
     """The work after the last post, split between the second-to-last and the last step:
-    where the host waited for the last transfer (``after_wait``), and at the latest at the
-    second attention call. When the schedule says only the last step computes
-    (``expected``), all of it is the last step's."""
-    if expected is not None and not expected[0] and expected[1]:
+    where the host waited for the last transfer (``waited``), and at the latest at the
+    second attention call. When the schedule says the second-to-last step computes nothing
+    (``expected``), all of it is the last step's (its call, or the pass's final casts)."""
+    if expected is not None and not expected[0]:
         return [], tail
-    i = after_wait(tail, done)
+    i = waited(tail, batch, waits)
     groups = call_groups(tail)
     if len(groups) >= 2:
         i = min(i, tail.index(groups[1][0]))

@@ -144,18 +144,19 @@ def gpu_traces(
     cfg, tl = result.config, result.timeline
     if cfg.pass_ != "forward":
         raise ValueError(f"result must be a forward pass, got {cfg.pass_!r}")
-    attention, _, _ = predicted_parts(result)
+    attention, busy, _ = predicted_parts(result)
     offsets = clock_offsets_s or [0.0] * cfg.hosts
     if len(offsets) != cfg.hosts:
         raise ValueError(f"clock_offsets_s needs one offset per host ({cfg.hosts}), got {offsets}")
-    return [_rank_trace(cfg, tl, attention, h, kind, device, offsets[h]) for h in range(cfg.hosts)]
+    parts = (attention, busy)
+    return [_rank_trace(cfg, tl, parts, h, kind, device, offsets[h]) for h in range(cfg.hosts)]
 
 
 def _dims(order: str, b: int, h: int, c: int, d: int) -> list[int]:
     return [b, c, h, d] if order == "bshd" else [b, h, c, d]
 
 
-def _rank_trace(cfg, tl, attention, h: int, kind, device: str, offset: float) -> dict:
+def _rank_trace(cfg, tl, parts, h: int, kind, device: str, offset: float) -> dict:
     P, c, d, b = cfg.hosts, cfg.block_tokens, cfg.head_dim, cfg.batch
     dtype = TRACE_TYPES[cfg.dtype]
     rank = _Rank(h, 3000 + h, offset)
@@ -207,9 +208,8 @@ def _rank_trace(cfg, tl, attention, h: int, kind, device: str, offset: float) ->
             rank.kernel(
                 NCCL_P2P_KERNEL, t - 0.5 * OP_S, *map(float, span), last, NCCL_STREAM, **collective
             )
-        call = _call(cfg, schedule, s, h)
-        if call is not None and attention[s, h] > 0:
-            _compute(rank, kind, call, (s, h), t, tl, attention, dtype, cfg)
+        if parts[1][s, h] > 0:
+            _compute(rank, kind, _call(cfg, schedule, s, h), (s, h), t, tl, parts, dtype, cfg)
             t += 6 * OP_S
         if moving:
             rank.op("cudaStreamWaitEvent", t, t + 0.5 * OP_S, cat="cuda_runtime")
@@ -249,25 +249,29 @@ def _call(cfg, schedule, s: int, h: int):
     )
 
 
-def _compute(rank: _Rank, kind, call, cell, t, tl, attention, dtype, cfg) -> None:
-    """The attention call (its host op, launch and kernel) and the merge kernels after it."""
+def _compute(rank: _Rank, kind, call, cell, t, tl, parts, dtype, cfg) -> None:
+    """The step's device work (``parts``: its attention and device seconds): the attention
+    call (its host op, launch and kernel; none when the block is skipped) and the merge
+    kernels after it."""
     s, h = cell
-    start, stop = float(tl.compute_start[s, h]), float(tl.compute_end[s, h])
-    call_end = start + float(attention[s, h])
-    q = _dims(kind.dims, cfg.batch, cfg.heads, call.q_tokens, cfg.head_dim)
-    kv = _dims(kind.dims, cfg.batch, cfg.kv_heads, call.k_tokens, cfg.head_dim)
-    concrete = [""] * 3 + ["0.0", f"{cfg.head_dim**-0.5:.6g}"]
-    index = kind.causal_index(kind.host_op)
-    if index is not None:  # ring-flash-attention: causal only on the diagonal block
-        concrete += [""] * max(0, index + 1 - len(concrete))
-        concrete[index] = str(call.mask == "causal-diagonal")
-    args = {
-        "Input Dims": [q, kv, kv, [], [], [], [], []],
-        "Input type": [dtype, dtype, dtype, "Scalar", "Scalar", "Scalar", "", ""],
-        "Concrete Inputs": concrete,
-    }
-    op = rank.op(kind.host_op, t, t + OP_S, args)
-    rank.kernel(kind.example, t + 0.5 * OP_S, start, call_end, op, COMPUTE_STREAM)
+    start = float(tl.compute_start[s, h])
+    call_end, stop = start + float(parts[0][s, h]), start + float(parts[1][s, h])
+    q = _dims(kind.dims, cfg.batch, cfg.heads, cfg.block_tokens, cfg.head_dim)
+    if call is not None and call_end > start:
+        q = _dims(kind.dims, cfg.batch, cfg.heads, call.q_tokens, cfg.head_dim)
+        kv = _dims(kind.dims, cfg.batch, cfg.kv_heads, call.k_tokens, cfg.head_dim)
+        concrete = [""] * 3 + ["0.0", f"{cfg.head_dim**-0.5:.6g}"]
+        index = kind.causal_index(kind.host_op)
+        if index is not None:  # ring-flash-attention: causal only on the diagonal block
+            concrete += [""] * max(0, index + 1 - len(concrete))
+            concrete[index] = str(call.mask == "causal-diagonal")
+        args = {
+            "Input Dims": [q, kv, kv, [], [], [], [], []],
+            "Input type": [dtype, dtype, dtype, "Scalar", "Scalar", "Scalar", "", ""],
+            "Concrete Inputs": concrete,
+        }
+        op = rank.op(kind.host_op, t, t + OP_S, args)
+        rank.kernel(kind.example, t + 0.5 * OP_S, start, call_end, op, COMPUTE_STREAM)
     gap = stop - call_end
     if gap <= 0:
         return

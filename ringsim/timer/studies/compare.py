@@ -102,7 +102,7 @@ def split_steps(
     durations = ends - starts
     out = []
     for s in range(timeline.steps):
-        h = int(np.argmax(durations[s]))
+        h = _slowest(durations[s], busy[s])
         begin, end = starts[s, h], ends[s, h]
         computed = timeline.compute_end[s, h]
         compute_end = begin if not np.isfinite(computed) else max(begin, computed)
@@ -126,11 +126,20 @@ def split_steps(
     return out
 
 
+def _slowest(durations: np.ndarray, busy: np.ndarray) -> int:
+    """The step's slowest host; among hosts within a nanosecond of it, the busiest (hosts
+    that wait for the same transfer finish together), then the first."""
+    tied = np.flatnonzero(durations >= durations.max() - 1e-9)
+    return int(tied[np.argmax(busy[tied])])
+
+
 def predicted_parts(result: SimResult) -> tuple[np.ndarray, np.ndarray, bool]:
-    """``(attention, busy, merges)`` of a simulated run, as ``split_steps`` takes them:
-    under a kernel family with its own step model (``StepModel``) the calls' seconds beside
-    the whole step's compute; otherwise (``ideal``, the calibrated CPU profile) the compute
-    is the call and merges are not apart."""
+    """``(attention, busy, merges)`` ``(steps, hosts)`` of a simulated run, as
+    ``split_steps`` takes them: under a kernel family with its own step model
+    (``StepModel``) the calls' seconds and the device's compute (the simulated compute less
+    the share of it that is the host issuing the step's calls, which a device shows as idle);
+    otherwise (``ideal``, the calibrated CPU profile) the compute is the call and merges are
+    not apart."""
     from ringsim.timer.engine.ring_steps import StepModel
 
     config, tl = result.config, result.timeline
@@ -138,11 +147,17 @@ def predicted_parts(result: SimResult) -> tuple[np.ndarray, np.ndarray, bool]:
     family = config.family
     if family.ideal or family.merge == "none":  # no merge model: the call is the compute
         return busy, busy, False
-    model = StepModel(config, family)
+    model, device = StepModel(config, family), StepModel(config, family)
+    device.host_call_s = 0.0  # the device's seconds alone
     schedule = config.schedule(config.pass_)
     speed = np.ones(config.hosts) if config.speed is None else np.asarray(config.speed)
-    attention = np.array([model.attention_seconds(schedule, s) for s in range(tl.steps)])
-    return np.minimum(attention / speed, busy), busy, True
+    rows = range(tl.steps)
+    attention = np.array([model.attention_seconds(schedule, s) for s in rows]) / speed
+    full = np.array([model.seconds(schedule, s) for s in rows])
+    gpu = np.array([device.seconds(schedule, s) for s in rows])
+    share = np.divide(gpu, full, out=np.zeros_like(gpu), where=full > 0)
+    on_device = busy * share  # the step as simulated (overlap included), less the host's part
+    return np.minimum(attention, on_device), on_device, True
 
 
 @dataclass
