@@ -537,6 +537,13 @@ def case_real_ring_nan_and_local_check() -> str:
     return f"OK every rank: {per_rank[0][0][:60]!r}; {per_rank[0][1][:60]!r}"
 
 
+def case_compare_traces() -> str:
+    """``ringsim compare`` on every hostile trace of ``benchmarks/hostile_traces.py``."""
+    from hostile_traces import sweep
+
+    return sweep()
+
+
 PY_CASES = [
     Py("launcher SIGTERM", "case_launcher_sigterm"),
     Py("launcher SIGHUP", "case_launcher_sighup"),
@@ -549,6 +556,7 @@ PY_CASES = [
     Py("save_profile atomic", "case_save_profile_atomic"),
     Py("small API holes", "case_small_api_holes"),
     Py("real ring NaN / local check", "case_real_ring_nan_and_local_check"),
+    Py("compare: hostile traces", "case_compare_traces", limit_s=300),
 ]
 
 

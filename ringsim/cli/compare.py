@@ -189,7 +189,9 @@ def _outputs(args: argparse.Namespace, comparison) -> None:
 
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else format_seconds(value)
+    if value is None:
+        return "-"
+    return format_seconds(0.0 if abs(value) < 1e-9 else value)  # float dust reads as 0
 
 
 def _print(comparison) -> None:

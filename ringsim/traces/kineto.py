@@ -52,14 +52,17 @@ def load_json(path: Path, data: bytes) -> object:
             raise TraceError(f"{path}: a damaged or truncated gzip file ({err})") from None
     elif path.suffix == ".gz":
         raise TraceError(f"{path}: named .gz but not gzip (no gzip header)")
-    if not data.strip():
+    text = data.strip()
+    if not text:
         raise TraceError(f"{path}: empty trace")
+    if text[:1] not in (b"{", b"["):
+        raise TraceError(f"{path}: neither JSON nor an Nsight SQLite export")
     try:
         return json.loads(data)
     except UnicodeDecodeError:
         raise TraceError(f"{path}: neither JSON nor an Nsight SQLite export") from None
     except json.JSONDecodeError as err:
-        truncated = " (truncated?)" if err.pos >= len(data.rstrip()) - 1 else ""
+        truncated = " (truncated?)" if text[-1:] not in (b"}", b"]") else ""
         raise TraceError(
             f"{path}: not valid JSON{truncated}: {err.msg} at line {err.lineno}, column {err.colno}"
         ) from None
@@ -113,7 +116,7 @@ def _event(raw: object, names: dict, skipped: Counter) -> Event | None:
     if not isinstance(raw, dict) or raw.get("ph") != "X":
         return None
     ts, dur = _number(raw.get("ts")), _number(raw.get("dur"))
-    if ts is None or dur is None or dur < 0:
+    if ts is None or dur is None or dur < 0 or not math.isfinite(ts + dur):
         skipped["without a valid ts and dur"] += 1
         return None
     if not isinstance(raw.get("pid"), int | str) or isinstance(raw.get("pid"), bool):

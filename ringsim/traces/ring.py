@@ -80,6 +80,12 @@ def read_ring(paths: Sequence[str], hints: Mapping[str, object] | None = None) -
     if len(members) < hosts:
         notes.append(f"traces of {len(members)} of the ring's {hosts} ranks: compared on those")
     alignment = _align(rings, members, hosts, chosen)
+    if alignment.shifted:
+        spread = max(alignment.offsets) - min(alignment.offsets)
+        notes.append(
+            f"the ranks' clocks disagreed by up to {spread:.3g} s: aligned on the matched "
+            f"messages (loop residual {alignment.residual:.2g} s)"
+        )
     times = [_pass_time(rings, i) for i in chosen]
     typical = sorted(range(len(times)), key=lambda i: times[i])[(len(times) - 1) // 2]
     recorded = RecordedRing(

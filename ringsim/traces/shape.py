@@ -146,6 +146,7 @@ def infer_shape(
     kinds = Counter(p.pass_ for p in passes if p.pass_)
     if kinds:
         shape.set("pass_", kinds.most_common(1)[0][0], "trace: the attention kernels")
+    shape.set("pass_", "forward", "assumed: no attention call to tell (pass --pass if not)")
     shapes = [s for s in (call_shape(r, g) for r, g in calls) if s is not None]
     if shapes:
         _from_calls(shape, shapes)
