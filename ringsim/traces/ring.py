@@ -27,6 +27,7 @@ from ringsim.schedule import BlockKind, build_schedule
 from ringsim.timer.engine.timeline import Timeline
 from ringsim.traces.clocks import Alignment, align
 from ringsim.traces.events import Recording, TraceError
+from ringsim.traces.read import read_traces
 from ringsim.traces.shape import RunShape, infer_shape
 from ringsim.traces.steps import RankRing, Work, assign_steps, rank_ring
 
@@ -59,11 +60,13 @@ class RecordedRing:
         return self.pass_times[self.typical]
 
 
-def read_ring(paths: Sequence[str], hints: Mapping[str, object] | None = None) -> RecordedRing:
+def read_ring(
+    paths: Sequence[str], hints: Mapping[str, object] | None = None, *, which: int | None = None
+) -> RecordedRing:
     """The ring recorded in ``paths`` (one trace per rank, or merged); ``hints``: flag values
-    that win over what the trace says (keys of ``ringsim.traces.shape.FLAGS``)."""
-    from ringsim.traces import read_traces
-
+    that win over what the trace says (keys of ``ringsim.traces.shape.FLAGS``); ``which``:
+    the pass shown step by step, counted among the passes of the kind compared (default: the
+    one whose time is the median)."""
     hints = dict(hints or {})
     recording = read_traces(paths)
     hosts = hints.get("hosts") or _hosts(recording)
@@ -88,6 +91,10 @@ def read_ring(paths: Sequence[str], hints: Mapping[str, object] | None = None) -
         )
     times = [_pass_time(rings, i) for i in chosen]
     typical = sorted(range(len(times)), key=lambda i: times[i])[(len(times) - 1) // 2]
+    if which is not None:
+        if not -len(times) <= which < len(times):
+            raise TraceError(f"which must be below the {len(times)} passes found, got {which}")
+        typical = which % len(times)
     recorded = RecordedRing(
         members,
         hosts,
