@@ -8,8 +8,9 @@ current User Guide's exporter chapter; timestamps in nanoseconds):
 * ``CUPTI_ACTIVITY_KIND_KERNEL``: ``start``, ``end``, ``deviceId``, ``streamId``,
   ``correlationId`` (the runtime call that launched it), ``globalPid``, ``shortName`` and
   ``demangledName`` (ids into ``StringIds``), ``gridX/Y/Z``, ``blockX/Y/Z``;
-* ``CUPTI_ACTIVITY_KIND_RUNTIME``: ``start``, ``end``, ``globalTid``, ``correlationId``,
-  ``nameId`` (into ``StringIds``);
+* ``CUPTI_ACTIVITY_KIND_RUNTIME`` (and ``..._DRIVER``, the driver API's, where Triton
+  launches): ``start``, ``end``, ``globalTid``, ``correlationId``, ``nameId`` (into
+  ``StringIds``);
 * ``CUPTI_ACTIVITY_KIND_MEMCPY`` (optional): ``start``, ``end``, ``deviceId``, ``streamId``,
   ``correlationId``, ``globalPid``, ``bytes``;
 * ``NVTX_EVENTS`` (optional): ``start``, ``end``, ``globalTid``, ``text`` or ``textId`` (into
@@ -118,15 +119,24 @@ def _read(path: Path, db: sqlite3.Connection) -> tuple[list[RankRecord], list[st
     return ranks, []
 
 
+API_TABLES = {
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "cuda_runtime",
+    "CUPTI_ACTIVITY_KIND_DRIVER": "cuda_driver",
+}
+
+
 def _runtime(db, tables, strings, by_process) -> dict[int, tuple[int, float]]:
-    """``correlationId -> (globalTid, start)`` of every runtime call (and the calls as host
-    events of their process)."""
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
-        return {}
+    """``correlationId -> (globalTid, start)`` of every CUDA runtime and driver call (Triton
+    launches through the driver), and the calls as host events of their process."""
     calls = {}
-    rows = db.execute(
-        "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"
-    )
+    for table, category in API_TABLES.items():
+        if table in tables:
+            _api_calls(db, table, category, strings, by_process, calls)
+    return calls
+
+
+def _api_calls(db, table, category, strings, by_process, calls) -> None:
+    rows = db.execute(f"SELECT start, end, globalTid, correlationId, nameId FROM {table}")
     for start, end, tid, corr, name_id in rows:
         if start is None or end is None:
             continue
@@ -137,11 +147,10 @@ def _runtime(db, tables, strings, by_process) -> dict[int, tuple[int, float]]:
                 start=start * NS,
                 end=end * NS,
                 lane=f"thread {tid & 0xFFFFFF}",
-                category="cuda_runtime",
+                category=category,
                 args={"correlation": corr},
             )
         )
-    return calls
 
 
 def _nvtx(db, tables, strings, by_process) -> dict[int, list[Event]]:

@@ -182,6 +182,15 @@ def _from_messages(shape: RunShape, passes: list[RankPass]) -> None:
     v = shape.values
     if "block_tokens" in v or shape.values.get("pass_", "forward") != "forward":
         return
+    dims = [m.dims for m in messages if m.dims is not None and len(m.dims) == 4]
+    if dims and shape.family is not None:  # the kv block as the family's calls take it
+        b, kv_heads, c, d = bhsd(Counter(dims).most_common(1)[0][0], shape.family.dims)
+        where = "trace: the kv messages' shapes"
+        for key, value in (("block_tokens", c), ("kv_heads", kv_heads), ("head_dim", d)):
+            shape.set(key, value, where)
+        shape.set("batch", b, where)
+        shape.set("heads", kv_heads, "assumed: as many as kv heads (no call shape recorded)")
+        return
     per_step = [sum(m.elements or 0 for m in b.side("send")) for p in passes for b in p.batches]
     per_step = [n for n in per_step if n > 0]
     kv_heads = v.get("kv_heads", v.get("heads"))
@@ -230,9 +239,13 @@ def _mask_and_layout(shape, rings, passes: list[RankPass], shapes: list[CallShap
     elif all(n == P for n in counts) and flagged:
         shape.set("causal", True, where + " with causal calls")
         shape.set("layout", "striped", where + ", every block computed, causal calls")
-    elif all(n == P for n in counts):
+    elif all(n == P for n in counts) and shapes:
         shape.set("causal", False, where + ": every block computed, none causal")
         shape.set("layout", "contiguous", "assumed: a full mask computes alike in any layout")
+    elif all(n == P for n in counts):
+        unknown = "assumed: every block computed and no call records its shape or mask"
+        shape.set("causal", False, unknown + " (pass --causal --layout if it was)")
+        shape.set("layout", "contiguous", unknown)
     else:
         shape.notes.append(
             f"attention calls per rank {counts} match no layout of {P} hosts: mask and "

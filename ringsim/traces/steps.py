@@ -34,6 +34,7 @@ from ringsim.traces.kinds import DTYPES, OTHER, WAIT_CALLS, Role, classify
 # host ops of the transfer machinery or the profiler, never a step's compute or a pass
 MACHINERY = ("c10d::", "nccl:", "gloo:", "record_param_comms", "ProfilerStep", "cuda")
 HOST_OPS = ("cpu_op", "nvtx", "user_annotation")
+API_CALLS = ("cuda_runtime", "cuda_driver")  # Kineto's CUDA API calls (Triton launches: driver)
 
 
 @dataclass
@@ -149,7 +150,7 @@ def rank_ring(record: RankRecord, per_pass: int | None = None) -> RankRing:
     waits = sorted(
         e.start
         for e in record.events
-        if e.category == "cuda_runtime"
+        if e.category in API_CALLS
         and e.name in WAIT_CALLS
         and e.lane == lane
         and not _inside(machinery, e.start)
@@ -266,10 +267,9 @@ def _complete_on_device(messages: list[Message], kernels: list[Event], record) -
 
 
 def launch_times(record: RankRecord) -> dict[object, float]:
-    """``correlation id -> start`` of the rank's CUDA runtime calls (a kernel's launch)."""
-    return {
-        e.args.get("correlation"): e.start for e in record.events if e.category == "cuda_runtime"
-    }
+    """``correlation id -> start`` of the rank's CUDA API calls (a kernel's launch: the
+    runtime's ``cudaLaunchKernel``, or the driver's ``cuLaunchKernelEx`` for Triton)."""
+    return {e.args.get("correlation"): e.start for e in record.events if e.category in API_CALLS}
 
 
 # -- compute ---------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def _ring_lane(record: RankRecord, roles: list[Role]) -> str | None:
 
 
 def _machinery(event: Event) -> bool:
-    return event.name.startswith(MACHINERY) or event.category == "cuda_runtime"
+    return event.name.startswith(MACHINERY) or event.category in API_CALLS
 
 
 def _work(record: RankRecord, roles, messages: list[Message], lane: str | None) -> list[Work]:

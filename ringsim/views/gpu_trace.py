@@ -61,6 +61,7 @@ class _Rank:
         self.rank, self.pid, self.offset = rank, host_pid, offset_s
         self.events: list[dict] = []
         self.next_id = 1
+        self.container = 0  # the External id of the op the pass runs under
 
     def ts(self, seconds: float) -> float:
         return BASE_US + (seconds + self.offset) * 1e6
@@ -89,11 +90,12 @@ class _Rank:
         corr = self.next_id
         self.next_id += 1
         runtime = {"External id": op_id, "correlation": corr, "cbid": 211}
+        api, category = extra.pop("api", ("cudaLaunchKernel", "cuda_runtime"))
         self.events.append(
             {
                 "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
+                "cat": category,
+                "name": api,
                 "pid": self.pid,
                 "tid": self.pid,
                 "ts": self.ts(at),
@@ -130,16 +132,19 @@ def gpu_traces(
     *,
     device: str = DEVICE,
     clock_offsets_s: list[float] | None = None,
+    container: str = "RingFlashAttnFunc",
 ) -> list[dict]:
     """One Kineto document per rank of ``result`` (a forward ``SimResult`` with its timeline)
     as if it ran ring-flash-attention's loop with ``family``'s kernels (a name of
-    ``ringsim.traces.FAMILIES`` with a device kernel and a host op). ``clock_offsets_s``:
-    seconds added to each rank's clock (ranks on machines whose clocks disagree)."""
+    ``ringsim.traces.FAMILIES`` with a device kernel; a family without a host op, Triton,
+    launches through the driver from the ring's own op). ``clock_offsets_s``: seconds added
+    to each rank's clock (ranks on machines whose clocks disagree); ``container``: the op
+    the pass runs under (``RingAttention`` for this project's ring)."""
     from ringsim.timer.studies.compare import predicted_parts
 
     kind = FAMILIES.get(family)
-    if kind is None or not kind.device or kind.host_op is None:
-        usable = [n for n, f in FAMILIES.items() if f.device and f.host_op]
+    if kind is None or not kind.device:
+        usable = [n for n, f in FAMILIES.items() if f.device]
         raise ValueError(f"family must be one of {', '.join(usable)}, got {family!r}")
     cfg, tl = result.config, result.timeline
     if cfg.pass_ != "forward":
@@ -149,14 +154,17 @@ def gpu_traces(
     if len(offsets) != cfg.hosts:
         raise ValueError(f"clock_offsets_s needs one offset per host ({cfg.hosts}), got {offsets}")
     parts = (attention, busy)
-    return [_rank_trace(cfg, tl, parts, h, kind, device, offsets[h]) for h in range(cfg.hosts)]
+    return [
+        _rank_trace(cfg, tl, parts, h, kind, device, offsets[h], container)
+        for h in range(cfg.hosts)
+    ]
 
 
 def _dims(order: str, b: int, h: int, c: int, d: int) -> list[int]:
     return [b, c, h, d] if order == "bshd" else [b, h, c, d]
 
 
-def _rank_trace(cfg, tl, parts, h: int, kind, device: str, offset: float) -> dict:
+def _rank_trace(cfg, tl, parts, h: int, kind, device: str, offset: float, container) -> dict:
     P, c, d, b = cfg.hosts, cfg.block_tokens, cfg.head_dim, cfg.batch
     dtype = TRACE_TYPES[cfg.dtype]
     rank = _Rank(h, 3000 + h, offset)
@@ -172,7 +180,7 @@ def _rank_trace(cfg, tl, parts, h: int, kind, device: str, offset: float) -> dic
     nelems = int(np.prod(kv))
     starts = np.fmin(tl.compute_start[:, h], tl.send_start[:, h])
     end = float(np.nanmax(np.fmax(tl.compute_end[:, h], tl.send_end[:, h])))
-    rank.op("RingFlashAttnFunc", -LAG_S * 2, end + LAG_S)
+    rank.container = rank.op(container, -LAG_S * 2, end + LAG_S)
     for s in range(tl.steps):
         step_start = float(starts[s]) if np.isfinite(starts[s]) else float(tl.compute_end[s - 1, h])
         t = step_start - LAG_S
@@ -270,8 +278,13 @@ def _compute(rank: _Rank, kind, call, cell, t, tl, parts, dtype, cfg) -> None:
             "Input type": [dtype, dtype, dtype, "Scalar", "Scalar", "Scalar", "", ""],
             "Concrete Inputs": concrete,
         }
-        op = rank.op(kind.host_op, t, t + OP_S, args)
-        rank.kernel(kind.example, t + 0.5 * OP_S, start, call_end, op, COMPUTE_STREAM)
+        if kind.host_op is not None:
+            op = rank.op(kind.host_op, t, t + OP_S, args)
+            rank.kernel(kind.example, t + 0.5 * OP_S, start, call_end, op, COMPUTE_STREAM)
+        else:  # a Triton kernel: launched through the driver, from the ring's own op
+            api = ("cuLaunchKernelEx", "cuda_driver")
+            at = t + 0.5 * OP_S
+            rank.kernel(kind.example, at, start, call_end, rank.container, COMPUTE_STREAM, api=api)
     gap = stop - call_end
     if gap <= 0:
         return
