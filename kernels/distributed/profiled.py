@@ -17,6 +17,8 @@ from pathlib import Path
 
 from kernels.distributed.launch import RunConfig, launch, run_ring
 
+KINETO_LOG_LEVEL, QUIET = "KINETO_LOG_LEVEL", "6"  # libkineto/src/init.cpp reads the level
+
 
 def profiled_rank(rank: int, hosts: int, config: RunConfig, folder: str, gz: bool) -> dict:
     """One rank: ``run_ring(config)`` under the profiler, its trace exported to ``folder``;
@@ -48,11 +50,19 @@ def record_ring(
     and every rank's answer (``profiled_rank``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    answers = launch(
-        profiled_rank,
-        hosts,
-        args=(config, str(folder), gz),
-        backend=backend,
-        timeout_s=timeout_s,
-    )
+    # Kineto prints a line at every profiler start and stop (its USDT level, 5:
+    # libkineto/src/ILoggerObserver.cpp); the ranks inherit a level above it, unless set
+    saved = os.environ.get(KINETO_LOG_LEVEL)
+    os.environ.setdefault(KINETO_LOG_LEVEL, QUIET)
+    try:
+        answers = launch(
+            profiled_rank,
+            hosts,
+            args=(config, str(folder), gz),
+            backend=backend,
+            timeout_s=timeout_s,
+        )
+    finally:
+        if saved is None:
+            os.environ.pop(KINETO_LOG_LEVEL, None)
     return [Path(a["trace"]) for a in answers], answers
