@@ -183,6 +183,18 @@ def all_gather(folder: Path) -> list[str]:
     return [*write(folder, edited(rename)), *HARDWARE]
 
 
+def backward_only(folder: Path) -> list[str]:
+    """The same loop with flash-attention's backward kernels: a backward pass."""
+
+    def backward(e: dict, r: int) -> None:
+        if e.get("cat") == "kernel" and "flash_fwd_kernel" in e.get("name", ""):
+            e["name"] = (
+                "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>()"
+            )
+
+    return [*write(folder, edited(backward)), *HARDWARE]
+
+
 def a_folder(folder: Path) -> list[str]:
     return [str(folder)]
 
@@ -251,6 +263,7 @@ CASES = [
     Case("clocks seconds apart", clocks_apart, "clocks", exit=0),
     Case("not a ring", not_a_ring, "no send or receive"),
     Case("all-gather, not a ring", all_gather, "not a ring's send and receive"),
+    Case("a backward pass", backward_only, "compared in total", exit=0),
     Case("a folder", a_folder, "a folder, not a trace file"),
     Case("a missing file", missing_file, "cannot read"),
     Case("a GPU trace without --hardware", gpu_without_hardware, "--hardware"),

@@ -173,9 +173,10 @@ def _messages(record: RankRecord, roles: list[Role]) -> list[Message]:
         for e in record.events
         if e.name == "record_param_comms"
     )
-    messages, used = [], set()
+    messages = []
+    queues = _span_queues(spans)
     for op, role in ops:
-        span = _span_after(op, role.transfer.direction, spans, used)
+        span = _span_after(op, role.transfer.direction, queues)
         dims, dtype = _tensor(span if span is not None else op)
         messages.append(
             Message(
@@ -198,16 +199,23 @@ def _messages(record: RankRecord, roles: list[Role]) -> list[Message]:
     return sorted(messages, key=lambda m: m.post)
 
 
-def _span_after(op: Event, direction: str, spans: list, used: set) -> Event | None:
-    """The ``gloo:send``/``gloo:recv`` span the op started: the first unused one of the same
-    direction on its thread that starts at or after it."""
+def _span_queues(spans: list) -> dict[tuple[str, str], list[Event]]:
+    """The ``gloo:send``/``gloo:recv`` spans by (thread, direction), in time order."""
+    queues: dict[tuple[str, str], list[Event]] = {}
     for span, role in spans:
-        if id(span) in used or role.transfer.direction != direction or span.lane != op.lane:
-            continue
-        if span.start >= op.start:
-            used.add(id(span))
-            return span
-    return None
+        queues.setdefault((span.lane, role.transfer.direction), []).append(span)
+    for queue in queues.values():
+        queue.reverse()  # popped from the end: earliest first
+    return queues
+
+
+def _span_after(op: Event, direction: str, queues: dict) -> Event | None:
+    """The ``gloo:send``/``gloo:recv`` span the op started: the first unused one of the same
+    direction on its thread that starts at or after it (ops come in time order)."""
+    queue = queues.get((op.lane, direction), [])
+    while queue and queue[-1].start < op.start:
+        queue.pop()  # a span no op of ours started
+    return queue.pop() if queue else None
 
 
 def _peer(op: Event, role: Role) -> int | None:
@@ -385,6 +393,8 @@ def _passes(record, batches: list[Batch], work: list[Work], lane, per_pass) -> l
             f"function or a record_function range) and the number of hosts is unknown: pass "
             f"--hosts"
         )
+    work = sorted(work, key=lambda w: w.launch)
+    launches = [w.launch for w in work]
     passes = []
     for n, group in enumerate(groups):
         container = containers[group[0]]
@@ -393,9 +403,10 @@ def _passes(record, batches: list[Batch], work: list[Work], lane, per_pass) -> l
         else:  # from this pass's first post to the next pass's
             start = batches[group[0]].post
             nxt = [batches[groups[n + 1][0]].post] if n + 1 < len(groups) else []
-            tail = [w.end for w in work if w.launch >= start] + [batches[group[-1]].done]
+            later = work[bisect.bisect_left(launches, start) :]
+            tail = [w.end for w in later] + [batches[group[-1]].done]
             end = nxt[0] if nxt else max(tail)
-        mine = [w for w in work if start <= w.launch < end]
+        mine = work[bisect.bisect_left(launches, start) : bisect.bisect_left(launches, end)]
         name = None if container is None else container.name
         passes.append(RankPass([batches[i] for i in group], mine, start, end, name))
     return passes
