@@ -156,7 +156,7 @@ def rank_ring(record: RankRecord, per_pass: int | None = None) -> RankRing:
         and not _inside(machinery, e.start)
     )
     for p in passes:
-        p.waits = [t for t in waits if p.start <= t <= p.end]
+        p.waits = waits[bisect.bisect_left(waits, p.start) : bisect.bisect_right(waits, p.end)]
     host_ops = {e.link: e for e in record.events if e.category in HOST_OPS and e.link is not None}
     return RankRing(record, passes, host_ops)
 
