@@ -217,6 +217,17 @@ HOST_TRANSFERS = {
     "gloo:send": Transfer("send"),
     "gloo:recv": Transfer("recv"),
 }
+# Host ops of the transfer machinery and the profiler, never a step's compute or a ring pass:
+# c10d's ops, ProcessGroupNCCL's and ProcessGroupGloo's profiling titles, the op that carries a
+# collective's metadata (pytorch/kineto libkineto/src/output_json.cpp, kParamCommsCallName),
+# torch.profiler's step ranges, and the CUDA API's calls
+PARAM_COMMS = "record_param_comms"
+MACHINERY = ("c10d::", "nccl:", "gloo:", PARAM_COMMS, "ProfilerStep", "cuda")
+
+# element types a kernel's template arguments name (cutlass::bfloat16_t, cutlass::half_t):
+# an Nsight export records no input types, a kernel's name may
+KERNEL_TYPES = (("bf16", re.compile(r"bfloat16")), ("fp16", re.compile(r"half_t|__half\b")))
+
 # Where a GPU ring's host waits for a transfer: torch's Work.wait() on NCCL makes the compute
 # stream wait on the work's end event (pytorch/pytorch ProcessGroupNCCL.cpp,
 # WorkNCCL::synchronizeStream: cudaStreamWaitEvent); a blocking wait synchronises

@@ -16,13 +16,12 @@ with the flag that supplies it.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ringsim.traces.events import Event
-from ringsim.traces.kinds import DTYPES, AttentionFamily
+from ringsim.traces.kinds import DTYPES, KERNEL_TYPES, AttentionFamily
 from ringsim.traces.steps import RankPass, RankRing, Work, call_groups
 
 FLAGS = {
@@ -199,10 +198,6 @@ def _from_messages(shape: RunShape, passes: list[RankPass]) -> None:
         c, rest = divmod(elements, 2 * v.get("batch", 1) * kv_heads * v["head_dim"])
         if c > 0 and rest == 0:
             shape.set("block_tokens", c, "trace: the kv messages' sizes")
-
-
-# element types a kernel's template arguments name (cutlass::bfloat16_t, cutlass::half_t)
-KERNEL_TYPES = (("bf16", re.compile(r"bfloat16")), ("fp16", re.compile(r"half_t|__half\b")))
 
 
 def _from_kernel_names(shape: RunShape, calls: list[Work]) -> None:

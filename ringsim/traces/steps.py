@@ -29,10 +29,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ringsim.traces.events import Event, RankRecord, TraceError
-from ringsim.traces.kinds import DTYPES, OTHER, WAIT_CALLS, Role, classify
+from ringsim.traces.kinds import (
+    DTYPES,
+    MACHINERY,
+    OTHER,
+    PARAM_COMMS,
+    WAIT_CALLS,
+    Role,
+    classify,
+)
 
-# host ops of the transfer machinery or the profiler, never a step's compute or a pass
-MACHINERY = ("c10d::", "nccl:", "gloo:", "record_param_comms", "ProfilerStep", "cuda")
 HOST_OPS = ("cpu_op", "nvtx", "user_annotation")
 API_CALLS = ("cuda_runtime", "cuda_driver")  # Kineto's CUDA API calls (Triton launches: driver)
 
@@ -171,7 +177,7 @@ def _messages(record: RankRecord, roles: list[Role]) -> list[Message]:
     comms = sorted(
         (e.start, DTYPES.get(str(e.args.get("dtype")), ""))
         for e in record.events
-        if e.name == "record_param_comms"
+        if e.name == PARAM_COMMS
     )
     messages = []
     queues = _span_queues(spans)

@@ -38,7 +38,7 @@ import numpy as np
 
 from ringsim.files import check_output_path, write_text_atomic
 from ringsim.layouts import get_layout
-from ringsim.traces.kinds import FAMILIES, NCCL_P2P_KERNEL, TRACE_TYPES
+from ringsim.traces.kinds import FAMILIES, NCCL_P2P_KERNEL, PARAM_COMMS, TRACE_TYPES
 
 LAG_S = 20e-6  # the host issues a step this long before the device starts it
 OP_S = 1e-6  # how long one host op takes
@@ -205,7 +205,7 @@ def _rank_trace(cfg, tl, parts, h: int, kind, device: str, offset: float, contai
                     "Rank": h,
                     **group,
                 }
-                rank.op("record_param_comms", t + 0.1 * OP_S, t + 0.9 * OP_S, comms)
+                rank.op(PARAM_COMMS, t + 0.1 * OP_S, t + 0.9 * OP_S, comms)
                 t += OP_S
             span = (
                 min(tl.send_start[s, h], tl.recv_start[s, h]),
