@@ -125,8 +125,9 @@ print(
 #
 # The calls. A causal ring computes fewer key-query pairs than a full one, and each layout
 # shows it differently: a contiguous causal ring has rank $r$ compute only $r + 1$ of its
-# $P$ blocks (it skips the rest), while a zigzag ring computes every step but with half
-# blocks (half of the queries against a whole block, or all of them against half of it).
+# $P$ blocks (it skips the rest), while a zigzag ring computes at every step, and after its
+# own block with half blocks (half of the queries against a whole block, or all of them
+# against half of it).
 # The reader counts the calls per rank and reads their shapes.
 #
 # </details>
