@@ -195,6 +195,17 @@ def backward_only(folder: Path) -> list[str]:
     return [*write(folder, edited(backward)), *HARDWARE]
 
 
+def all_to_all(folder: Path) -> list[str]:
+    """Ulysses' all-to-all: NCCL runs it as grouped send/recv (the same SendRecv kernel),
+    under c10d::alltoall_ rather than a ring's c10d::send and c10d::recv_."""
+
+    def rename(e: dict, r: int) -> None:
+        if e.get("name") in ("c10d::send", "c10d::recv_"):
+            e["name"] = "c10d::alltoall_"
+
+    return [*write(folder, edited(rename)), *HARDWARE]
+
+
 def a_folder(folder: Path) -> list[str]:
     return [str(folder)]
 
@@ -263,6 +274,7 @@ CASES = [
     Case("clocks seconds apart", clocks_apart, "clocks", exit=0),
     Case("not a ring", not_a_ring, "no send or receive"),
     Case("all-gather, not a ring", all_gather, "not a ring's send and receive"),
+    Case("all-to-all, not a ring", all_to_all, "c10d::alltoall_"),
     Case("a backward pass", backward_only, "compared in total", exit=0),
     Case("a folder", a_folder, "a folder, not a trace file"),
     Case("a missing file", missing_file, "cannot read"),

@@ -196,3 +196,20 @@ def test_a_gzipped_trace_reads_as_its_json(tmp_path):
     other.write_text(json.dumps(gpu_traces(result)[1]))
     recorded = read_ring([str(path), str(other)])
     assert recorded.hosts == 2 and recorded.shape.values["block_tokens"] == 4096
+
+
+def test_a_ring_in_a_sub_group_reads_in_its_group_ranks(tmp_path):
+    """A context-parallel ring inside a bigger job: the files name the job's ranks (4-7),
+    the sends name ranks of the ring's own group (0-3), and the ring is read in the latter."""
+    _, result = run()
+    docs = gpu_traces(result)
+    for doc in docs:
+        doc["distributedInfo"]["rank"] += 4
+        doc["distributedInfo"]["world_size"] = 8
+    paths = []
+    for r, doc in enumerate(docs):
+        path = tmp_path / f"rank{r + 4}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    recorded = read_ring(paths)
+    assert recorded.members == [0, 1, 2, 3] and recorded.hosts == 4

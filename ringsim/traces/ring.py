@@ -126,12 +126,15 @@ def _hosts(recording: Recording) -> int | None:
 
 # -- the members in ring order ----------------------------------------------------------------
 def _order(rings: list[RankRing], hosts: int | None) -> tuple[list[int], list[RankRing], list]:
-    """The members' ranks and their rings in ring order; each sends to the next rank and
-    receives from the previous one (``TraceError`` otherwise)."""
+    """The members' ranks in the ring's group and their rings in ring order; each sends to
+    the next rank and receives from the previous one (``TraceError`` otherwise). The ranks
+    come from the peers the messages name (ranks in the ring's process group, as c10d's ops
+    take them), else from the files (``distributedInfo``: ranks in the whole job, the same
+    when the ring is the job's default group), else from the files' order."""
     notes = []
-    ranks = [r.record.rank for r in rings]
+    ranks = [_rank_from_peers(r, hosts) for r in rings]
     if any(rank is None for rank in ranks) or len(set(ranks)) < len(ranks):
-        ranks = [_rank_from_peers(r, hosts) for r in rings]
+        ranks = [r.record.rank for r in rings]
     if any(rank is None for rank in ranks) or len(set(ranks)) < len(ranks):
         ranks = list(range(len(rings)))
         notes.append("the files name no ranks and their messages no peers: ranks in file order")

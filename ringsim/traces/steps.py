@@ -174,6 +174,8 @@ def _messages(record: RankRecord, roles: list[Role]) -> list[Message]:
     ops = [(e, r) for e, r in found if not e.device and r.transfer.peer_arg is not None]
     spans = [(e, r) for e, r in found if not e.device and r.transfer.peer_arg is None]
     kernels = [e for e, _ in found if e.device]
+    if kernels and not ops and any(r.kind == "collective" for r in roles):
+        kernels = []  # NCCL's SendRecv kernels of an all-to-all (c10d::alltoall_), no ring's
     comms = sorted(
         (e.start, DTYPES.get(str(e.args.get("dtype")), ""))
         for e in record.events
