@@ -31,6 +31,7 @@
 
 # %%
 import tempfile
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -59,6 +60,13 @@ from ringsim.views.lessons import (
 )
 
 use_lesson_style()
+
+
+def say(text: str) -> None:
+    """Print ``text`` wrapped to the book's code column."""
+    print(textwrap.fill(text, 88))
+
+
 TERMS = ("gloo", "NCCL", "striped, zigzag, contiguous", "fp32, fp16", "bf16")
 TERMS += ("FA2, FA3 (FA)", "FLOP, GFLOP, TFLOP", "causal mask")
 notation(*("P", "c", "H", "d", "s", "F", "B"), terms=TERMS)
@@ -152,11 +160,9 @@ rows = [
     )
 ]
 print(table(rows, {"field": "{}", "value": "{}", "from": "{}"}))
-print(
-    f"{len(recorded.pass_times)} passes: "
-    + ", ".join(f"{t * 1e3:.2f}" for t in recorded.pass_times)
-    + f" ms; the step-by-step comparison shows pass {recorded.typical} (the median)"
-)
+passes = ", ".join(f"{t * 1e3:.2f}" for t in recorded.pass_times)
+print(f"{len(recorded.pass_times)} passes: {passes} ms")
+print(f"compared step by step: pass {recorded.typical}, the median")
 
 # %% [markdown]
 # ## Measured against predicted
@@ -195,7 +201,7 @@ cpu = RingConfig(
     implementation="torch",
 )
 comparison = compare_ring(recorded, cpu)
-print(comparison.verdict_reason())
+say(comparison.verdict_reason())
 step_rows = []
 for s, (m, p) in enumerate(
     zip(comparison.measured_steps, comparison.predicted_steps, strict=True)
@@ -214,7 +220,7 @@ for s, (m, p) in enumerate(
 number = "{:.2f}"
 print(table(step_rows, {"step": "{}", **dict.fromkeys(list(step_rows[0])[1:], number)}))
 most = comparison.differs_most()
-print(f"differs most: {most['what']}, {most['difference_s'] * 1e3:+.2f} ms")
+say(f"differs most: {most['what']}, {most['difference_s'] * 1e3:+.2f} ms")
 
 # %%
 fig = plot_comparison(comparison)
@@ -242,17 +248,16 @@ caption(
 # achieved, to be set beside the rate the profile assumes.
 
 # %%
-recorded_tl = recorded.timeline
 c = values["block_tokens"]
 full = attention_flops(c, c, values["heads"], values["head_dim"], pass_="forward")
 schedule = cpu.schedule("forward")
 work = np.array([schedule.work_at(s) for s in range(schedule.steps)])  # pairs computed
 achieved = full * work.sum() / recorded.attention.sum()
 assumed = cpu.hardware.flops_for(values["dtype"])
-print(
-    f"the attention calls ran at {achieved / 1e9:.1f} GFLOP/s over the pass; the profile "
-    f"assumes {assumed / 1e9:.1f} GFLOP/s plus {cpu.hardware.block_overhead_s * 1e3:.2f} ms "
-    "per call"
+per_call = cpu.hardware.block_overhead_s
+say(
+    f"the attention calls ran at {achieved / 1e9:.1f} GFLOP/s over the pass; the "
+    f"profile assumes {assumed / 1e9:.1f} GFLOP/s plus {per_call * 1e3:.2f} ms per call"
 )
 
 # %% tags=["remove-input"]
@@ -309,27 +314,18 @@ straggling = simulate(
 gpu_folder = Path(tempfile.mkdtemp(prefix="ringsim-lesson16-gpu-"))
 gpu_paths = write_gpu_traces(straggling, gpu_folder, family="flash-attn 2")
 gpu = compare_ring(read_ring(gpu_paths), nominal)
-print(gpu.verdict_reason())
+say(gpu.verdict_reason())
 gpu_most = gpu.differs_most()
 hosts = Counter(s.host for s in gpu.measured_steps)
-print(
-    f"differs most: {gpu_most['what']}, {gpu_most['difference_s'] * 1e3:+.3f} ms; "
-    f"slowest host per step: {dict(hosts)}"
-)
+say(f"differs most: {gpu_most['what']}, {gpu_most['difference_s'] * 1e3:+.3f} ms")
+print(f"the slowest host of each step, counted: {dict(hosts)}")
 terms = gpu.terms()
-print(
-    table(
-        [
-            {
-                "term": k,
-                "measured ms": t["measured_s"] * 1e3,
-                "predicted ms": t["predicted_s"] * 1e3,
-            }
-            for k, t in terms.items()
-        ],
-        {"term": "{}", "measured ms": "{:.3f}", "predicted ms": "{:.3f}"},
-    )
-)
+rows = [
+    {"term": k, "measured": t["measured_s"] * 1e3, "predicted": t["predicted_s"] * 1e3}
+    for k, t in terms.items()
+]
+ms = "{:.3f} ms"
+print(table(rows, {"term": "{}", "measured": ms, "predicted": ms}))
 
 # %%
 plot_comparison(gpu)
@@ -349,9 +345,10 @@ caption(
 Markdown(
     f"The term that differs most is {gpu_most['what']}: "
     f"{gpu_most['difference_s'] * 1e3:+.3f} ms over the pass; and the steps name the host, "
-    f"{top_host}, the one the simulated run slowed. A whole ring runs at its slowest member's pace, so one slow GPU costs every "
-    "host its share: this is what `ringsim compare` is for, telling a kernel that is slow "
-    "everywhere (the kernel rate) from one device that is slow (a straggler)."
+    f"{top_host}, the one the simulated run slowed. A whole ring runs at its slowest "
+    "member's pace, so one slow GPU costs every host its share: this is what "
+    "`ringsim compare` is for, telling a kernel that is slow everywhere (the kernel "
+    "rate) from one device that is slow (a straggler)."
 )
 
 # %% [markdown]
