@@ -13,7 +13,7 @@
 # %% [markdown]
 # # 16. Your own trace
 #
-# "My ring took this long per layer: is that expected?" Lessons 10 and 11 answered it for
+# "My ring took this long per layer: is that expected?" Lesson 10 and lesson 11 answered it for
 # rings whose every term this project set up itself. This lesson answers it for a ring you
 # ran: record it with PyTorch's profiler, hand the trace to `ringsim compare`, and read
 # where the time went, step by step, against the same ring simulated. We record this
@@ -223,7 +223,7 @@ most = comparison.differs_most()
 say(f"differs most: {most['what']}, {most['difference_s'] * 1e3:+.2f} ms")
 
 # %%
-fig = plot_comparison(comparison)
+fig = plot_comparison(comparison, width=8)
 plt.show()
 
 # %% tags=["remove-input"]
@@ -328,7 +328,7 @@ ms = "{:.3f} ms"
 print(table(rows, {"term": "{}", "measured": ms, "predicted": ms}))
 
 # %%
-plot_comparison(gpu)
+plot_comparison(gpu, width=8)
 plt.show()
 
 # %% tags=["remove-input"]

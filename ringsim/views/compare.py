@@ -38,11 +38,18 @@ PART_LABELS = {
 PREDICTED_PID = 1000  # the predicted run's hosts in the combined trace: 1000 + h
 
 
-def plot_comparison(comparison, path: str | os.PathLike | None = None, *, max_hosts: int = 8):
+def plot_comparison(
+    comparison,
+    path: str | os.PathLike | None = None,
+    *,
+    max_hosts: int = 8,
+    width: float = 11.0,
+):
     """The figure of ``comparison``: measured and predicted Gantt charts (each host from the
     start of its own pass) and, per step, the slowest host's parts, measured beside
     predicted. A time alone (no measured steps) shows the prediction and the two totals.
-    Saves to ``path`` when given; returns the matplotlib Figure."""
+    ``width``: inches (a page column is about 8: the text grows to stay readable). Saves to
+    ``path`` when given; returns the matplotlib Figure."""
     plt = pyplot()
     predicted = comparison.result.timeline
     measured = None
@@ -55,17 +62,20 @@ def plot_comparison(comparison, path: str | os.PathLike | None = None, *, max_ho
     rows = [min(t.hosts, max_hosts) for _, t in panels]
     heights = [0.34 * r + 0.9 for r in rows] + [2.4]
     fig, axes = plt.subplots(
-        len(heights), 1, figsize=(11, sum(heights) + 1.2), gridspec_kw={"height_ratios": heights}
+        len(heights),
+        1,
+        figsize=(width, sum(heights) + 1.2),
+        gridspec_kw={"height_ratios": heights},
     )
     for ax, (label, timeline) in zip(axes[:-1], panels, strict=True):
-        _draw_gantt(ax, timeline, max_hosts=max_hosts, span=span, unit=unit)
+        _draw_gantt(ax, timeline, max_hosts=max_hosts, span=span, unit=unit, width=width)
         total = comparison.measured_s if label == "measured" else comparison.predicted.point
         ax.set_title(
             f"{label}: {total * unit[1]:.4g} {unit[0]}, idle {percent(timeline.idle_fraction)}",
             fontsize=10,
             loc="left",
         )
-    _step_bars(axes[-1], comparison, unit)
+    _step_bars(axes[-1], comparison, unit, small=9 if width < 10 else 8)
     handles = _legend_handles()
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
     cfg = comparison.config
@@ -83,7 +93,7 @@ def plot_comparison(comparison, path: str | os.PathLike | None = None, *, max_ho
     return save_figure(plt, fig, path)
 
 
-def _step_bars(ax, comparison, unit: tuple[str, float]) -> None:
+def _step_bars(ax, comparison, unit: tuple[str, float], small: int = 8) -> None:
     """Per step, the slowest host's parts: measured (left bar) and predicted (right bar)."""
     name, scale = unit
     pairs = [("predicted", comparison.predicted_steps)]
@@ -109,14 +119,14 @@ def _step_bars(ax, comparison, unit: tuple[str, float]) -> None:
             )
             bottom += values
         for xi, top in zip(x, bottom, strict=True):
-            ax.text(xi, top, label[0], ha="center", va="bottom", fontsize=7)
+            ax.text(xi, top, label[0], ha="center", va="bottom", fontsize=small)
     ax.set_xticks(steps)
     ax.set_xticklabels([str(s) for s in steps])
     ax.set_xlabel("ring step (m: measured, p: predicted, hatched; each the step's slowest host)")
     ax.set_ylabel(f"{name}")
     top = max(ax.get_ylim()[1], 1e-12)
-    ax.set_ylim(0, top * 1.45)  # room for the legend above the bars
-    ax.legend(fontsize=8, ncol=4, frameon=False, loc="upper center")
+    ax.set_ylim(0, top * (1.45 if small <= 8 else 1.7))  # room for the legend above the bars
+    ax.legend(fontsize=small, ncol=2 if small > 8 else 4, frameon=False, loc="upper center")
     ax.grid(axis="y", color="#BBBBBB", lw=0.5, alpha=0.6)
     ax.set_axisbelow(True)
 
