@@ -79,16 +79,14 @@ def plot_comparison(
     handles = _legend_handles()
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=9)
     cfg = comparison.config
-    fig.suptitle(
+    run = (
         f"{cfg.hosts} hosts, {cfg.block_tokens} tokens each, {cfg.layout}"
         f"{', causal' if cfg.causal else ''}, {cfg.dtype}, {cfg.hardware.name}, "
-        f"{cfg.implementation}: {comparison.verdict} (measured / predicted "
-        f"{comparison.ratio:.2f})",
-        x=0.01,
-        ha="left",
-        fontsize=11,
-        fontweight="bold",
+        f"{cfg.implementation}"
     )
+    verdict = f"{comparison.verdict} (measured / predicted {comparison.ratio:.2f})"
+    joint = ":\n" if len(run) + len(verdict) > 9 * width else ": "  # keep it inside the figure
+    fig.suptitle(run + joint + verdict, x=0.01, ha="left", fontsize=11, fontweight="bold")
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     return save_figure(plt, fig, path)
 
