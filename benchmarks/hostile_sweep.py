@@ -756,6 +756,13 @@ def case_real_ring_nan_and_local_check() -> str:
     return f"OK every rank: {per_rank[0][0][:60]!r}; {per_rank[0][1][:60]!r}"
 
 
+def case_compare_traces() -> str:
+    """``ringsim compare`` on every hostile trace of ``benchmarks/hostile_traces.py``."""
+    from hostile_traces import sweep
+
+    return sweep()
+
+
 PY_CASES = [
     Py("launcher SIGTERM", "case_launcher_sigterm"),
     Py("launcher SIGHUP", "case_launcher_sighup"),
@@ -773,6 +780,7 @@ PY_CASES = [
     Py("NumPy integers", "case_numpy_integers"),
     Py("rank exchange without pickle", "case_exchange_without_pickle"),
     Py("summary lines match their tables", "case_summary_lines", limit_s=300),
+    Py("compare: hostile traces", "case_compare_traces", limit_s=300),
 ]
 
 

@@ -1,9 +1,9 @@
 """The ``ringsim`` command: simulate a ring, sweep it, size its memory, list the hardware.
 
 One module per subcommand (``simulate``, ``sweep``, ``memory``, ``plan``, ``validate``,
-``presets``, ``demo``), each with ``HELP``, ``EXAMPLES``, ``add_arguments`` and ``run``; the
-flags they share live in ``args``, the checks after the work in ``checks``, the printing in
-``output``; the values they parse in ``ringsim.values`` and output paths are checked by
+``compare``, ``presets``, ``demo``), each with ``HELP``, ``EXAMPLES``, ``add_arguments`` and
+``run``; the flags they share live in ``args``, the checks after the work in ``checks``, the
+printing in ``output``; the values they parse in ``ringsim.values`` and output paths are checked by
 ``ringsim.files.check_outputs`` (both shared with the real backend's own command lines, which
 never import this package). ``calibrate`` and ``measure`` are forwarded to the real backend
 (``kernels``) by module name, at run time. Every subcommand prints a table for people (rich
@@ -19,7 +19,7 @@ import argparse
 import importlib
 import sys
 
-from ringsim.cli import memory, plan, presets, simulate, sweep, validate
+from ringsim.cli import compare, memory, plan, presets, simulate, sweep, validate
 from ringsim.cli.output import guarded, to_jsonable
 from ringsim.files import check_outputs
 from ringsim.values import Parser, error_line, wants_json
@@ -33,6 +33,7 @@ SUBCOMMANDS = {
     "memory": memory,
     "plan": plan,
     "validate": validate,
+    "compare": compare,
 }
 
 FORWARDED = {
@@ -72,6 +73,7 @@ EPILOG = """examples:
   ringsim sweep --vary block --plot block.png
   ringsim memory --model 7b --hardware a100-nvlink --hosts 8
   ringsim plan --model 7b --seq-len 1M --cluster dgx-h100 --hosts 64
+  ringsim compare rank0.json rank1.json          a recorded ring against the simulated one
   ringsim <command> --help                       flags and examples of one command"""
 
 
