@@ -88,6 +88,10 @@ COMMANDS = [
     "--implementation fa2 --hardware h800-nvlink --json",
     "sweep --vary hosts --strategy allgather --json",
     "simulate --hosts 8 --seq-len 64K --strategy ring --json",
+    "compare --measured 12ms --hosts 8 --seq-len 64K --causal --layout zigzag --hardware "
+    "h100-nvlink --implementation fa2 --json",
+    "compare results/traces/cpu-gloo-zigzag-2026-12-02/rank0.json.gz "
+    "results/traces/cpu-gloo-zigzag-2026-12-02/rank1.json.gz --json",
     # the device as an object (issue 32): a preset's facts survive an override, files load
     "simulate --hosts 8 --seq-len 64K --causal --layout zigzag --hardware h200-ib "
     "--implementation fa2 --json",

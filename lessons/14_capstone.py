@@ -330,7 +330,7 @@ caption(
 # by side, with section 3's layer time as a check on the first.
 
 # %%
-peak = plan(model, N, cluster)
+peak = plan(model, N, cluster, implementation="ideal")
 peak_ring = next(
     cand
     for cand in peak.candidates

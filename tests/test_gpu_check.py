@@ -4,6 +4,7 @@ interpreter). The CUDA sections themselves run only on a GPU (``python -m kernel
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -193,3 +194,48 @@ def test_the_calibration_profile_is_written_as_a_hardware_file_the_cli_loads(tmp
     out, err = capsys.readouterr()
     assert json.loads(out)["hardware"] == "cuda-calibrated"
     assert "on NVIDIA H100 PCIe, saved 20" in err
+
+
+def test_the_nccl_rings_trace_is_read_and_compared(tmp_path):
+    """``nccl_ring`` records its zigzag run with torch.profiler and compares it
+    (``compare_trace``). Without a GPU: the files its ranks would write, GPU-shaped from the
+    same ring simulated (the project's ring: Triton kernels launched by the driver under
+    ``RingAttention``), read back and compared on a calibrated profile."""
+    from kernels.distributed.launch import RunConfig
+    from ringsim.timer import RingConfig, simulate
+    from ringsim.timer.machine.hardware import get_hardware
+    from ringsim.views.gpu_trace import write_gpu_traces
+
+    gpus, heads, head_dim = 4, gpu_plan.RING_HEADS, gpu_plan.RING_HEAD_DIM
+    run = RunConfig(2048 * gpus, heads=heads, head_dim=head_dim, layout="zigzag", causal=True)
+    ring = RingConfig(
+        hosts=gpus,
+        seq_len=run.seq_len,
+        hardware=get_hardware("h100-nvlink"),
+        heads=heads,
+        head_dim=head_dim,
+        implementation="triton",
+        layout="zigzag",
+        causal=True,
+    )
+    result = simulate(ring, keep_timeline=True)
+    paths = write_gpu_traces(result, tmp_path, family="Triton", container="RingAttention", gz=True)
+    root = Path(__file__).resolve().parents[1]
+    calibration = json.loads((root / "results" / "cpu-calibration-2026-11-30.json").read_text())
+    out = gpu_sections.compare_trace([str(p) for p in paths], run, calibration)
+    assert out["family"] == "Triton"
+    read = out["read"]
+    assert (read["hosts"], read["block_tokens"], read["heads"], read["head_dim"]) == (
+        gpus,
+        2048,
+        heads,
+        head_dim,
+    )
+    assert (read["layout"], read["causal"], read["dtype"]) == ("zigzag", True, "bf16")
+    comparison = out["comparison"]
+    assert len(comparison["steps"]) == gpus and comparison["measured_s"] > 0
+    assert comparison["verdict"] in ("expected", "slower than expected", "faster than expected")
+    assert json.loads(json.dumps(comparison)) == comparison  # the report's JSON holds it
+    assert (
+        "read only" in gpu_sections.compare_trace([str(p) for p in paths], run, None)["comparison"]
+    )

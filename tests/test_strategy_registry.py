@@ -67,7 +67,7 @@ def test_an_unknown_strategy_still_draws_with_the_default_marker(tmp_path):
     from ringsim.views.planning import plot_plan
 
     cand = lambda strategy, t: SimpleNamespace(
-        strategy=strategy, bytes_per_host=10e9, step_time_s=t, memory_bytes=60e9
+        strategy=strategy, bytes_per_host=10e9, step_time_s=t, memory_bytes=60e9, usable_bytes=60e9
     )
     plan = SimpleNamespace(
         mode="train",

@@ -24,7 +24,10 @@ is below its estimate:
    while block ``s + 1`` arrives on another as a pinned host-to-device copy, a real
    bandwidth-limited link), against ``ringsim.timer.simulate`` on that profile, for blocks
    below and above the overlap threshold.
-5. ``nccl_ring``: the full ring over NCCL when two or more GPUs are visible.
+5. ``nccl_ring``: the full ring over NCCL when two or more GPUs are visible; its zigzag run
+   is also recorded by ``torch.profiler`` (``<out>-traces/rank<r>.json.gz``) and compared,
+   step by step, with the same ring simulated on the calibrated profile (``ringsim
+   compare``'s reader and study; the traces can be compared again with ``ringsim compare``).
 
 It needs only what the GPU machine has: Python 3.12, torch 2.11 (CUDA 13), Triton 3.6, numpy
 and matplotlib. Triton 3.6 and 3.9 differ in nothing used here (``triton.testing.do_bench``
@@ -56,7 +59,7 @@ ESTIMATES_S = {
     "speed": 170,
     "calibration": 50,
     "ring_member": 60,
-    "nccl_ring": 60,
+    "nccl_ring": 90,  # the timed runs, then one more under the profiler
 }
 
 # ------------------------------------------------------------------------------------------
@@ -309,7 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "speed": lambda: gs.section_speed(args.quick, budget),
         "calibration": lambda: gs.section_calibration(args.quick),
         "ring_member": lambda: gs.section_ring_member(args.quick, calibration()),
-        "nccl_ring": lambda: gs.section_nccl_ring(args.quick),
+        "nccl_ring": lambda: gs.section_nccl_ring(
+            args.quick, calibration(), traces=report.path.with_name(report.path.stem + "-traces")
+        ),
     }
     chosen = args.sections.split(",")
     for name in SECTIONS:

@@ -204,7 +204,10 @@ def _resolve_hardware(args: argparse.Namespace):
     bandwidth = getattr(args, "bandwidth", None)
     latency = getattr(args, "latency", None)
     memory = getattr(args, "memory_bytes", None)
-    if args.hardware is None and (flops is not None or bandwidth is not None):
+    cluster = getattr(args, "cluster", None)
+    if cluster is not None:
+        _check_cluster_links(cluster, bandwidth, latency)
+    if args.hardware is None and cluster is None and (flops is not None or bandwidth is not None):
         if flops is None or bandwidth is None:
             raise ValueError(
                 "a custom machine needs both --flops and --bandwidth "
@@ -214,7 +217,6 @@ def _resolve_hardware(args: argparse.Namespace):
         extra = {} if memory is None else {"memory": memory}
         dtype = getattr(args, "dtype", None) or "bf16"
         return custom_hardware(flops, bandwidth, latency or 0.0, dtype=dtype, **extra)
-    cluster = getattr(args, "cluster", None)
     if args.hardware is None and cluster is not None:  # the preset's own device
         from ringsim.timer.machine.topology import get_cluster
 
@@ -237,6 +239,20 @@ def _resolve_hardware(args: argparse.Namespace):
     if changes or bandwidth is not None or latency is not None:
         hw = dataclasses.replace(hw, name=f"{hw.name} (modified)", **changes)
     return hw
+
+
+def _check_cluster_links(cluster: str, bandwidth, latency) -> None:
+    """Refuse ``--bandwidth``/``--latency`` beside ``--cluster``: they set the hardware's own
+    link, and a cluster preset's links (inside a node and between nodes) replace it, so they
+    would change nothing."""
+    given = [f for f, v in (("--bandwidth", bandwidth), ("--latency", latency)) if v is not None]
+    if given:
+        raise ValueError(
+            f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the hardware's own "
+            f"link, which --cluster {cluster}'s "
+            f"links replace: use --inter-latency for the links between nodes, or --hardware "
+            f"with --gpus-per-node and --inter-bandwidth to build the cluster on that link"
+        )
 
 
 def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrides):

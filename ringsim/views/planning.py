@@ -25,8 +25,10 @@ PARTS = (  # breakdown key, label, colour (Okabe-Ito and greys)
 
 def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: str | None = None):
     """Draw ``plan`` (a ``Plan``): x = GB per GPU, y = step time; candidates that do not fit
-    sit right of the memory wall at the bottom (never timed). The legend sits below the
-    axes, never over the points. Returns the figure; writes it to ``path`` if given."""
+    (never timed, so they have no time) sit right of the memory wall in a strip of their own
+    above the axes, never on the time axis, where 0 s would read as the fastest. The legend
+    sits below the axes, never over the points. Returns the figure; writes it to ``path`` if
+    given."""
     from ringsim.views.plots import pyplot, save_figure
 
     plt = pyplot()
@@ -60,21 +62,44 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
         linewidths=1.5,
         label="best",
     )
-    budget = best.memory_bytes / 1e9
+    budget = best.usable_bytes / 1e9
     ax.axvline(budget, color="black", linestyle="--", linewidth=1)
     ax.set_ylim(0, 1.05 * max(c.step_time_s for c in plan.candidates))
+    pad = 6.0
     if plan.dropped:
-        low = ax.get_ylim()[0]
-        ax.scatter(
+        widest = max(c.bytes_per_host for c in plan.dropped) / 1e9
+        ax.set_xlim(0, max(ax.get_xlim()[1], min(1.05 * widest, 2 * budget)))
+        strip = ax.inset_axes((0.0, 1.02, 1.0, 0.1), sharex=ax)
+        strip.scatter(
             [c.bytes_per_host / 1e9 for c in plan.dropped],
-            [low] * len(plan.dropped),
+            [0.5] * len(plan.dropped),
             marker="x",
             s=12,
             color="grey",
             alpha=0.5,
-            label=f"does not fit ({len(plan.dropped)})",
         )
-        ax.set_xlim(0, min(ax.get_xlim()[1], 2 * budget))
+        strip.axvline(budget, color="black", linestyle="--", linewidth=1)
+        strip.set_ylim(0, 1)
+        strip.set_yticks([])
+        strip.tick_params(labelbottom=False, bottom=False)
+        strip.text(
+            0.01,
+            0.5,
+            f"does not fit ({len(plan.dropped)}): not timed",
+            transform=strip.transAxes,
+            va="center",
+            fontsize=8,
+            color="dimgrey",
+        )
+        pad = 6.0 + 0.12 * fig.get_figheight() * 72 * ax.get_position().height
+        ax.scatter(
+            [],
+            [],
+            marker="x",
+            s=12,
+            color="grey",
+            label=f"does not fit ({len(plan.dropped)}, strip above)",
+        )
     ax.text(
         budget, 0.98, " usable memory", transform=ax.get_xaxis_transform(), va="top", fontsize=9
     )
@@ -84,6 +109,7 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
         title
         or f"{plan.model}, {plan.seq_len:,} tokens on {plan.hosts} x {plan.cluster.hardware.name}",
         fontsize=11,
+        pad=pad,
     )
     ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
     ax.grid(alpha=0.3)

@@ -262,11 +262,11 @@ def family_overlap_block(config: RingConfig, pass_: str) -> float:
             kv = shape.kv_bytes(c)
             if pass_ == Pass.FORWARD:
                 compute += merge_seconds(fam, hbm, shape, op="merge", rows=c)
-                transfer = clock.transfer(kv)[0]
+                transfer = clock.transfer(kv).max()  # the slowest hop, as the run waits
             else:
                 compute += grad_seconds(fam, hbm, shape, op="accumulate", q_rows=c, kv_rows=c)
                 compute += gqa_backward_seconds(fam, hbm, shape, kv_rows=c)
-                transfer = clock.transfer(kv)[0] + clock.transfer(costs_grad * c)[0]
+                transfer = (clock.transfer(kv) + clock.transfer(costs_grad * c)).max()
             return compute >= transfer
 
         c = 2**24

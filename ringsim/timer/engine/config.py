@@ -132,6 +132,16 @@ class Machine:
             if hops is not None:
                 _put(self, name, _per_value(name, hops, positive=name == "hop_bandwidth"))
 
+    def slowest_hop(self) -> Hardware:
+        """The hardware with the ring's slowest hop as its link (the least bandwidth, the most
+        latency): what a ring step waits for, so what a block must hide."""
+        hw = self.hardware
+        if self.hop_bandwidth is None and self.hop_latency is None:
+            return hw
+        bandwidth = min(self.hop_bandwidth or (hw.link_bandwidth,))
+        latency = max(self.hop_latency or (hw.link_latency,))
+        return hw.with_link(bandwidth, latency)
+
 
 @dataclass(frozen=True)
 class Kernel:

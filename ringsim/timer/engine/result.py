@@ -13,12 +13,12 @@ finish: more block events than the timer handles, or more memory than the machin
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ringsim.checks import physical_memory
 from ringsim.masks import documents_are_runs
 from ringsim.schedule import Pass, Schedule
 from ringsim.timer.engine.clock import decode_seconds, family_overlap_block
@@ -263,13 +263,14 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
     """``overlap_threshold`` for the config's pass, latency included, for a full block (a causal
     zigzag or striped ring needs about twice it); a training step takes the larger of forward
     and backward; ``None`` for decode, where no block moves. Under a real kernel family the
-    family's own step against its own transfer (``family_overlap_block``), not peak rates."""
+    family's own step against its own transfer (``family_overlap_block``), not peak rates. On
+    a cluster (per-host hops) the slowest hop decides, as in the run: a ring step waits for it."""
     if config.run.pass_ == Pass.DECODE:
         return None
     passes = config.run.pass_.rings
     if not config.family.ideal and not config.family.calibrated:
         return max(family_overlap_block(config, p) for p in passes)
-    hw = config.machine.hardware
+    hw = config.machine.slowest_hop()
     return max(config.shape.overlap_threshold(hw, pass_=p) for p in passes)
 
 
@@ -309,8 +310,9 @@ def run_bytes(config: RingConfig, rows: int, *, keep: bool, engine: str) -> int:
 
 
 def memory_budget() -> int:
-    """This machine's physical memory in bytes (what ``check_fits`` compares with)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """The memory this process may use (``ringsim.checks.physical_memory``: the machine's, or
+    its address-space cap), what ``check_fits`` compares with."""
+    return physical_memory()
 
 
 def _gib(nbytes: float) -> str:

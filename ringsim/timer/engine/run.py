@@ -35,22 +35,32 @@ from ringsim.timer.engine.result import (
 
 @dataclass
 class _Phase:
+    """One phase of a pass: its timeline rows, counted up front and labelled only when a
+    timeline is kept (a label per ring step of a huge ring would cost gigabytes before the
+    size check could refuse it)."""
+
     kind: str  # "ring" | "local" | "decode"
-    labels: list[str]
+    names: list[str]  # the labels; a ring phase (one with a schedule): a prefix per step
     schedule: Schedule | None = None
     flops: float = 0.0
 
     @property
     def rows(self) -> int:
-        return len(self.labels)
+        return len(self.names) if self.schedule is None else self.schedule.steps
+
+    @property
+    def labels(self) -> list[str]:
+        if self.schedule is None:
+            return self.names
+        return [f"{self.names[0]}{s}" for s in range(self.rows)]
 
 
 def _ring_phase(schedule: Schedule, prefix: str) -> _Phase:
-    return _Phase("ring", [f"{prefix}{s}" for s in range(schedule.steps)], schedule)
+    return _Phase("ring", [prefix], schedule)
 
 
 def _phases(config: RingConfig) -> list[_Phase]:
-    if config.run.pass_ == Pass.DECODE:
+    if config.run.pass_ == Pass.DECODE:  # ceil(log2 P) rounds: a few dozen labels at most
         rounds = math.ceil(math.log2(config.run.hosts)) if config.run.hosts > 1 else 0
         return [_Phase("decode", ["partial"] + [f"merge {r}" for r in range(rounds)])]
     if config.run.pass_ in RING_PASSES:

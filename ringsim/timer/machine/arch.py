@@ -10,7 +10,7 @@ the architectures of the presets, by name, for files that name one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ringsim.checks import check_entry, check_non_negative_int
 
@@ -20,13 +20,17 @@ class Arch:
     """A chip: ``name`` the architecture published curves are keyed by (``"hopper"``), ``sms``
     streaming multiprocessors (0: not a CUDA GPU), ``compute_capability`` ``(major, minor)``
     (``None``: not a CUDA GPU), ``fp8`` whether its tensor cores run fp8, ``source`` where the
-    numbers come from."""
+    numbers come from; ``attention_kernels`` the kernel families (names of
+    ``ringsim.timer.machine.families``) the frameworks call on it, the one a run gets when
+    nothing names one first (``ATTENTION_KERNELS_SOURCE``; empty: none sourced, the ideal
+    model)."""
 
     name: str
     sms: int = 0
     compute_capability: tuple[int, int] | None = None
     fp8: bool = False
     source: str = ""
+    attention_kernels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -42,12 +46,27 @@ class Arch:
             object.__setattr__(self, "compute_capability", cc)
         if not isinstance(self.fp8, bool):
             raise ValueError(f"fp8 must be True or False, got {self.fp8!r}")
+        kernels = self.attention_kernels
+        if isinstance(kernels, list):  # as JSON writes a tuple
+            kernels = tuple(kernels)
+        if not isinstance(kernels, tuple) or not all(isinstance(k, str) for k in kernels):
+            raise ValueError(f"attention_kernels must be kernel family names, got {kernels!r}")
+        object.__setattr__(self, "attention_kernels", kernels)
 
     @property
     def cuda(self) -> bool:
         """A CUDA GPU (it has a compute capability): PyTorch's CUDA runtime runs on it."""
         return self.compute_capability is not None
 
+
+ATTENTION_KERNELS_SOURCE = (
+    "PyTorch's scaled_dot_product_attention runs FlashAttention-2 by default (PyTorch 2.2 "
+    "release notes; SDPBackend order flash, efficient, math); Transformer Engine picks cuDNN on "
+    "Hopper (TE v1.4 attention.py l.2834-2838)"
+)
+"""Where ``Arch.attention_kernels`` come from (``ringsim plan`` shows it): SDPA's flash backend
+is FlashAttention-2 ('FlashAttention-2 in SDPA', torch/nn/attention: FLASH_ATTENTION before
+EFFICIENT_ATTENTION and MATH)."""
 
 AMPERE = Arch(
     "ampere",
@@ -56,6 +75,7 @@ AMPERE = Arch(
     False,
     "A100 SXM: 108 SMs, compute capability 8.0, no fp8 tensor cores (NVIDIA A100 Tensor Core "
     "GPU architecture whitepaper)",
+    attention_kernels=("fa2",),
 )
 HOPPER = Arch(
     "hopper",
@@ -64,6 +84,7 @@ HOPPER = Arch(
     True,
     "H100/H800/H200 SXM: 132 SMs, compute capability 9.0, fp8 tensor cores (NVIDIA H100 Tensor "
     "Core GPU architecture whitepaper; the H200 and H800 use the same GH100 die)",
+    attention_kernels=("fa2", "cudnn"),
 )
 ADA = Arch(
     "ada",
@@ -96,7 +117,20 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (AMPERE, HOPPER, ADA, BLACKWELL, TP
 
 def get_arch(arch: str | Arch | dict | None) -> Arch | None:
     """``arch`` as an ``Arch``: one as is, a name of ``ARCHS``, or a dict of its fields (a
-    hardware file's own architecture); ``None`` stays ``None`` (an unknown chip)."""
+    hardware file's own architecture; one that names an architecture of ``ARCHS`` takes the
+    fields it leaves out from it, as ``device_arch`` does: ``{"name": "hopper", "sms": 114}``
+    is a Hopper chip with 114 SMs); ``None`` stays ``None`` (an unknown chip)."""
+    if isinstance(arch, dict) and isinstance(arch.get("name"), str) and arch["name"] in ARCHS:
+        known = ARCHS[arch["name"]]
+        same = lambda k, v: (tuple(v) if isinstance(v, list) else v) == getattr(known, k, v)
+        differs = {k: v for k, v in arch.items() if k != "source" and not same(k, v)}
+        given = ", ".join(f"{k}={v!r}" for k, v in differs.items())
+        source = f"{known.source}; the file gives {given}" if differs else known.source
+        arch = {
+            **{f: getattr(known, f) for f in Arch.__dataclass_fields__},
+            "source": source,
+            **arch,
+        }
     return None if arch is None else check_entry("arch", arch, Arch, ARCHS)
 
 
@@ -115,5 +149,5 @@ def device_arch(compute_capability: tuple[int, int], sms: int, source: str = "")
         if arch.compute_capability == cc:
             if arch.sms == sms:
                 return arch
-            return Arch(arch.name, sms, cc, arch.fp8, source or f"{arch.source}; {sms} SMs here")
+            return replace(arch, sms=sms, source=source or f"{arch.source}; {sms} SMs here")
     return Arch(f"sm_{cc[0]}{cc[1]}", sms, cc, cc >= FP8_CAPABILITY, source)

@@ -26,6 +26,7 @@ after the last round home.
 
 from __future__ import annotations
 
+import numbers
 from collections import Counter
 
 import numpy as np
@@ -81,6 +82,23 @@ def default_window(cluster: Cluster, members: list[int]) -> int:
     return Counter(cluster.node(r) for r in members)[cluster.node(members[0])]
 
 
+def inner_window(cluster: Cluster, members: list[int], window: object) -> int:
+    """The inner ring's size: ``window``, or one node's members of the ring group when it is
+    ``None``; ``ValueError`` unless it divides the ring degree (naming where a default came
+    from: a window the caller never gave must not be blamed on them)."""
+    R = len(members)
+    w = default_window(cluster, members) if window is None else window
+    if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w <= 0 or R % w:
+        if window is None:
+            raise ValueError(
+                f"window must divide the ring degree {R}: the default window is the {w} ring "
+                f"members on one node of {cluster.gpus_per_node} devices; give a window that "
+                f"divides {R}"
+            )
+        raise ValueError(f"window must divide the ring degree {R}, got window={w!r}")
+    return int(w)
+
+
 def double_ring(
     config: RingConfig,
     members: list[int],
@@ -92,9 +110,7 @@ def double_ring(
     """Time one ring group's double-ring pass; returns ``(Piece, flops)`` with one column per
     member. ``all_groups`` are every ring group running at once (they share links)."""
     R = config.run.hosts
-    w = default_window(cluster, members) if window is None else window
-    if isinstance(w, bool) or not isinstance(w, int) or w <= 0 or R % w:
-        raise ValueError(f"window must divide the ring degree {R}, got window={w}")
+    w = inner_window(cluster, members, window)
     rounds = R // w
     flat = config.schedule()
     owners = flat.kv_owners  # (R, R): step x host
@@ -249,9 +265,7 @@ class DoubleRing(Strategy):
         nbytes = TABLE_BYTES * R * R + 3 * PIECE_BYTES * 3 * R * config.run.hosts  # rows <= 3R
         timer = "double ring"
         check_cells(grid, timer, cells=U * R * R, nbytes=nbytes, limit=DOUBLE_RING_MAX_CELLS)
-        w = default_window(cluster, grid.ring_group(0)) if window is None else window
-        if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
-            return  # a bad window: double_ring's own check names it
+        w = inner_window(cluster, grid.ring_group(0), window)
         steps = U * R * R // w
         if steps > DOUBLE_RING_MAX_STEPS:
             raise ValueError(
@@ -262,8 +276,9 @@ class DoubleRing(Strategy):
 
     def distinct(self, ring: int, per_node: int) -> bool:
         """Inner rings of ``per_node`` members: the flat ring when one node holds the whole
-        ring (``window = R``), no inner ring with one member per node."""
-        return 2 <= per_node < ring
+        ring (``window = R``), no inner ring with one member per node, and none at all where
+        one node's members do not divide the ring (the default window must)."""
+        return 2 <= per_node < ring and ring % per_node == 0
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         def double_rings(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
