@@ -321,3 +321,20 @@ def test_the_split_is_eligible_and_within_85_percent_of_the_best_eligible(ctas, 
     eff = {k: (ctas * k / slots) / -(-ctas * k // slots) for k in eligible}
     assert n in eligible and eff[n] >= 0.85 * max(eff.values())
     assert all(eff[k] < 0.85 * max(eff.values()) for k in eligible if k < n)
+
+
+def test_the_default_kernel_is_asked_of_the_chip_not_the_name(tmp_path):
+    """The kernel family a run gets when nothing names one is the chip's
+    (``Arch.attention_kernels``), not a table keyed by a preset's name prefix: a renamed A100
+    keeps FA2, a hand-written Hopper file (its arch giving only what differs) gets the
+    Hopper's, and a chip none is sourced for runs the ideal model."""
+    from ringsim.timer.step.frameworks import default_kernel, kernel_alternatives
+
+    renamed = dataclasses.replace(get_hardware("a100-nvlink"), name="my-cluster-gpu")
+    assert default_kernel(renamed) == "fa2" and kernel_alternatives(renamed) == ("fa2",)
+    pcie = load_profile(h100_pcie_file(tmp_path))
+    assert pcie.arch.sms == 114 and kernel_alternatives(pcie) == HOPPER.attention_kernels
+    assert "the file gives sms=114" in pcie.arch.source
+    assert default_kernel(get_hardware("b200-nvlink")) == "ideal"
+    assert kernel_alternatives(get_hardware("tpu-v4")) == ("ideal",)
+    assert device_arch((9, 0), 114).attention_kernels == ("fa2", "cudnn")
