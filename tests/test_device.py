@@ -338,3 +338,20 @@ def test_the_default_kernel_is_asked_of_the_chip_not_the_name(tmp_path):
     assert default_kernel(get_hardware("b200-nvlink")) == "ideal"
     assert kernel_alternatives(get_hardware("tpu-v4")) == ("ideal",)
     assert device_arch((9, 0), 114).attention_kernels == ("fa2", "cudnn")
+
+
+def test_the_sustained_clock_is_a_fact_of_the_device():
+    """A step's sustained-clock range is a field of its ``Hardware`` (it was one H100 constant
+    applied to every device): the H100 SXM's is sourced, a device without one takes it and
+    says so, and a device's own moves the step's slow end."""
+    from ringsim.timer.machine.ranges import Range
+    from ringsim.timer.step.uncertainty import step_ranges, step_scale
+
+    h100, a100 = get_hardware("h100-nvlink"), get_hardware("a100-nvlink")
+    assert h100.sustained_clock.low == pytest.approx(1.59 / 1.83) and a100.sustained_clock is None
+    stand_in = step_ranges(a100)["sustained_clock"]
+    assert stand_in.low == h100.sustained_clock.low and "a100-nvlink has no" in stand_in.source
+    assert step_scale(h100, {"sustained_clock": "slow"}).clock == pytest.approx(1.59 / 1.83)
+    own = dataclasses.replace(a100, sustained_clock=Range(0.9, 1.0, 1.0, "low", "a test"))
+    assert step_scale(own, {"sustained_clock": "slow"}).clock == 0.9
+    assert step_scale(own).clock == step_scale(own, {"sustained_clock": "fast"}).clock == 1.0

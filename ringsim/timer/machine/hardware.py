@@ -93,8 +93,11 @@ class Hardware:
     fields; ``None``: unknown, so no real kernel family runs on it), ``link`` the kind of its
     link (a ``LinkModel`` or a name of ``LINKS``; how NCCL uses it), ``p2p_bandwidth`` the
     bytes/s NCCL's send/recv achieves between two of them (a ``Range``, or ``None``: not
-    measured, the link kind's efficiency applies). ``device`` names the product a profile was
-    measured on, ``saved`` when it was written (both empty for a preset)."""
+    measured, the link kind's efficiency applies), ``sustained_clock`` the clock a training step
+    holds under its power cap over the clock its peaks are quoted at (a ``Range``, or ``None``:
+    not sourced for it; ``ringsim.timer.step.uncertainty`` says what a step assumes then).
+    ``device`` names the product a profile was measured on, ``saved`` when it was written (both
+    empty for a preset)."""
 
     name: str
     flops: dict[str, float]
@@ -112,21 +115,15 @@ class Hardware:
     arch: Arch | None = None
     link: LinkModel = IDEAL
     p2p_bandwidth: Range | None = None
+    sustained_clock: Range | None = None
     device: str = ""
     saved: str = field(default="", compare=False)  # when, not what: two saves are one device
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arch", get_arch(self.arch))
         object.__setattr__(self, "link", get_link(self.link))
-        p2p = self.p2p_bandwidth
-        if isinstance(p2p, dict):
-            try:
-                p2p = Range(**p2p)
-            except TypeError as err:
-                raise ValueError(f"p2p_bandwidth: {err}") from None
-        if p2p is not None and not isinstance(p2p, Range):
-            raise ValueError(f"p2p_bandwidth must be a Range or None, got {p2p!r}")
-        object.__setattr__(self, "p2p_bandwidth", p2p)
+        for name in ("p2p_bandwidth", "sustained_clock"):
+            object.__setattr__(self, name, _range_or_none(name, getattr(self, name)))
         for text in ("name", "source", "device", "saved"):
             if not isinstance(getattr(self, text), str):
                 raise ValueError(f"{text} must be a string, got {getattr(self, text)!r}")
@@ -183,6 +180,19 @@ class Hardware:
         return replace(self, **changes)
 
 
+def _range_or_none(name: str, value: object) -> Range | None:
+    """``value`` as a ``Range`` (one as is, or a dict of its fields, as a file writes it), or
+    ``None``; else a ``ValueError`` naming ``name``."""
+    if isinstance(value, dict):
+        try:
+            value = Range(**value)
+        except TypeError as err:
+            raise ValueError(f"{name}: {err}") from None
+    if value is not None and not isinstance(value, Range):
+        raise ValueError(f"{name} must be a Range or None, got {value!r}")
+    return value
+
+
 def dense(bf16: float, fp32: float) -> dict[str, float]:
     """Peak dense FLOP/s per dtype of a GPU whose fp16 tensor-core rate equals its bf16 one."""
     return {"bf16": bf16, "fp16": bf16, "fp32": fp32}
@@ -209,6 +219,21 @@ _HOPPER_P2P = (
 )
 HOPPER_P2P = Range(80e9, middle(80e9, 180e9), 180e9, "low", _HOPPER_P2P)
 """Achieved NCCL send/recv bytes/s between two NVLink4 Hoppers (H100, H200)."""
+
+H100_SXM_CLOCK = Range(
+    1.59 / 1.83,
+    1.0,
+    1.0,
+    "low",
+    "estimate: a training step's sustained clock over the clock the H100 SXM's dense tensor "
+    "peaks are quoted at (989.4 TFLOP/s bf16 = 528 tensor cores x 1,024 FLOP x 1.83 GHz; "
+    "NVIDIA H100 datasheet peaks; G. Lockwood's H100 notes, glennklockwood.com/garden/"
+    "processors/h100: '1.83 GHz (low precision)'). High end and point: the clock the published "
+    "GEMM and attention benchmarks ran at (no source gives a lower sustained clock for a "
+    "training step); low end: the base clock, the floor under the 700 W cap (TechPowerUp GPU "
+    "database, H100 SXM5 80 GB: base 1,590 MHz, boost 1,980 MHz)",
+)
+"""The H100 SXM's sustained clock over its quoted one (``Hardware.sustained_clock``)."""
 
 _BUILTIN = [
     Hardware(
@@ -258,6 +283,7 @@ _BUILTIN = [
         link_bandwidth=450e9,
         link_latency=5e-6,
         p2p_bandwidth=HOPPER_P2P,
+        sustained_clock=H100_SXM_CLOCK,
         source="H100 SXM 80GB: 989 TFLOP/s dense bf16, 67 fp32 (NVIDIA datasheet); NVLink4 900 "
         "GB/s total = 450 GB/s per direction; ~5 us p2p latency"
         "; memory 81559 MiB, as nvidia-smi reports it",

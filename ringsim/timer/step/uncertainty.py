@@ -5,8 +5,9 @@ those rates leave open are carried as ``Range``s (``ringsim.timer.machine.ranges
 with its source, and a step is timed at their ends (``StepScale``):
 
 * ``sustained_clock``: the clock a GPU holds through a training step under its power cap,
-  over the clock the GEMM and attention benchmarks ran at. Compute-bound kernels scale with
-  it; memory-bound ones (elementwise, the optimizer) barely do.
+  over the clock the GEMM and attention benchmarks ran at, a fact of the device
+  (``Hardware.sustained_clock``; where none is sourced, the H100 SXM's stands in). Compute-bound
+  kernels scale with it; memory-bound ones (elementwise, the optimizer) barely do.
 * ``gemm_library``: the GEMM rates are one autotuned sweep's (``ringsim.timer.step.gemm``);
   a framework calls cuBLAS, whose best shape on the same GPU is 3% faster than the sweep's
   top (stas00/ml-engineering's MAMF table, cited in ``gemm.py``).
@@ -26,41 +27,43 @@ them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ringsim.timer.machine.hardware import Hardware, get_hardware
 from ringsim.timer.machine.ranges import Range
 
-H100_TENSOR_CLOCK_GHZ = 1.83
-"""The clock the H100 SXM's dense tensor peaks are quoted at (989.4 TFLOP/s bf16 = 528 tensor
-cores x 1,024 FLOP x 1.83 GHz; NVIDIA H100 datasheet peaks; G. Lockwood's H100 notes,
-glennklockwood.com/garden/processors/h100: '1.83 GHz (low precision)')."""
+GEMM_LIBRARY = Range(
+    1.0,
+    1.0,
+    792.1 / 766.0,
+    "low",
+    "the GEMM sweep (TileLang, autotuned; 766 TFLOP/s at its top) against cuBLAS's best bf16 "
+    "shape on H100 SXM (792.1 TFLOP/s, stas00/ml-engineering 'Maximum Achievable Matmul "
+    "FLOPS'): the library a framework calls may run up to 3% faster",
+)
+"""The GEMM library's range (module docstring): a fact of the GEMM sweep, not of a device."""
 
-H100_BASE_CLOCK_GHZ = 1.59
-"""The H100 SXM5's base clock, the lowest the card runs under load within its 700 W cap
-(TechPowerUp GPU database, H100 SXM5 80 GB: base 1,590 MHz, boost 1,980 MHz)."""
+STEP_RANGES = ("sustained_clock", "gemm_library")
+"""The names of a whole step's ranges (module docstring), as ``assume`` names them."""
 
-STEP_RANGES: dict[str, Range] = {
-    "sustained_clock": Range(
-        H100_BASE_CLOCK_GHZ / H100_TENSOR_CLOCK_GHZ,
-        1.0,
-        1.0,
-        "low",
-        "estimate: a training step's sustained clock over the benchmarks' clock. High end and "
-        "point: the clock the published GEMM and attention benchmarks ran at (no source gives "
-        "a lower sustained clock for a training step on these presets); low end: the base clock "
-        "(1.59 GHz, the floor under the 700 W cap) over the 1.83 GHz the tensor peaks assume",
-    ),
-    "gemm_library": Range(
-        1.0,
-        1.0,
-        792.1 / 766.0,
-        "low",
-        "the GEMM sweep (TileLang, autotuned; 766 TFLOP/s at its top) against cuBLAS's best bf16 "
-        "shape on H100 SXM (792.1 TFLOP/s, stas00/ml-engineering 'Maximum Achievable Matmul "
-        "FLOPS'): the library a framework calls may run up to 3% faster",
-    ),
-}
-"""The ranges of a whole step (module docstring)."""
+UNSOURCED_CLOCK_FROM = "h100-nvlink"
+"""The preset whose sustained clock a device without its own stands in for: the one device
+whose base and quoted clocks are sourced here (an estimate that a GPU under its power cap falls
+as far below its quoted clock)."""
+
+
+def step_ranges(hardware: Hardware) -> dict[str, Range]:
+    """The ranges of a whole step on ``hardware``: its own ``sustained_clock``
+    (``Hardware.sustained_clock``; a device without one takes ``UNSOURCED_CLOCK_FROM``'s, its
+    source saying so) and the GEMM library's."""
+    clock = hardware.sustained_clock
+    if clock is None:
+        clock = get_hardware(UNSOURCED_CLOCK_FROM).sustained_clock
+        clock = replace(
+            clock, source=f"{hardware.name} has no sourced clock; as the H100 SXM's: {clock.source}"
+        )
+    return {"sustained_clock": clock, "gemm_library": GEMM_LIBRARY}
+
 
 STEP_MISS = 0.30
 """The largest |error| of ``ringsim validate``'s whole-step point predictions (nemo-long,
@@ -85,17 +88,18 @@ class StepScale:
 POINT = StepScale()
 
 
-def step_scale(assume: dict[str, str] | None = None) -> StepScale:
-    """The ``StepScale`` at the ends ``assume`` names (``{"sustained_clock": "low"}``; every
-    other range at its point); ``"slow"``/``"fast"`` pick the end that makes a step slower or
-    faster."""
+def step_scale(hardware: Hardware, assume: dict[str, str] | None = None) -> StepScale:
+    """The ``StepScale`` on ``hardware`` at the ends ``assume`` names (``{"sustained_clock":
+    "low"}``; every other range at its point); ``"slow"``/``"fast"`` pick the end that makes a
+    step slower or faster."""
     assume = assume or {}
     for name in assume:
         if name not in STEP_RANGES:
             raise ValueError(
                 f"assume: step range must be one of {', '.join(STEP_RANGES)}, got {name!r}"
             )
-    at = {name: r.at(assume.get(name, "point")) for name, r in STEP_RANGES.items()}
+    ranges = step_ranges(hardware)
+    at = {name: r.at(assume.get(name, "point")) for name, r in ranges.items()}
     return StepScale(clock=at["sustained_clock"], gemm=at["gemm_library"])
 
 

@@ -860,7 +860,7 @@ def candidate_interval(
         base = timer if family is timer.implementation else timer.with_family(family)
         for end in ("fast", "slow"):
             other = dataclasses.replace(cand)
-            scale = step_scale(dict.fromkeys(STEP_RANGES, end))
+            scale = step_scale(cluster.hardware, dict.fromkeys(STEP_RANGES, end))
             at = base.at(dict.fromkeys(RANGES, end))
             _time(other, model, seq_len, global_batch, mode, at, cluster, False, convention, scale)
             seen.append(other.step_time_s)

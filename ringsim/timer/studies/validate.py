@@ -359,7 +359,8 @@ def published_configuration(
     from ringsim.timer.studies.planner import evaluate
 
     model, cluster, timer, impl = _step_run(c, implementation, assume)
-    scale = step_scale({k: v for k, v in (assume or {}).items() if k in STEP_RANGES})
+    assume_step = {k: v for k, v in (assume or {}).items() if k in STEP_RANGES}
+    scale = step_scale(cluster.hardware, assume_step)
     par = configured_parallel(c)
     fitting, dropped, _ = evaluate(
         model,
