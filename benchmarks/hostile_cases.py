@@ -51,7 +51,18 @@ TWO_NODES = ["--seq-len", "64K", "--cluster", "dgx-h100", "--nodes", "2"]
 PLAN_BAD = [
     (["--seq-len", "1G", "--hosts", "1073741824"], "hosts=1073741824"),
     (
-        ["--seq-len", "128K", "--cluster", "dgx-h100", "--nodes", "4096", "--global-batch", "1"],
+        [
+            "--seq-len",
+            "128K",
+            "--cluster",
+            "dgx-h100",
+            "--nodes",
+            "4096",
+            "--global-batch",
+            "1",
+            "--pp",
+            "1",
+        ],
         "4,096",
     ),
     (

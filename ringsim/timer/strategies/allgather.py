@@ -31,7 +31,12 @@ from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy, check_peer_args
-from ringsim.timer.strategies.frame import collective, run_two_level, two_level_memory
+from ringsim.timer.strategies.frame import (
+    collective,
+    run_distinct,
+    run_two_level,
+    two_level_memory,
+)
 from ringsim.timer.strategies.pieces import Piece
 from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
@@ -46,11 +51,13 @@ class AllGather(Strategy):
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
-            links = cluster.allgather_links(groups, config.run.hosts)
-            done = [
-                allgather_group(c, (links[0][g], links[1][g]))
-                for c, g in zip(configs, groups, strict=True)
-            ]
+            bw, lat = cluster.allgather_links(groups, config.run.hosts)
+            keys = [(bw[g].tobytes(), lat[g].tobytes()) for g in groups]
+            done = run_distinct(
+                configs,
+                keys,
+                lambda i: allgather_group(configs[i], (bw[groups[i]], lat[groups[i]])),
+            )
             return [p for p, _ in done], sum(f for _, f in done)
 
         memory = self.working_set_bytes(config, grid.ulysses)

@@ -39,7 +39,7 @@ from ringsim.timer.engine.engines import RING_ENGINES
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy
-from ringsim.timer.strategies.frame import run_two_level, two_level_memory
+from ringsim.timer.strategies.frame import run_distinct, run_two_level, two_level_memory
 from ringsim.timer.strategies.pieces import Piece
 from ringsim.timer.strategies.ring import ring_working_set
 from ringsim.timer.strategies.sizes import (
@@ -246,6 +246,21 @@ def double_ring(
     return part, flops
 
 
+def _links_of(groups: list[list[int]], cluster: Cluster, window: int | None) -> list[tuple]:
+    """What of the cluster each group's double ring reads (``double_ring``): its window and
+    its members' inner- and outer-ring links, as bytes (``run_distinct``'s keys)."""
+    hosts = cluster_hosts(groups)
+    windows = [inner_window(cluster, g, window) for g in groups]
+    if len(set(windows)) > 1:  # no two groups alike: keys that never repeat
+        return [(i,) for i in range(len(groups))]
+    w = windows[0]
+    rounds = len(groups[0]) // w
+    inner = [g[k * w : (k + 1) * w] for g in groups for k in range(rounds)]
+    outer = [g[i::w] for g in groups for i in range(w)]
+    links = (*cluster.ring_links(inner, hosts), *cluster.ring_links(outer, hosts))
+    return [(w, *(np.asarray(a)[g].tobytes() for a in links)) for g in groups]
+
+
 def cluster_hosts(groups: list[list[int]]) -> int:
     return max(max(g) for g in groups) + 1
 
@@ -282,10 +297,11 @@ class DoubleRing(Strategy):
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         def double_rings(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
-            done = [
-                double_ring(c, g, groups, cluster, window, engine)
-                for c, g in zip(configs, groups, strict=True)
-            ]
+            done = run_distinct(
+                configs,
+                _links_of(groups, cluster, window),
+                lambda i: double_ring(configs[i], groups[i], groups, cluster, window, engine),
+            )
             return [p for p, _ in done], sum(f for _, f in done)
 
         memory = self.working_set_bytes(config, grid.ulysses)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -35,6 +36,8 @@ from ringsim.timer.engine.timeline import Timeline
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import check_peer_args
 from ringsim.timer.strategies.pieces import Piece, place
+
+T = TypeVar("T")
 
 Inner = Callable[[list[RingConfig], list[list[int]], Cluster], tuple[list[Piece], float]]
 """``inner(group_configs, ring_groups, cluster) -> (one Piece per group, FLOPs)``: a strategy's
@@ -51,23 +54,38 @@ def with_hops(config: RingConfig, bw: np.ndarray, lat: np.ndarray) -> RingConfig
 
 def group_configs(config: RingConfig, grid: Grid) -> list[RingConfig]:
     """One ``R``-host config per ring group: its ``H / U`` heads, its hosts' speeds and a seed
-    of its own."""
+    of its own. Without jitter or per-host speeds nothing tells the groups apart (the seed
+    draws only jitter), so every group gets the one config (``run_distinct``)."""
     U = grid.ulysses
     speeds = lambda group: (
         None if config.noise.speed is None else tuple(config.noise.speed[r] for r in group)
     )
-    return [
-        config.replace(
-            hosts=grid.ring,
-            heads=config.shape.heads // U,
-            kv_heads=config.shape.kv_heads // U,
-            speed=speeds(group),
-            d_model=None,
-            ffn=None,
-            seed=config.noise.seed + u,
-        )
-        for u, group in enumerate(grid.ring_groups)
-    ]
+    one = lambda u, group: config.replace(
+        hosts=grid.ring,
+        heads=config.shape.heads // U,
+        kv_heads=config.shape.kv_heads // U,
+        speed=speeds(group),
+        d_model=None,
+        ffn=None,
+        seed=config.noise.seed + u,
+    )
+    if config.noise.speed is None and config.noise.jitter == 0:
+        return [one(0, grid.ring_groups[0])] * len(grid.ring_groups)
+    return [one(u, group) for u, group in enumerate(grid.ring_groups)]
+
+
+def run_distinct(configs: list[RingConfig], keys: list, run: Callable[[int], T]) -> list[T]:
+    """``[run(i) for i in range(len(configs))]``, run once per distinct ``(config, key)``:
+    ring groups with the one config (``group_configs``) and the same links (``keys``: their
+    bytes) run the same pass, so each result is shared by them (read, never written)."""
+    memo: dict = {}
+    out = []
+    for i, (config, key) in enumerate(zip(configs, keys, strict=True)):
+        tag = (id(config), key)
+        if tag not in memo:
+            memo[tag] = run(i)
+        out.append(memo[tag])
+    return out
 
 
 def collective(part: Piece, row: int, start: np.ndarray, seconds: np.ndarray) -> float:
