@@ -435,15 +435,40 @@ def call_seconds(
     check_instance("hardware", hardware, Hardware, "a Hardware (ringsim.get_hardware(name))")
     family = for_hardware(get_family(family), hardware)
     _check_call(family, q_tokens, k_tokens, shape, pass_, mask)
-    dtype, head_dim = shape.dtype, shape.head_dim
-    rate = hardware.flops_for(dtype) if peak is None else check_real("peak", peak, positive=True)
+    if peak is None:
+        rate = hardware.flops_for(shape.dtype)
+    else:
+        rate = check_real("peak", peak, positive=True)
     if visible is not None and not 0.0 <= check_real("visible", visible) <= 1.0:
         raise ValueError(f"visible must be a fraction in [0, 1], got {visible!r}")
+    tile = None if tile is None or family.ideal else _check_tile(tile)  # ideal has no tiles
+    return _call_seconds(
+        family,
+        hardware,
+        shape,
+        q_tokens,
+        k_tokens,
+        pass_,
+        mask,
+        tile,
+        visible,
+        rate,
+        lone_cta_speed,
+    )
+
+
+@functools.lru_cache(maxsize=2**16)
+def _call_seconds(
+    family, hardware, shape, q_tokens, k_tokens, pass_, mask, tile, visible, rate, lone_cta_speed
+) -> float:
+    """``call_seconds`` of checked arguments, remembered: a planner's configurations run many
+    of the same calls (the same heads per GPU, block and mask under another strategy or
+    degree)."""
+    head_dim = shape.head_dim
     if family.ideal:
         if visible is None:
             visible = _visible_fraction(q_tokens, k_tokens, mask)
         return shape.flops(q_tokens, k_tokens, work=visible, pass_=pass_) / rate
-    tile = None if tile is None else _check_tile(tile)
     curve = family.curve(hardware, pass_)
     if family.calibrated:  # HostClock.block's calibrated rule
         if visible is None:

@@ -57,6 +57,7 @@ class AllGather(Strategy):
                 configs,
                 keys,
                 lambda i: allgather_group(configs[i], (bw[groups[i]], lat[groups[i]])),
+                tag=("allgather",),
             )
             return [p for p, _ in done], sum(f for _, f in done)
 

@@ -20,6 +20,7 @@ the slowest ring group has finished (the all-to-alls synchronise).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -74,18 +75,47 @@ def group_configs(config: RingConfig, grid: Grid) -> list[RingConfig]:
     return [one(u, group) for u, group in enumerate(grid.ring_groups)]
 
 
-def run_distinct(configs: list[RingConfig], keys: list, run: Callable[[int], T]) -> list[T]:
+def run_distinct(
+    configs: list[RingConfig], keys: list, run: Callable[[int], T], *, tag: tuple | None = None
+) -> list[T]:
     """``[run(i) for i in range(len(configs))]``, run once per distinct ``(config, key)``:
     ring groups with the one config (``group_configs``) and the same links (``keys``: their
-    bytes) run the same pass, so each result is shared by them (read, never written)."""
+    bytes) run the same pass, so each result is shared by them (read, never written). With a
+    ``tag`` (the strategy's part and whatever else ``run`` reads), a run without noise is also
+    shared with every later run of the process that makes the same one (``SHARED_GROUPS``):
+    a planner's configurations run the same ring groups under other degrees."""
     memo: dict = {}
     out = []
     for i, (config, key) in enumerate(zip(configs, keys, strict=True)):
-        tag = (id(config), key)
-        if tag not in memo:
-            memo[tag] = run(i)
-        out.append(memo[tag])
+        local = (id(config), key)
+        if local not in memo:
+            quiet = config.noise.jitter == 0 and config.noise.speed is None
+            shared = (tag, config, key) if tag is not None and quiet else None
+            memo[local] = _shared(shared, lambda i=i: run(i))
+        out.append(memo[local])
     return out
+
+
+SHARED_GROUPS: OrderedDict = OrderedDict()
+"""Ring groups' runs (``run_distinct``), by tag, config and links: the latest
+``SHARED_GROUPS_SIZE``, each of at most ``SHARED_GROUP_CELLS`` timeline cells."""
+SHARED_GROUPS_SIZE = 1024
+SHARED_GROUP_CELLS = 2**16
+
+
+def _shared(key: tuple | None, compute: Callable[[], T]) -> T:
+    if key is None:
+        return compute()
+    if key in SHARED_GROUPS:
+        SHARED_GROUPS.move_to_end(key)
+        return SHARED_GROUPS[key]
+    value = compute()
+    pieces = [v for v in value if isinstance(v, Piece)] if isinstance(value, tuple) else []
+    if pieces and sum(a.size for p in pieces for a in p.a.values()) <= SHARED_GROUP_CELLS:
+        SHARED_GROUPS[key] = value
+        if len(SHARED_GROUPS) > SHARED_GROUPS_SIZE:
+            SHARED_GROUPS.popitem(last=False)
+    return value
 
 
 def collective(part: Piece, row: int, start: np.ndarray, seconds: np.ndarray) -> float:

@@ -92,7 +92,7 @@ class Hybrid(Strategy):
                 run = simulate(with_hops(configs[i], bw[g], lat[g]), engine=engine)
                 return Piece.of(run.timeline), run.flops_total
 
-            runs = run_distinct(configs, links, ring)
+            runs = run_distinct(configs, links, ring, tag=("ring", engine))
             return [p for p, _ in runs], sum(f for _, f in runs)
 
         memory = self.working_set_bytes(config, grid.ulysses)
