@@ -147,7 +147,7 @@ PLAN_BAD = [
             (["--pp", "4", "--virtual-stages", "3"], "virtual_stages=3"),
             (["--pp", "4", "--virtual-stages", "3", "--json"], "virtual_stages=3"),
             (["--pp", "4", "--virtual-stages", "2", "--global-batch", "1"], "multiple of pp=4"),
-            (["--virtual-stages", "2"], "--virtual-stages 2"),
+            (["--pp", "1", "--virtual-stages", "2"], "--virtual-stages 2"),
             (["--prefill", "--recompute", "full"], "--recompute"),
         )
     ),

@@ -442,6 +442,8 @@ def call_seconds(
     if visible is not None and not 0.0 <= check_real("visible", visible) <= 1.0:
         raise ValueError(f"visible must be a fraction in [0, 1], got {visible!r}")
     tile = None if tile is None or family.ideal else _check_tile(tile)  # ideal has no tiles
+    if not isinstance(lone_cta_speed, str):  # an end's name, or a fraction
+        check_real("lone_cta_speed", lone_cta_speed, positive=True)
     return _call_seconds(
         family,
         hardware,

@@ -1051,6 +1051,7 @@ def _best_first(fitting, keep, beat, timing, progress) -> tuple[list, list]:
         cand.lower_bound_s = lower_bound(
             model, cand, seq_len, global_batch, mode, timer, cluster, ideal
         )
+        _check_seconds(cand, "lower bound of its step", cand.lower_bound_s)
     queue = sorted((c.lower_bound_s, i, ideal) for i, c in enumerate(fitting))  # a heap
     timed, bounded, best = [], [], [beat] if beat is not None and keep == 1 else []
     passes = ("forward",) if mode == "prefill" else ("forward", "backward")  # as _time asks
@@ -1152,17 +1153,26 @@ def _time(cand, m, seq_len, global_batch, mode, timer, cluster, ideal, conventio
         cand.step_time_s = b.step_time_s
     cand.idle_fraction = idle
     cand.timed = True
-    if not 0.0 <= cand.step_time_s <= MAX_SECONDS:  # NaN fails too
-        raise TimesOutOfRange(
-            f"{cand.label}: the step time leaves float64's range ({cand.step_time_s:.3g} s; at "
-            f"most {MAX_SECONDS:.3g} s): the hardware's rates or latencies are too extreme"
-        )
+    times = {"step time": cand.step_time_s}
+    times.update((k, v) for k, v in cand.breakdown.items() if k.endswith("_s"))  # hidden too
+    for what, seconds in times.items():
+        _check_seconds(cand, what, seconds)
     if mode == "train":
         gpus = par.gpus
         cand.model_tflops_per_gpu = model_tflops_per_gpu(
             m, seq_len, global_batch, gpus, cand.step_time_s, convention
         )
         cand.mfu = cand.model_tflops_per_gpu * 1e12 / peak_flops(cluster.hardware, "bf16")
+
+
+def _check_seconds(cand: Candidate, what: str, seconds: float) -> None:
+    """``TimesOutOfRange`` unless ``seconds`` (a time of ``cand``) is in float64's range."""
+    if not 0.0 <= seconds <= MAX_SECONDS:  # NaN fails too
+        raise TimesOutOfRange(
+            f"{cand.label}: the {what.removesuffix('_s').replace('_', ' ')} leaves float64's "
+            f"range ({seconds:.3g} s; at most {MAX_SECONDS:.3g} s): the hardware's rates or "
+            f"latencies are too extreme"
+        )
 
 
 def _nothing_fits(m, seq_len, cluster, hosts, usable, dropped) -> str:
