@@ -30,6 +30,7 @@ nb_ipywidgets_js = {
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static", "_build/generated"]  # generated: explorer data
 html_css_files = ["lessons.css"]
+html_js_files = ["lessons.js"]  # a click opens a figure alone
 html_show_sourcelink = False
 html_copy_source = True  # the download button offers the executed .ipynb
 mathjax_path = "vendor/mathjax/tex-chtml.js"
