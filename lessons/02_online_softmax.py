@@ -31,6 +31,7 @@
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
 from ringsim import Partial, error_growth, round_to
@@ -341,7 +342,7 @@ rows = [
     {"hosts": h, **{label: lab[label][i]["mean_rel_error"] for label in lab}}
     for i, h in enumerate(host_counts)
 ]
-print(table(rows, columns))
+display(table(rows, columns))
 acc = lab["accumulator kept in bf16"]
 print(
     f"accumulator in bf16: {acc[-1]['mean_rel_error'] / acc[0]['mean_rel_error']:.1f}x "

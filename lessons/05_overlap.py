@@ -28,6 +28,7 @@
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
 from ringsim import RingConfig, get_hardware, simulate
@@ -273,7 +274,7 @@ for name, hw in ringsim.PRESETS.items():
     )
 formats = {"preset": "{}", "TFLOP/s": "{:.0f}", "GB/s": "{:.1f}", "F/B": "{:,.0f}"}
 formats |= {"+latency": "{:,.0f}", "6 F/B": "{:,.0f}", "paper c (K)": "{:.1f}"}
-print(table(rows, formats | {"paper 6c (K)": "{:.1f}"}))
+display(table(rows, formats | {"paper 6c (K)": "{:.1f}"}))
 ib_row = next(r for r in rows if r["preset"] == "a100-ib")
 print(
     f"a100-ib: the paper's 6c = 149.5K is 6 x {149.5 / 6:.2f}K; 6 F/B = "

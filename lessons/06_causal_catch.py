@@ -30,6 +30,7 @@
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
 from ringsim import RingConfig, get_hardware, simulate
@@ -187,7 +188,7 @@ rows = [
     {"P": p, **{lay: idle[lay][i] for lay in idle}, "(P-1)/(2P-1)": closed_form[i]}
     for i, p in enumerate(host_counts)
 ]
-print(
+display(
     table(
         rows, {"P": "{:d}", **{lay: "{:.3f}" for lay in idle}, "(P-1)/(2P-1)": "{:.3f}"}
     )

@@ -30,6 +30,7 @@ import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
 from ringsim.teach import (
@@ -59,7 +60,6 @@ notation(
         "fp32, fp16",
         "Ulysses",
         "1M, 1K (tokens)",
-        "HBM",
     ),
 )
 
@@ -204,7 +204,7 @@ for row in paper_comparison(dtype="fp32"):
         )
 columns = {"hardware": "{}", "model": "{}", "method": "{}", "paper (1e3)": "{:,}"}
 print("contexts in thousands of tokens (10^3), as the paper's Table 3 counts them:")
-print(table(comparison, {**columns, "model (1e3)": "{:,.0f}", "ratio": "{:.2f}"}))
+display(table(comparison, {**columns, "model (1e3)": "{:,.0f}", "ratio": "{:.2f}"}))
 print()
 for hardware in dict.fromkeys(r["hardware"] for r in comparison):
     ring = [

@@ -30,6 +30,7 @@ import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
 from ringsim import ModelSpec, RingConfig, get_hardware, ring_decode, simulate
@@ -187,7 +188,7 @@ formats |= {
     "Ulysses/ring": "{:.2f}",
     "crossover GB/s": "{:.0f}",
 }
-print(table(rows, formats))
+display(table(rows, formats))
 print("crossover: the link bandwidth below which Ulysses beats the ring")
 print("(crossover_bandwidth; '-': the ring wins at every bandwidth)")
 
@@ -289,7 +290,7 @@ rows = [
     }
     for name, s in summaries.items()
 ]
-print(
+display(
     table(
         rows,
         {

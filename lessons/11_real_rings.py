@@ -32,6 +32,7 @@
 import textwrap
 
 import matplotlib.pyplot as plt
+from IPython.display import display
 
 import ringsim
 from ringsim.teach import (
@@ -54,7 +55,7 @@ from ringsim.teach import (
 
 use_lesson_style()
 TERMS = ("NCCL", "SM", "it/s", "FA2, FA3 (FA)", "striped, zigzag, contiguous")
-TERMS += ("GQA, MHA", "FLOP, GFLOP, TFLOP", "HBM", "NVLink, NVSwitch", "bf16")
+TERMS += ("FLOP, GFLOP, TFLOP", "HBM", "NVLink, NVSwitch", "bf16")
 TERMS += ("1M, 1K (tokens)", "fp32, fp16")
 notation(*("P", "c", "N", "H", "d", "F"), terms=TERMS)
 
@@ -136,7 +137,7 @@ for term, seconds in steps:
     )
     previous = seconds
 rows.append({"term": "measured (README)", "ms": 1e3 * measured_s, "added (ms)": None})
-print(table(rows, {"term": "{}", "ms": "{:.2f}", "added (ms)": "{:+.2f}"}))
+display(table(rows, {"term": "{}", "ms": "{:.2f}", "added (ms)": "{:+.2f}"}))
 terms = [
     (t.removeprefix("+ "), b - a)
     for (t, b), (_, a) in zip(steps[1:], steps[:-1], strict=True)
@@ -175,7 +176,7 @@ caption(
 # FlashAttention papers' single-GPU curves by call shape, the wave tail from how a kernel's
 # thread blocks fill the GPU's SMs, the merge from the bytes it reads and writes in HBM, the
 # collectives from NCCL's published behaviour, the launches from a call's fixed cost on the
-# host.
+# GPU, the host overhead from the time the ring's Python loop spends per call.
 #
 # ## Why the share of ideal hides the kernel
 #
@@ -286,7 +287,7 @@ references(
 # %%
 results = ringsim.validate()
 share_rows = [r for r in results if r["experiment"] == "zhuzilin"]
-print(
+display(
     table(
         [
             {
@@ -375,7 +376,7 @@ rows = [
     }
     for r in ranged
 ]
-print(
+display(
     table(
         rows,
         {"row": "{}"} | {k: "{:.1f}" for k in ("published", "point", "low", "high")},

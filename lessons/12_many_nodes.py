@@ -19,7 +19,9 @@
 # a few slow hops, and one slow hop paces the whole ring. Two answers from the literature:
 # split the heads inside the node with Ulysses and run the ring only across nodes (USP's
 # *hybrid*, Fang & Zhao 2024), or give the ring two levels, an inner ring in the node and an
-# outer one across (LoongTrain's *double ring*, Gu et al. 2024).
+# outer one across (LoongTrain's *double ring*, Gu et al. 2024). One idea runs through the
+# lesson: **a ring is as fast as its slowest hop, so put the collectives that cannot hide on
+# the fast links**.
 #
 # **You will be able to**
 #
@@ -34,6 +36,7 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
@@ -58,7 +61,7 @@ TERMS += ("hybrid, double ring", "striped, zigzag, contiguous", "1M, 1K (tokens)
 notation(*("P", "N", "c", "H", "H_{kv}", "F", "B", "U, R"), terms=TERMS)
 
 # %%
-print(
+display(
     table(
         [
             {
@@ -244,18 +247,12 @@ left.set_title("all-to-all over 16 ranks on 2 nodes")
 left.set_xlabel("receiving rank")
 left.set_ylabel("sending rank")
 left.grid(False)
-left.legend(
-    handles=[
-        Patch(
-            color=colours[1], label=f"NVLink, {cluster.intra_bandwidth / 1e9:.0f} GB/s"
-        ),
-        Patch(color=colours[2], label=f"NIC, {cluster.inter_bandwidth / 1e9:.0f} GB/s"),
-    ],
-    loc="upper center",
-    bbox_to_anchor=(0.5, -0.2),
-    ncol=1,
-    fontsize=9,
-)
+nv_gbs, nic_gbs = cluster.intra_bandwidth / 1e9, cluster.inter_bandwidth / 1e9
+links = [
+    Patch(color=colours[1], label=f"NVLink, {nv_gbs:.0f} GB/s"),
+    Patch(color=colours[2], label=f"NIC, {nic_gbs:.0f} GB/s"),
+]
+left.legend(handles=links, loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=9)
 right.barh(list(effective), list(effective.values()), color="#0072B2")
 right.set_xlabel("all-to-all GB/s per GPU")
 right.set_title("where the group sits")
@@ -329,7 +326,7 @@ for u in (1, 2, 4, 8):
 formats = {"U x R": "{}", "placement": "{}"} | {
     k: "{:.2f}" for k in ("time (ms)", "compute (ms)", "exposed (ms)")
 }
-print(table(rows, formats | {"memory (MB)": "{:.0f}"}))
+display(table(rows, formats | {"memory (MB)": "{:.0f}"}))
 
 labels = [f"{r['U x R']}\n{r['placement'][:7]}" for r in rows]
 fig, ax = plt.subplots(layout="constrained", figsize=(8, 3.6))

@@ -33,6 +33,7 @@
 
 # %%
 import matplotlib.pyplot as plt
+from IPython.display import display
 
 import ringsim
 from ringsim import RingConfig, get_cluster, get_model, plan, simulate_strategy
@@ -63,7 +64,7 @@ TERMS = (
     "NVLink, NVSwitch",
 )
 TERMS += ("context parallelism (CP)", "NIC, InfiniBand", "striped, zigzag, contiguous")
-TERMS += ("hybrid, double ring", "all-gather", "all-to-all", "Ulysses", "bf16")
+TERMS += ("hybrid, double ring", "all-gather", "all-to-all", "Ulysses")
 TERMS += ("FLOP, GFLOP, TFLOP",)
 notation(*("P", "N", "c", "H", "H_{kv}", "F", "B", "U, R"), terms=TERMS)
 
@@ -129,7 +130,7 @@ rows = [{"part": k, **{r: ring[r].memory[k] / GB for r in choices}} for k in par
 rows.append({"part": "total", **{r: ring[r].bytes_per_host / GB for r in choices}})
 usable = ring["full"].memory_bytes
 print(f"ring over {P} GPUs (TP1, CP{P}, zigzag), GB per GPU by recompute choice:")
-print(table(rows, {"part": "{}"} | {r: "{:.2f}" for r in choices}))
+display(table(rows, {"part": "{}"} | {r: "{:.2f}" for r in choices}))
 fits = [r for r in choices if ring[r].fits]
 device = cluster.hardware.memory_bytes
 print(f"usable: {usable / GB:.1f} GB of {device / GB:.0f}; fits: {', '.join(fits)}")
@@ -196,7 +197,7 @@ for name, bandwidth in (
         | {"2F/B causal": 2 * threshold, "c / (2F/B)": c / (2 * threshold)}
     )
 fmt = {"link": "{}", "GB/s": "{:.0f}", "F/B (GQA)": "{:,.0f}", "2F/B causal": "{:,.0f}"}
-print(table(rows, fmt | {"c / (2F/B)": "{:.1f}"}))
+display(table(rows, fmt | {"c / (2F/B)": "{:.1f}"}))
 nic = rows[-1]
 
 # %% [markdown]
@@ -250,7 +251,7 @@ rows = [
     for name, s in summary.items()
 ]
 formats = {"candidate": "{}", "ms": "{:.1f}", "compute": "{:.1f}", "waiting": "{:.2f}"}
-print(table(rows, formats | {"idle": "{:.0%}"}))
+display(table(rows, formats | {"idle": "{:.0%}"}))
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.9), layout="constrained")
@@ -288,8 +289,11 @@ caption(
     + compared(
         ring_c["total_time_s"], ring_z["total_time_s"], more="longer", less="shorter"
     )
-    + f" than the zigzag ring, with {ring_c['idle_fraction']:.0%} of the slots idle: its "
-    "busiest GPU computes as long as the zigzag one, the others wait for it. The balanced "
+    + " than the zigzag ring: its busiest GPU computes "
+    f"{ring_c['compute_time_s'] * 1e3:.0f} ms, "
+    + compared(ring_c["compute_time_s"], ring_z["compute_time_s"])
+    + f" than a zigzag GPU, while the others wait for it ({ring_c['idle_fraction']:.0%} of "
+    "the slots idle). The balanced "
     f"candidates idle at most {max(s['idle_fraction'] for s in balanced):.0%}.",
 )
 
@@ -321,7 +325,7 @@ best_ring = min(
 tp2 = min(
     (x for x in step.candidates if x.parallel.tp == 2), key=lambda x: x.step_time_s
 )
-print(
+display(
     table(
         [
             {

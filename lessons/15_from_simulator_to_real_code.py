@@ -53,14 +53,7 @@ from ringsim.teach import (
 
 use_lesson_style()
 TERMS = ("striped, zigzag, contiguous", "causal mask", "SDPA", "TransformerEngine (TE)")
-TERMS += (
-    "NCCL",
-    "all-gather",
-    "all-to-all",
-    "FA2, FA3 (FA)",
-    "1M, 1K (tokens)",
-    "Ulysses",
-)
+TERMS += ("all-gather", "all-to-all", "1M, 1K (tokens)", "Ulysses")
 TERMS += ("fp32, fp16", "gloo", "hybrid, double ring")
 notation(*("P", "c", "r", "s", "o, O", "\\mathrm{lse}"), terms=TERMS)
 

@@ -109,6 +109,7 @@ CLAIMS = [
     ("06_causal_catch", "the exposed share of both runs", "full: exposed communication 0%"),
     ("07_memory_context", "the checkpoints are already bf16", "checkpoints (34.4 GB"),
     ("07_memory_context", "counts fp32, twice the", "bf16 1,196,032, fp32 690,176 tokens"),
+    ("03_blockwise", "is the whole host and", "a chunk of 64 is the whole host"),
     ("09_strategies_decode", "2^20-token cache", "2^20-token cache: 344 GB"),
     ("10_simulated_vs_measured", "gives the same totals", "differ by 0.000 ms at most"),
     ("12_many_nodes", "The lines under the figure print by", "1.20x its all-NVLink"),
@@ -230,6 +231,10 @@ def test_comparison_words_agree_with_their_numbers(notebook) -> None:
         ("13_planning", "far slower", "the best without context parallelism is 1.26x"),
         ("10_simulated_vs_measured", "should be predicted more closely", "a live sample"),
         ("14_capstone", "idles {", "a bar chart of compute and waiting cannot show idle shares"),
+        ("09_strategies_decode", "cache of $L$ keys", "L is the layers; the cache holds N keys"),
+        ("03_blockwise", "4 d_{model}$ or wider", "the models here have d_ff = 2.7 to 3.5 d_model"),
+        ("08_backward", 'h100 = get_hardware("h200-ib")', "an H200 preset named h100"),
+        ("07_memory_context", "K tokens (x1e3", "one unit for token counts: 1K = 1,024"),
     ],
 )
 def test_retracted_comparisons_stay_out(stem, words, why) -> None:
@@ -322,6 +327,53 @@ def test_the_notation_box_lists_only_symbols_the_lesson_uses(notebook) -> None:
         if not any(_uses(part.strip(), math) for part in symbol.split(","))
     ]
     assert not unused, f"{stem}: the notation box defines symbols the lesson never writes: {unused}"
+
+
+def _box_terms(nb: dict) -> list[str]:
+    """The terms of the lesson's notation box (the rows of its second table)."""
+    from ringsim.views.lessons import GLOSSARY
+
+    for _, text in _rendered(nb):
+        if "Notation and terms used in this lesson" in text:
+            rows = re.findall(r"^\| (.+?) \| ", text, re.M)
+            return [row for row in rows if row in GLOSSARY]
+    return []
+
+
+# the ways a lesson writes a term besides its names (a pattern each)
+TERM_FORMS = {
+    "1M, 1K (tokens)": r"\d+(?:\.\d+)?\s?[KM]\b",
+    "FA2, FA3 (FA)": r"FlashAttention",
+    "FFN": r"feed-forward",
+    "checkpointing": r"checkpoint",
+    "KV cache (KV)": r"KV cache|key/value cache",
+    "it/s": r"iterations per second",
+    "DP, TP, PP": r"\b[TDP]P\d",
+    "TransformerEngine (TE)": r"Transformer ?Engine",
+}
+
+
+def test_the_notation_box_lists_only_terms_the_lesson_uses(notebook) -> None:
+    """Every term of the box ("GQA, MHA", "context parallelism (CP)") is written somewhere in
+    the lesson (its prose or what it prints), by one of its names (or a ``TERM_FORMS``)."""
+    stem, nb = notebook
+    prose = "\n".join(
+        t for _, t in _rendered(nb) if "Notation and terms used in this lesson" not in t
+    )
+    printed = _printed(nb)
+    box = "Notation and terms used in this lesson"
+    if box in printed:  # the box itself does not count
+        start = printed.index(box)
+        printed = printed[:start] + printed[printed.index("</details>", start) :]
+    prose += "\n" + printed
+    unused = []
+    for term in _box_terms(nb):
+        names = term.replace("(", ",").replace(")", "").split(",")
+        patterns = [rf"(?<![\w-]){re.escape(n.strip())}(?![\w-])" for n in names if n.strip()]
+        patterns += [TERM_FORMS[term]] if term in TERM_FORMS else []
+        if not any(re.search(p, prose) for p in patterns):
+            unused.append(term)
+    assert not unused, f"{stem}: the notation box defines terms the lesson never uses: {unused}"
 
 
 def test_takeaways_close_the_lesson(notebook) -> None:
