@@ -19,7 +19,7 @@ myst_heading_anchors = 3
 nb_execution_mode = "off"  # build.py executed the notebooks (cached, raising on errors)
 nb_execution_raise_on_error = True
 nb_output_stderr = "warn"  # with -W, anything a lesson prints to stderr fails the build
-nb_merge_streams = True
+nb_merge_streams = False  # a table displayed between two prints stays between them
 nb_render_markdown_format = "myst"  # exercises and references print MyST (math, <details>)
 nb_ipywidgets_js = {
     "vendor/require.js": {},

@@ -114,8 +114,6 @@ print(
 display(top(step))
 no_cp = [c for c in step.candidates if c.parallel.cp == 1]
 best, best_no_cp = step.candidates[0], no_cp[0]
-print(f"best without context parallelism: {best_no_cp.label},")
-print(f"  {best_no_cp.step_time_s:.2f} s per step")
 families = {}  # the best of each strategy and Ulysses degree, and the best without CP
 for cand in step.candidates:
     key = (

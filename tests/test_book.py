@@ -187,6 +187,7 @@ PAGE_PROBE = """
 (async () => {
   if (document.readyState !== 'complete')
     await new Promise((r) => window.addEventListener('load', r, {once: true}));
+  await document.fonts.ready;  // widths are measured in the fonts the page shows
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
   for (const im of document.images) im.loading = 'eager';  // none waits to be scrolled to
   await Promise.all([...document.images].filter((im) => !im.complete).map((im) =>
@@ -207,8 +208,10 @@ PAGE_PROBE = """
                  .map((t) => t.slice(0, 80)),
     links: [...document.querySelectorAll('a[href]')].map((a) => a.getAttribute('href')),
     // code and printed output wider than their column (cut off at the right edge)
+    // the pre, or the box it scrolls in (div.highlight), when it is wider than it shows
     cutOff: [...document.querySelectorAll('article pre')]
-      .filter((pre) => pre.scrollWidth > pre.clientWidth + 1)
+      .filter((pre) => [pre, pre.closest('div.highlight, div.cell_output')].some(
+        (box) => box && box.scrollWidth > box.clientWidth))
       .map((pre) => pre.innerText.split('\\n')
         .reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100)),
     resources: performance.getEntriesByType('resource').map((e) => e.name),

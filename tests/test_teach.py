@@ -169,6 +169,8 @@ def test_a_table_prints_as_text_and_shows_as_html() -> None:
     html = t._repr_html_()
     assert html.startswith('<div class="rs-table"><table>')
     assert "a&lt;b" in html and "<th" in html and html.count("<tr>") == 3
+    assert '<td class="rs-text">a&lt;b</td>' in html, "a text column aligns left"
+    assert '<td class="rs-num">1.50</td>' in html and '<td class="rs-num">-</td>' in html
 
 
 def test_panels_count_a_figures_grid() -> None:

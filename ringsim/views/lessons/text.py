@@ -5,6 +5,7 @@ notebook and the book (``display``), which on a phone scrolls sideways in its ow
 from __future__ import annotations
 
 import html
+import re
 
 
 class Markdown:
@@ -18,6 +19,9 @@ class Markdown:
 
     def __repr__(self) -> str:
         return self.text
+
+
+NUMBER = re.compile(r"^([-+]?[\d,]*\.?\d+(e[-+]?\d+)?\s?(%|x)?|-)$")  # a cell that is a number
 
 
 class Table(str):
@@ -36,9 +40,11 @@ class Table(str):
         printer.text(str.__str__(self))
 
     def _repr_html_(self) -> str:
+        numeric = [all(NUMBER.match(row[i]) for row in self.cells) for i in range(len(self.heads))]
+
         def row(tag: str, values: list[str]) -> str:
             items = "".join(
-                f'<{tag} class="{"rs-text" if i == 0 else "rs-num"}">{html.escape(v)}</{tag}>'
+                f'<{tag} class="{"rs-num" if numeric[i] else "rs-text"}">{html.escape(v)}</{tag}>'
                 for i, v in enumerate(values)
             )
             return f"<tr>{items}</tr>"
