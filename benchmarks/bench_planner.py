@@ -39,7 +39,7 @@ def speed() -> dict:
     out = {}
     for run in ("cold", "again"):
         t0, cpu0 = time.perf_counter(), time.process_time()
-        result = plan("llama3-8b", 128 * 1024, cluster, global_batch=64)
+        result = plan("llama3-8b", 128 * 1024, cluster, global_batch=64, implementation="ideal")
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         n = len(result.candidates) + len(result.dropped)
         print(
@@ -112,7 +112,8 @@ def training() -> list[dict]:
             run["cluster"],
             c["gpus"],
             global_batch=c["global_batch"],
-            implementation=run["implementation"],
+            implementation=c["implementation"],
+            framework=c["framework"],
             gemm_dtype=c["gemm_dtype"],
             keep=3,
         )

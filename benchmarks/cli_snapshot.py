@@ -88,6 +88,48 @@ COMMANDS = [
     "--implementation fa2 --hardware h800-nvlink --json",
     "sweep --vary hosts --strategy allgather --json",
     "simulate --hosts 8 --seq-len 64K --strategy ring --json",
+    "compare --measured 12ms --hosts 8 --seq-len 64K --causal --layout zigzag --hardware "
+    "h100-nvlink --implementation fa2 --json",
+    "compare results/traces/cpu-gloo-zigzag-2026-12-02/rank0.json.gz "
+    "results/traces/cpu-gloo-zigzag-2026-12-02/rank1.json.gz --json",
+    # the device as an object (issue 32): a preset's facts survive an override, files load
+    "simulate --hosts 8 --seq-len 64K --causal --layout zigzag --hardware h200-ib "
+    "--implementation fa2 --json",
+    "simulate --hosts 8 --seq-len 64K --causal --layout zigzag --hardware h200-ib "
+    "--implementation fa2 --memory-bytes 141G --json",
+    "simulate --hosts 8 --seq-len 64K --causal --layout zigzag --hardware h100-nvlink "
+    "--implementation fa2 --json",
+    "simulate --hosts 8 --seq-len 64K --causal --layout zigzag --hardware h100-nvlink "
+    "--implementation fa2 --memory-bytes 80G --json",
+    "simulate --hosts 8 --seq-len 64K --causal --layout zigzag --hardware a100-ib "
+    "--implementation fa2 --json",
+    "simulate --hosts 8 --seq-len 64K --causal --layout zigzag --hardware h100-nvlink "
+    "--implementation fa2 --bandwidth 100G --json",
+    "simulate --hosts 8 --seq-len 64K --causal --layout zigzag --hardware h800-nvlink "
+    "--implementation fa2 --interval --json",
+    "simulate --hosts 4 --seq-len 16K --pass decode --implementation fa2 --hardware h100-nvlink "
+    "--json",
+    "simulate --hosts 4 --seq-len 16K --pass train-step --implementation fa2 "
+    "--hardware h100-nvlink --linear-rate fp8 --json",
+    "simulate --hosts 4 --seq-len 16K --pass train-step --implementation fa2 "
+    "--hardware a100-nvlink --linear-rate fp8 --json",
+    "simulate --hosts 16 --seq-len 256K --strategy double-ring --causal --layout zigzag "
+    "--cluster hgx-h800 --implementation fa2 --json",
+    "simulate --hosts 16 --seq-len 256K --strategy hybrid --ulysses-degree 4 --causal "
+    "--layout zigzag --cluster dgx-a100 --implementation fa2 --json",
+    "simulate --hosts 8 --seq-len 64K --hardware tpu-v4 --implementation torch --json",
+    "simulate --hosts 8 --seq-len 64K --hardware h100-nvlink --implementation torch --json",
+    "simulate --hosts 2 --seq-len 4K --hardware cpu-calibrated --implementation torch --json",
+    "plan --model 7b --seq-len 128K --cluster dgx-h100 --hosts 8 --implementation torch --json",
+    "plan --model 7b --seq-len 128K --cluster dgx-h100 --nodes 4 --tp 8 --implementation cudnn "
+    "--json",
+    "plan --model 7b --seq-len 128K --cluster pcie-8x-l20 --hosts 8 --prefill "
+    "--implementation fa2 --json",
+    "memory --model 7b --hardware h100-nvlink --hosts 8 --json",
+    "memory --model 7b --hardware h200-nvlink --hosts 8 --json",
+    "memory --model 7b --hardware h800-nvlink --hosts 8 --memory-bytes 80G --json",
+    "sweep --vary block --hardware h100-nvlink --implementation fa2 --causal --layout zigzag "
+    "--json",
 ]
 
 #: Values that depend on the machine, not the model: masked before comparing.

@@ -20,6 +20,10 @@ MEASURE_BAD = [
     (["--seq-len", "1G"], "GB"),  # more memory than the machine has
     (["--trace", "/etc/passwd/x"], "--trace"),
     (["--trace", ""], "--trace"),
+    # issue 34: a device that never ends is not read; more threads than cores never start
+    (["--seq-len", "256", "--calibration", "/dev/zero"], "not a regular file"),
+    (["--seq-len", "256", "--threads", "100000"], "--threads 100000"),
+    (["--seq-len", "256", "--hosts", "0", "--json"], "--hosts"),  # the error is JSON
 ]
 
 CALIBRATE_BAD = [
@@ -34,14 +38,22 @@ CALIBRATE_BAD = [
     (["--out", "."], "folder"),
     (["--out", "/tmp"], "folder"),
     (["--out", "profile.txt"], ".txt"),
+    (["--threads", "100000"], "--threads 100000"),  # issue 34
+    (["--no-save", "--out", "p.json"], "--no-save"),  # issue 34: an --out never written
 ]
+
+EIGHT = ["--seq-len", "64K", "--hosts", "8"]
+TWO_NODES = ["--seq-len", "64K", "--cluster", "dgx-h100", "--nodes", "2"]
 
 # `ringsim plan` (issue 26 cases 1, 2, 5-10, and the planner's own flags): refused before any
 # work or at the first non-finite time, one line naming the flag. Each argv follows
 # `plan --model 7b`.
 PLAN_BAD = [
     (["--seq-len", "1G", "--hosts", "1073741824"], "hosts=1073741824"),
-    (["--seq-len", "128K", "--cluster", "dgx-h100", "--nodes", "4096"], "4,096"),
+    (
+        ["--seq-len", "128K", "--cluster", "dgx-h100", "--nodes", "4096", "--global-batch", "1"],
+        "4,096",
+    ),
     (
         ["--seq-len", "64K", "--hosts", "8", "--hardware", "h100-nvlink", "--flops", "1e-300"],
         "--flops",
@@ -116,6 +128,20 @@ PLAN_BAD = [
     (["--seq-len", "64K", "--hosts", "8", "--top", "0"], "--top"),
     (["--seq-len", "64K", "--hosts", "8", "--plot", "/etc/passwd/x.png"], "--plot"),
     (["--seq-len", "64K", "--hosts", "8", "--plot", "plan.txt"], "--plot"),
+    # issue 34: schedules Megatron-LM cannot run, and flags that would change nothing
+    *(
+        ([*EIGHT, *a], named)
+        for a, named in (
+            (["--pp", "2", "--virtual-stages", "1000", "--global-batch", "8"], "=1000"),
+            (["--pp", "4", "--virtual-stages", "3"], "virtual_stages=3"),
+            (["--pp", "4", "--virtual-stages", "3", "--json"], "virtual_stages=3"),
+            (["--pp", "4", "--virtual-stages", "2", "--global-batch", "1"], "multiple of pp=4"),
+            (["--virtual-stages", "2"], "--virtual-stages 2"),
+            (["--prefill", "--recompute", "full"], "--recompute"),
+        )
+    ),
+    ([*TWO_NODES, "--latency", "1e-3"], "--latency"),
+    ([*TWO_NODES, "--bandwidth", "1G", "--json"], "links replace"),
 ]
 
 
@@ -149,6 +175,25 @@ OUTPUT_BAD = [
     (["sweep", "--vary", "block", "--plot", "/proc/s.png"], "--plot"),
     (["memory", "--model", "7b", "--hosts", "8", "--json"], ""),  # writes nothing: exit 0
     (["demo", "--plot", "/proc/d.png", "--json"], "/proc/d.png"),
+]
+
+
+# Issue 34: sizes refused before any work (a label per ring step was built before the size
+# check: gigabytes, then a MemoryError), flags that would change nothing, errors as JSON under
+# --json; each ``ringsim argv``, exit 2 and one line naming the text.
+ISSUE34_BAD = [
+    (["simulate", "--hosts", "268435456", "--seq-len", "256M"], "hosts=268435456"),
+    (["sweep", "--vary", "hosts", "--values", "1099511627776"], "hosts=1099511627776"),
+    ([*SIM, "--interval"], "--interval"),
+    ([*SIM, "--cluster", "dgx-h100", "--latency", "1e-3"], "--latency"),
+    ([*SIM, "--hardware", "h100-nvlink", "--cluster", "dgx-h100", "--bandwidth", "10G"], "replace"),
+    (["demo", "--no-plot", "--out", "d.png"], "--no-plot"),
+    (
+        [*SIM, "--strategy", "double-ring", "--gpus-per-node", "3", "--inter-bandwidth", "25G"],
+        "the default window is the 3 ring members",
+    ),
+    (["simulate", "--hosts", "3", "--seq-len", "4K", "--json"], "hosts = 3"),
+    ([*SIM, "--trace", "/dev/full", "--json"], "/dev/full"),
 ]
 
 
@@ -236,4 +281,54 @@ def api_cases() -> list[tuple[str, object, tuple, dict, str]]:
             {"hosts": 2, "causal": True},
             "dv overflowed in float16",
         ),
+    ]
+
+
+def api_issue34_cases() -> list[tuple[str, object, tuple, dict, str]]:
+    """Issue 34's Python API cases, as ``api_cases``: each a one-line ``ValueError`` naming the
+    argument and the limit, before any work."""
+    import ringsim
+    from ringsim.files import read_json_object
+    from ringsim.timer import RingConfig, simulate
+    from ringsim.timer.step.models import ModelSpec
+    from ringsim.timer.studies.planner import plan
+
+    dgx = ringsim.get_cluster("dgx-h100")
+    hw = ringsim.get_hardware("a100-nvlink")
+    plan_args = ("7b", 65536, dgx, 8)
+    return [
+        ("plan keep=0", plan, plan_args, {"keep": 0}, "keep must be a positive integer"),
+        ("plan tp=2.0", plan, plan_args, {"tp": 2.0}, "tp must be a positive integer"),
+        ("plan cluster=42", plan, ("7b", 65536, 42, 8), {}, "cluster must be a Cluster"),
+        ("plan keep=True", plan, plan_args, {"keep": True}, "keep must be a positive integer"),
+        ("ModelSpec heads=0", ModelSpec, ("m", 2, 256, 0, 512), {}, "heads must be a positive"),
+        ("ModelSpec ffn_hidden=-1", ModelSpec, ("m", 2, 256, 4, -1), {}, "ffn_hidden must be"),
+        ("ModelSpec vocab=0", ModelSpec, ("m", 2, 256, 4, 512), {"vocab": 0}, "vocab must be"),
+        ("ModelSpec layers=2.5", ModelSpec, ("m", 2.5, 256, 4, 512), {}, "layers must be"),
+        ("ModelSpec kv_heads=3", ModelSpec, ("m", 2, 256, 4, 512), {"kv_heads": 3}, "kv_heads"),
+        (
+            "simulate 2^40 hosts",
+            lambda: simulate(RingConfig(hosts=2**40, seq_len=2**40, hardware=hw)),
+            (),
+            {},
+            "hosts=1099511627776 is too many",
+        ),
+        ("read /dev/zero", read_json_object, ("/dev/zero",), {}, "not a regular file"),
+    ]
+
+
+OBJECT_COLLECTIVE = r"\b(all_gather|gather|broadcast|scatter|send|recv)_object(_list)?\("
+"""torch.distributed's collectives that pickle what a rank sends and unpickle what it gets."""
+
+
+def object_collective_calls(root) -> list[str]:
+    """``file:line`` of every call of an ``OBJECT_COLLECTIVE`` under ``root``/kernels."""
+    import re
+
+    pattern = re.compile(OBJECT_COLLECTIVE)
+    return [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted((root / "kernels").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
     ]

@@ -1,14 +1,17 @@
-"""The hostile sweeps of issues 14 and 26, repeatable: every case they found, one verdict each.
+"""The hostile sweeps of issues 14, 26 and 34, repeatable: every case they found, one verdict
+each.
 
     python benchmarks/hostile_sweep.py            (all cases; a few minutes on 2 loaded cores)
     python benchmarks/hostile_sweep.py --only measure,profile     (cases whose name has these)
     python benchmarks/hostile_sweep.py --list
 
 A command-line case runs ``python -m ringsim ...`` and expects its exit code and, for bad
-input, one line on stderr naming the flag, no traceback, within a time limit (a ``measure``
-or ``calibrate`` refused before any rank starts takes a few seconds: the interpreter and
-torch). A Python case runs one function of this file in a fresh process (``--case NAME``),
-which prints ``OK ...`` or ``FAIL ...`` as its last line. Each verdict says what happened:
+input, one line on stderr naming the flag (a JSON object under ``--json``; before it only
+progress lines, ``[ringsim ...``), no traceback, within a time limit (a ``measure`` or
+``calibrate`` refused before any rank starts takes a few seconds: the interpreter and torch)
+and, for the in-process commands, within ``MEMORY_CAP`` bytes of address space. A Python
+case runs one function of this file in a fresh process (``--case NAME``), which prints
+``OK ...`` or ``FAIL ...`` as its last line. Each verdict says what happened:
 
     OK    measure --hosts 0         exit 2 in 2.1 s: ringsim measure: error: argument --hosts...
     FAIL  launcher SIGTERM          ranks [1234] alive 5 s after the launcher died
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,15 +37,21 @@ from pathlib import Path
 
 from hostile_cases import (  # beside this file (one table, two users)
     CALIBRATE_BAD,
+    ISSUE34_BAD,
     MEASURE_BAD,
     OUTPUT_BAD,
     PLAN_BAD,
     STRATEGY_BAD,
     api_cases,
+    api_issue34_cases,
+    object_collective_calls,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+Ran = subprocess.CompletedProcess  # what a command-line case's run gave: exit, stdout, stderr
 
 
 @dataclass
@@ -54,7 +64,7 @@ class Cli:
     named: str = ""
     limit_s: float = 30.0
     setup: Callable[[Path], None] | None = None  # prepares files in the case's folder
-    check: Callable[[Path], str | None] | None = None  # after the run: None or what failed
+    check: Callable[[Path, Ran], str | None] | None = None  # after: None or what failed
     preexec: Callable[[], None] | None = None
 
 
@@ -72,7 +82,7 @@ def _keep(tmp: Path) -> None:
     (tmp / "keep.json").write_text(json.dumps({"traceEvents": [{"name": "x" * 50_000}]}))
 
 
-def _keep_unchanged(tmp: Path) -> str | None:
+def _keep_unchanged(tmp: Path, run: Ran) -> str | None:
     text = (tmp / "keep.json").read_text()
     ok = text == json.dumps({"traceEvents": [{"name": "x" * 50_000}]})
     left = sorted(p.name for p in tmp.iterdir() if p.name != "keep.json")
@@ -82,11 +92,11 @@ def _keep_unchanged(tmp: Path) -> str | None:
 
 
 def _no_file(name: str) -> Callable[[Path], str | None]:
-    return lambda tmp: f"{name} was written" if (tmp / name).exists() else None
+    return lambda tmp, run: f"{name} was written" if (tmp / name).exists() else None
 
 
-def _strict_json(name: str) -> Callable[[Path], str | None]:
-    def check(tmp: Path) -> str | None:
+def _strict_json(name: str) -> Callable[[Path, Ran], str | None]:
+    def check(tmp: Path, run: Ran) -> str | None:
         path = tmp / name
         if not path.exists():
             return None
@@ -120,6 +130,66 @@ def _calibration(kind: str) -> Callable[[Path], None]:
 
 def _small_files() -> None:  # a write past 20 KB fails half-way (EFBIG), as on a full disk
     resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+
+MEMORY_CAP = 6 * 2**30
+"""Address space of an in-process command (simulate, sweep, plan, ...): a case that would
+build gigabytes before refusing ends in a MemoryError here, not in a machine out of memory.
+``measure``/``calibrate`` start torch ranks, whose address space is not their use: no cap."""
+IN_PROCESS = ("simulate", "sweep", "plan", "validate", "memory", "demo", "presets")
+
+
+def _capped(preexec: Callable[[], None] | None) -> Callable[[], None]:
+    def run() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+        if preexec:
+            preexec()
+
+    return run
+
+
+def _loop(tmp: Path) -> None:
+    (tmp / "loop.json").symlink_to("loop.json")
+
+
+LONGEST = "a" * 250 + ".json"  # 255 bytes: NAME_MAX on Linux file systems
+
+
+def _wrote_only(name: str) -> Callable[[Path, Ran], str | None]:
+    def check(tmp: Path, run: Ran) -> str | None:
+        left = sorted(p.name for p in tmp.iterdir())
+        if left != [name]:
+            return f"left {[n[:20] for n in left]} instead of the one file"
+        from ringsim.files import read_json_object
+
+        try:
+            read_json_object(tmp / name)
+        except ValueError as err:
+            return str(err)[:120]
+        return None
+
+    return check
+
+
+def _json_rows_unique(tmp: Path, run: Ran) -> str | None:
+    data = json.loads(run.stdout)
+    labels = [c["label"] for key in ("candidates", "dropped", "bounded") for c in data[key]]
+    twice = len(labels) - len(set(labels))
+    return f"{twice} configurations ranked twice" if twice else None
+
+
+def _stdout_json_and_progress(tmp: Path, run: Ran) -> str | None:
+    try:
+        json.loads(run.stdout)  # stdout: one JSON document, nothing else
+    except ValueError as err:
+        return f"stdout is not one JSON document: {err}"
+    if "[ringsim validate" not in run.stderr:
+        return "no progress line on stderr"
+    return None
+
+
+XELATEX = shutil.which("xelatex")
+PLAN7B = ["plan", "--model", "7b", "--seq-len", "64K", "--hosts", "8"]
 
 
 SIM = ["simulate", "--hosts", "4", "--seq-len", "4K"]
@@ -235,6 +305,51 @@ CLI_CASES = [
         Cli(" ".join(a), a, exit=2 if n else 0, named=n, limit_s=30)
         for a, n in (*STRATEGY_BAD, *OUTPUT_BAD)
     ),
+    # issue 34: sizes refused before work, flags that change nothing, errors as JSON
+    *(Cli(" ".join(a), a, named=n, limit_s=30) for a, n in ISSUE34_BAD),
+    Cli(
+        "--plot p.pgf (needs xelatex)",
+        [*SIM, "--plot", "{tmp}/p.pgf"],
+        exit=0 if XELATEX else 2,
+        named="xelatex",
+        check=None if XELATEX else _no_file("p.pgf"),
+    ),
+    Cli(
+        "--trace loop.json (a symlink loop)",
+        [*SIM, "--trace", "{tmp}/loop.json"],
+        named="loops",
+        setup=_loop,
+    ),
+    Cli(
+        "--trace <255-byte name>",
+        [*SIM, "--trace", "{tmp}/" + LONGEST],
+        exit=0,
+        check=_wrote_only(LONGEST),
+    ),
+    Cli("--trace <256-byte name>", [*SIM, "--trace", "{tmp}/b" + LONGEST], named="256 bytes"),
+    *(
+        Cli(
+            f"plan --gpus-per-node {g} (no window given)",
+            [*PLAN7B, "--gpus-per-node", str(g), "--inter-bandwidth", "25G", "--keep", "3"],
+            exit=0,
+            limit_s=120,
+        )
+        for g in (3, 6, 12)
+    ),
+    Cli(
+        "plan --recompute full --recompute full",
+        [*PLAN7B, "--json", "--recompute", "full", "--recompute", "full"],
+        exit=0,
+        limit_s=120,
+        check=_json_rows_unique,
+    ),
+    Cli(
+        "validate --json (progress on stderr)",
+        ["validate", "--json"],
+        exit=0,
+        limit_s=600,
+        check=_stdout_json_and_progress,
+    ),
 ]
 
 
@@ -261,7 +376,9 @@ def _launcher_killed_by(sig: int) -> str:
     from kernels.distributed.launch import clean_stale_rendezvous
 
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as temp:
-        code = (
+        code = (  # SIGHUP at its default, as a terminal starts it (under nohup it is ignored,
+            # and the launcher rightly leaves an ignored signal alone)
+            "import signal; signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
             f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'benchmarks')!r}]\n"
             "from kernels.distributed.launch import launch\n"
             "from hostile_sweep import sleeping_rank\n"
@@ -352,12 +469,14 @@ def case_gloo_loopback() -> str:
     return f"OK {sum(map(len, per_rank))} rank sockets, all on loopback ({', '.join(found)})"
 
 
-def case_api_issue26() -> str:
-    """Issue 26's cases 11-16: the new strategies' Python API refuses what the ring refuses."""
+def _api_verdict(cases: list, what: str) -> str:
+    """Each ``(label, function, args, kwargs, said)`` must raise a one-line ``ValueError``
+    saying ``said``, within 10 s (before any work)."""
     import warnings
 
     warnings.simplefilter("ignore")
-    for label, function, args, kwargs, said in api_cases():
+    for label, function, args, kwargs, said in cases:
+        start = time.monotonic()
         try:
             function(*args, **kwargs)
             return f"FAIL {label}: no error"
@@ -365,8 +484,108 @@ def case_api_issue26() -> str:
             if said not in str(err) or "\n" in str(err):
                 return f"FAIL {label}: {err}"
         except Exception as err:
-            return f"FAIL {label}: {type(err).__name__}: {err}"
-    return f"OK {len(api_cases())} calls, each a one-line ValueError naming the argument"
+            return f"FAIL {label}: {type(err).__name__}: {str(err)[:200]}"
+        if time.monotonic() - start > 10:
+            return f"FAIL {label}: refused only after {time.monotonic() - start:.0f} s"
+    return f"OK {len(cases)} {what}, each a one-line ValueError naming the argument"
+
+
+def case_api_issue26() -> str:
+    """Issue 26's cases 11-16: the new strategies' Python API refuses what the ring refuses."""
+    return _api_verdict(api_cases(), "calls")
+
+
+def rank_interface(rank: int, hosts: int) -> str:
+    """The interface gloo was told to use in this rank (GLOO_SOCKET_IFNAME)."""
+    return os.environ.get("GLOO_SOCKET_IFNAME", "(unset)")
+
+
+def case_gloo_loopback_empty_ifname() -> str:
+    """Issue 34: an empty GLOO_SOCKET_IFNAME (gloo reads it as unset, and binds where the host
+    name resolves) keeps the ranks pinned to the loopback interface, and their sockets on it
+    (on a machine whose host name resolves to loopback anyway, only the pin tells)."""
+    from kernels.distributed.launch import launch, loopback_interface
+
+    os.environ["GLOO_SOCKET_IFNAME"] = ""
+    told = launch(rank_interface, 2, timeout_s=60)
+    if told != [loopback_interface()] * 2:
+        return f"FAIL ranks told GLOO_SOCKET_IFNAME={told}, not {loopback_interface()!r}"
+    verdict = case_gloo_loopback()
+    return verdict if verdict.startswith("FAIL") else f"{verdict}; pinned to {told[0]!r}"
+
+
+def case_api_issue34() -> str:
+    """Issue 34's Python API cases (plan, ModelSpec, a 2^40-host ring, /dev/zero)."""
+    return _api_verdict(api_issue34_cases(), "calls of issue 34")
+
+
+def case_numpy_integers() -> str:
+    """Issue 34: a NumPy integer is an integer (the double ring's window, ModelSpec, plan)."""
+    import numpy as np
+
+    import ringsim
+    from ringsim.timer import RingConfig
+    from ringsim.timer.step.models import ModelSpec
+    from ringsim.timer.strategies import simulate_strategy
+
+    config = RingConfig(hosts=8, seq_len=8 * 512, hardware=ringsim.get_hardware("a100-nvlink"))
+    a = simulate_strategy(config, "double-ring", window=np.int64(2)).summary()["total_time_s"]
+    b = simulate_strategy(config, "double-ring", window=2).summary()["total_time_s"]
+    if a != b:
+        return f"FAIL window=np.int64(2) gives {a}, window=2 gives {b}"
+    spec = ModelSpec("m", np.int64(2), 256, np.int32(4), 512)
+    return f"OK window=np.int64(2) times {a:.3g} s as window=2; ModelSpec of NumPy ints {spec.name}"
+
+
+def case_exchange_without_pickle() -> str:
+    """Issue 34: ranks exchange JSON data; a pickle (or an object dtype) from a peer is refused,
+    and no *_object collective (which unpickles) is left in kernels/."""
+    import pickle
+
+    from kernels.distributed.exchange import decode
+
+    for data in (pickle.dumps({"a": 1}), b'{"__ndarray__": "object", "shape": [1], "data": ""}'):
+        try:
+            decode(data)
+            return f"FAIL a peer's {data[:30]!r} was decoded"
+        except ValueError:
+            pass
+    calls = object_collective_calls(ROOT)
+    if calls:
+        return f"FAIL {len(calls)} calls unpickle what peers send: {', '.join(calls)}"
+    return "OK no *_object collective in kernels/; a pickle or object array from a peer refused"
+
+
+def case_summary_lines() -> str:
+    """Issue 34: the sweep's "hidden from" and simulate's threshold on a cluster are read off
+    the same runs as their tables."""
+    import contextlib
+    import io
+
+    from ringsim import cli
+
+    def run(*argv: str) -> dict:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            if cli.main([*argv, "--json"]) != 0:
+                raise ValueError(f"ringsim {' '.join(argv)} failed")
+        return json.loads(out.getvalue())
+
+    sweep = run("sweep", "--vary", "block", "--hardware", "h100-nvlink", "--implementation", "fa2")
+    start = sweep["hidden_from_block_tokens"]
+    exposed = [
+        r["block_tokens"] for r in sweep["rows"] if r["exposed_comm_s"] > 1e-6 * r["total_time_s"]
+    ]
+    if start is None or any(b >= start for b in exposed):
+        return f"FAIL hidden from {start}, yet exposed at {exposed}"
+    cluster = run("simulate", "--hosts", "16", "--seq-len", "64K", "--cluster", "dgx-h100")
+    c = cluster["min_block_for_overlap"]
+    if cluster["exposed_comm_s"] > 0 and c <= cluster["block_tokens"]:
+        return f"FAIL threshold {c:.0f} tokens below the exposed {cluster['block_tokens']} block"
+    return (
+        f"OK sweep hidden from {start} (exposed at {exposed}); on dgx-h100 x2 the threshold "
+        f"{c:.0f} tokens exceeds the exposed {cluster['block_tokens']}-token block"
+    )
 
 
 def case_tied_large_scores_dv() -> str:
@@ -537,6 +756,13 @@ def case_real_ring_nan_and_local_check() -> str:
     return f"OK every rank: {per_rank[0][0][:60]!r}; {per_rank[0][1][:60]!r}"
 
 
+def case_compare_traces() -> str:
+    """``ringsim compare`` on every hostile trace of ``benchmarks/hostile_traces.py``."""
+    from hostile_traces import sweep
+
+    return sweep()
+
+
 PY_CASES = [
     Py("launcher SIGTERM", "case_launcher_sigterm"),
     Py("launcher SIGHUP", "case_launcher_sighup"),
@@ -549,6 +775,12 @@ PY_CASES = [
     Py("save_profile atomic", "case_save_profile_atomic"),
     Py("small API holes", "case_small_api_holes"),
     Py("real ring NaN / local check", "case_real_ring_nan_and_local_check"),
+    Py("gloo ranks on loopback, GLOO_SOCKET_IFNAME=''", "case_gloo_loopback_empty_ifname"),
+    Py("API cases of issue 34", "case_api_issue34"),
+    Py("NumPy integers", "case_numpy_integers"),
+    Py("rank exchange without pickle", "case_exchange_without_pickle"),
+    Py("summary lines match their tables", "case_summary_lines", limit_s=300),
+    Py("compare: hostile traces", "case_compare_traces", limit_s=300),
 ]
 
 
@@ -580,24 +812,31 @@ def run_cli(case: Cli) -> tuple[bool, str]:
         if case.setup:
             case.setup(tmp)
         argv = [a.replace("{tmp}", str(tmp)) for a in case.argv]
+        preexec = _capped(case.preexec) if case.argv[0] in IN_PROCESS else case.preexec
         start = time.monotonic()
-        run = _run([sys.executable, "-m", "ringsim", *argv], tmp, case.limit_s, case.preexec)
+        run = _run([sys.executable, "-m", "ringsim", *argv], tmp, case.limit_s, preexec)
         if run is None:
             return False, f"still running after {case.limit_s:g} s (killed with its children)"
         took = time.monotonic() - start
-        err = run.stderr.strip()
+        lines = [line for line in run.stderr.splitlines() if not line.startswith("[ringsim ")]
+        err = "\n".join(lines).strip()
         last = err.splitlines()[-1] if err else "(no stderr)"
         said = f"exit {run.returncode} in {took:.1f} s: {last[:160]}"
         expected = case.exit if isinstance(case.exit, tuple) else (case.exit,)
         if run.returncode not in expected:
             return False, said
-        if "Traceback" in run.stderr:
+        if "Traceback" in run.stderr or "MemoryError" in run.stderr:
             return False, f"traceback: {said}"
         if run.returncode != 0 and case.named and case.named not in err:
             return False, f"does not name {case.named!r}: {said}"
         if run.returncode == 2 and err.count("\n") != 0:
             return False, f"{err.count(chr(10)) + 1} lines on stderr: {said}"
-        problem = case.check(tmp) if case.check else None
+        if run.returncode != 0 and "--json" in argv:
+            try:
+                json.loads(err)
+            except ValueError:
+                return False, f"an error under --json that is not JSON: {said}"
+        problem = case.check(tmp, run) if case.check else None
         if problem:
             return False, f"{problem}; {said}"
         return True, said

@@ -47,7 +47,6 @@ from ringsim.teach import (
     caption,
     compared,
     exercises,
-    link_hardware,
     notation,
     plain_log_ticks,
     references,
@@ -101,7 +100,7 @@ dgx = get_cluster("dgx-h100")
 gqa = dict(heads=32, kv_heads=8, head_dim=128, dtype="bf16", include_latency=False)
 c_ring = 8192
 for link, bandwidth in (("NVLink", dgx.intra_bandwidth), ("NIC", dgx.inter_bandwidth)):
-    hw = link_hardware(dgx.hardware, bandwidth)
+    hw = dgx.hardware.with_link(bandwidth)
     need = 2 * ringsim.overlap_threshold(hw, **gqa)
     hides = "hides" if c_ring >= need else "does not hide"
     print(

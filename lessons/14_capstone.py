@@ -46,7 +46,6 @@ from ringsim.teach import (
     check_choice,
     compared,
     exercises,
-    link_hardware,
     notation,
     plot_breakdown,
     references,
@@ -84,6 +83,12 @@ print(cluster.describe())
 print(f"P = {P} GPUs, N = {N:,} tokens: c = N/P = {c:,} tokens per GPU")
 step = plan(model, N, cluster, implementation="cudnn")  # every configuration, timed
 print(f"the planner sized {len(step.candidates) + len(step.dropped)} configurations")
+kernels = cluster.hardware.arch.attention_kernels
+print(
+    f"attention at {step.implementation}'s rates; without implementation= the planner\n"
+    f"  takes {kernels[0]}, the first of the families frameworks run on "
+    f"{cluster.hardware.arch.name} ({', '.join(kernels)})"
+)
 
 # %% [markdown]
 # ## Your choice
@@ -128,7 +133,7 @@ choices = ("none", "selective", "full")
 parts = [k for k in ring["none"].memory if any(ring[r].memory[k] for r in choices)]
 rows = [{"part": k, **{r: ring[r].memory[k] / GB for r in choices}} for k in parts]
 rows.append({"part": "total", **{r: ring[r].bytes_per_host / GB for r in choices}})
-usable = ring["full"].memory_bytes
+usable = ring["full"].usable_bytes
 print(f"ring over {P} GPUs (TP1, CP{P}, zigzag), GB per GPU by recompute choice:")
 display(table(rows, {"part": "{}"} | {r: "{:.2f}" for r in choices}))
 fits = [r for r in choices if ring[r].fits]
@@ -189,9 +194,7 @@ for name, bandwidth in (
     ("NVLink", cluster.intra_bandwidth),
     ("NIC", cluster.inter_bandwidth),
 ):
-    threshold = ringsim.overlap_threshold(
-        link_hardware(cluster.hardware, bandwidth), **kw
-    )
+    threshold = ringsim.overlap_threshold(cluster.hardware.with_link(bandwidth), **kw)
     rows.append(
         {"link": name, "GB/s": bandwidth / 1e9, "F/B (GQA)": threshold}
         | {"2F/B causal": 2 * threshold, "c / (2F/B)": c / (2 * threshold)}
@@ -434,9 +437,15 @@ two_m = plan(model, 2 * N, cluster, implementation="cudnn")
 double = two_m.candidates[0]
 a100 = get_cluster("dgx-a100").with_nodes(8)
 a100_threshold = 2 * ringsim.overlap_threshold(
-    link_hardware(a100.hardware, a100.inter_bandwidth), **kw
+    a100.hardware.with_link(a100.inter_bandwidth), **kw
 )
 zero3 = plan(model, N, cluster, implementation="cudnn", sharding="zero3")
+peak = plan(model, N, cluster, implementation="ideal")
+peak_ring = next(
+    x
+    for x in peak.candidates
+    if (x.strategy, x.layout, x.parallel.tp) == ("ring", "zigzag", 1)
+)
 lean_none = min(
     (x for x in zero3.dropped if x.parallel.recompute == "none"),
     key=lambda x: x.bytes_per_host,
@@ -471,12 +480,16 @@ exercises(
         "force the recompute.",
     ),
     Exercise(
-        "Check section 3's layer time against the planner's attention at the peak rate: "
-        "multiply the zigzag ring's forward layer time by the layers and by "
-        f"$1 + {BACKWARD_FACTOR}$ for the backward.",
+        "Check section 3's layer time against the planner at the peak rate "
+        "(`implementation='ideal'`): multiply the zigzag ring's forward layer time by the "
+        f"layers and by $1 + {BACKWARD_FACTOR}$ for the backward, and set it beside the "
+        "attention of the planner's plain zigzag ring.",
         f"{ring_z['total_time_s'] * 1e3:.0f} ms x {model.layers} x "
         f"{1 + BACKWARD_FACTOR} = {per_layer:.2f} s of attention per step at the peak rate. "
-        f"The planner's best spends {top.attention_s:.2f} s on attention at cuDNN's rates, "
+        f"The planner at the peak rate gives `{peak_ring.label}` "
+        f"{peak_ring.attention_s:.2f} s of attention, "
+        + compared(peak_ring.attention_s, per_layer, more="more", less="less")
+        + f". Its best at cuDNN's rates spends {top.attention_s:.2f} s on attention, "
         + compared(top.attention_s, per_layer, more="more", less="less")
         + ": a real kernel runs below the peak.",
     ),

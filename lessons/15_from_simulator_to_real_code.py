@@ -271,7 +271,8 @@ caption(
 # - Reordered tokens need reordered positions, labels and loss masks; packed documents need
 #   their boundaries in every block, and a zigzag ring needs each to divide by $2P$.
 #
-# Back to [the start](01_memory_wall.py), or open [the notation page](notation.md).
+# Next: [your own trace](16_your_own_trace.py), a ring you ran, recorded with PyTorch's
+# profiler and set step by step against the same ring simulated.
 
 # %% tags=["remove-input"]
 P_ex, N_ex = 8, 64

@@ -15,16 +15,21 @@ module is the public API: everything a user needs is importable from ``ringsim``
 
 from ringsim.layouts import (
     LAYOUTS,
+    DocumentPadding,
     Layout,
     from_layout,
     get_layout,
+    host_position_ids,
     host_positions,
     layout_names,
+    llama3_cu_seqlens,
+    pad_documents,
     permutation,
     register_layout,
     to_layout,
     unregister_layout,
 )
+from ringsim.masks import flash_window_size
 from ringsim.numerics.attention import (
     Partial,
     block_attention,
@@ -54,6 +59,7 @@ from ringsim.numerics.hybrid import (
 from ringsim.numerics.precision import error_growth
 from ringsim.numerics.ring import RingRecord, ring_attention, ring_attention_backward
 from ringsim.numerics.rounding import round_to
+from ringsim.numerics.varlen import llama3_varlen_attention, llama3_varlen_attention_backward
 from ringsim.schedule import BlockKind, Schedule, build_schedule
 from ringsim.timer import RingConfig, SimResult, simulate
 from ringsim.timer.cost import (
@@ -87,6 +93,7 @@ __all__ = [
     "STRATEGIES",
     "BlockKind",
     "Cluster",
+    "DocumentPadding",
     "Hardware",
     "KernelFamily",
     "Layout",
@@ -113,21 +120,27 @@ __all__ = [
     "double_ring_attention_backward",
     "error_growth",
     "ffn_peak_bytes",
+    "flash_window_size",
     "from_layout",
     "get_cluster",
     "get_family",
     "get_hardware",
     "get_layout",
     "get_model",
+    "host_position_ids",
     "host_positions",
     "hybrid_attention",
     "hybrid_attention_backward",
     "init_params",
     "kv_block_bytes",
     "layout_names",
+    "llama3_cu_seqlens",
+    "llama3_varlen_attention",
+    "llama3_varlen_attention_backward",
     "memory_report",
     "merge",
     "overlap_threshold",
+    "pad_documents",
     "parse_length",
     "permutation",
     "plan",

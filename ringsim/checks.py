@@ -71,6 +71,33 @@ def check_instance(name: str, value: object, kind: type | tuple[type, ...], what
     return value
 
 
+def check_entry(name: str, value: object, kind: type, registry: dict[str, object]) -> object:
+    """``value`` as a ``kind`` (a frozen dataclass): one as is, the name of an entry of
+    ``registry``, or a dict of its fields (as a JSON file writes it); else a ``ValueError``
+    naming ``name`` and what it may be."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        return registry[check_choice(name, value, tuple(registry), also=" or an object")]
+    if isinstance(value, dict):
+        unknown = set(value) - set(kind.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"{name} has unknown keys {sorted(unknown)}")
+        try:
+            return kind(**value)
+        except TypeError as err:
+            raise ValueError(f"{name}: {err}") from None
+    raise ValueError(f"{name} must be a name or an object of its fields, got {_show(value)}")
+
+
+def check_callback(name: str, value: object) -> object:
+    """Return ``value`` if it is ``None`` or callable (a ``progress`` callback), else a
+    ``ValueError`` naming ``name``."""
+    if value is not None and not callable(value):
+        raise ValueError(f"{name} must be a function or None, got {_show(value)}")
+    return value
+
+
 def check_memory(name: str, value: int, nbytes: float, what: str) -> None:
     """Refuse up front a size whose arrays (``nbytes``: ``what``) exceed this machine's
     physical memory: a ``ValueError`` naming ``name=value`` and the memory it would need,
@@ -84,11 +111,20 @@ def check_memory(name: str, value: int, nbytes: float, what: str) -> None:
 
 
 def physical_memory() -> int:
-    """This machine's physical memory in bytes (a generous 2^40 where the OS does not say)."""
+    """The memory this process may use, in bytes: the machine's physical memory (a generous
+    2^40 where the OS does not say), or less where the process's address space is capped
+    (``RLIMIT_AS``: a run refused up front rather than a ``MemoryError`` half-way)."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
-        return 2**40
+        have = 2**40
+    try:
+        import resource
+
+        cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return have
+    return have if cap in (resource.RLIM_INFINITY, -1) or cap <= 0 else min(have, cap)
 
 
 def _show(value: object) -> str:

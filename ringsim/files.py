@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -35,6 +37,40 @@ FIGURE_FORMATS = (
     *("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "svgz", "tif", "tiff", "webp"),
     *("gif", "avif", "pgf", "raw", "rgba"),
 )
+FIGURE_PROGRAMS = {"pgf": "xelatex"}
+"""Formats whose matplotlib backend runs an outside program to lay out text: ``pgf`` runs
+``rcParams['pgf.texsystem']``, ``xelatex`` by default; a format is offered only where its
+program is installed."""
+FIGURE_PLUGINS = {"webp": "WEBP", "avif": "AVIF"}
+"""Formats Pillow writes only when built with their codec (``PIL.features.check``)."""
+
+MAX_READ_BYTES = 64 * 2**20
+"""The most bytes ``read_json_object`` reads: ringsim's largest JSON (a benchmark table) is
+about 100 KB, so anything past 64 MiB is not one of its files (``/dev/zero`` never ends)."""
+
+
+def figure_formats() -> tuple[str, ...]:
+    """The figure formats this machine can write (``FIGURE_FORMATS`` less those whose program
+    or codec is missing), without importing matplotlib."""
+    import shutil
+
+    usable = [
+        f
+        for f in FIGURE_FORMATS
+        if shutil.which(FIGURE_PROGRAMS.get(f, "")) or f not in FIGURE_PROGRAMS
+    ]
+    try:
+        from PIL import features
+    except ImportError:
+        return tuple(usable)
+    return tuple(f for f in usable if f not in FIGURE_PLUGINS or _has_codec(features, f))
+
+
+def _has_codec(features, fmt: str) -> bool:
+    try:
+        return bool(features.check(FIGURE_PLUGINS[fmt].lower()))
+    except (ValueError, OSError):  # a Pillow that does not know the feature's name
+        return False
 
 
 def check_output_path(name: str, path: object, *, suffixes: Sequence[str] | None = None) -> Path:
@@ -46,14 +82,29 @@ def check_output_path(name: str, path: object, *, suffixes: Sequence[str] | None
         raise ValueError(f"{name} must be a file path, got {path!r}")
     text = os.fspath(path)
     target = Path(text)
+    _check_name_length(name, text, target)
     if target.is_dir() or text.endswith(("/", os.sep)):
         example = os.path.join(text, "out" + ("." + suffixes[0] if suffixes else ""))
         raise ValueError(f"{name} {text!r} is a folder; give a file path (e.g. {example!r})")
     if suffixes is not None and target.suffix.lower().lstrip(".") not in suffixes:
-        raise ValueError(
-            f"{name} {text!r} has an unsupported format {target.suffix or '(no suffix)'!r}; "
-            f"use one of {', '.join('.' + s for s in suffixes)}"
+        suffix = target.suffix.lower().lstrip(".")
+        program = FIGURE_PROGRAMS.get(suffix) or FIGURE_PLUGINS.get(suffix)
+        why = (
+            f"the .{suffix} format needs {program}, which this machine lacks"
+            if program
+            else f"it has an unsupported format {target.suffix or '(no suffix)'!r}"
         )
+        raise ValueError(
+            f"{name} {text!r}: {why}; use one of {', '.join('.' + s for s in suffixes)}"
+        )
+    if target.is_symlink():
+        try:
+            os.stat(target)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise ValueError(
+                    f"{name} {text!r} is a symbolic link that loops (it never reaches a file)"
+                ) from None
     if target.exists() and not target.is_file():  # is_file follows a link to its target
         raise ValueError(
             f"{name} {text!r} is not a regular file (a device or a pipe); give a file path"
@@ -69,6 +120,29 @@ def check_output_path(name: str, path: object, *, suffixes: Sequence[str] | None
         raise ValueError(f"{name} {text!r}: the folder {str(parent)!r} is not writable")
     _probe(name, text, parent, folder=parent != target.parent)
     return target
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name (bytes) ``folder``'s file system takes (255 where it does not
+    say)."""
+    while not os.path.isdir(folder) and folder != folder.parent:  # False on any OSError
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def _check_name_length(name: str, text: str, target: Path) -> None:
+    """Refuse up front a file name or a missing folder's name longer than the file system
+    takes (``ENAMETOOLONG`` would come only after the work, when the file is written)."""
+    limit = _name_max(target.parent)
+    for part in target.parts:
+        if len(os.fsencode(part)) > limit:
+            raise ValueError(
+                f"{name} {text!r}: the name {part[:40]!r}... is {len(os.fsencode(part))} bytes "
+                f"long, more than the {limit} this file system takes"
+            )
 
 
 def _probe(name: str, text: str, parent: Path, *, folder: bool) -> None:
@@ -105,7 +179,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
     except OSError as err:
         raise OSError(err.errno, f"could not write {str(target)!r}: {err.strerror}") from None
     try:
@@ -122,6 +196,20 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         if isinstance(err, OSError) and not isinstance(err, FileNotFoundError | IsADirectoryError):
             raise OSError(err.errno, f"could not write {str(target)!r}: {err.strerror}") from err
         raise
+
+
+TEMP_EXTRA = len(".") + len(".") + 8 + len(".tmp")
+"""Bytes a temporary name adds to the target's: ``.{name}.XXXXXXXX.tmp`` (mkstemp's 8)."""
+
+
+def _temp_prefix(target: Path) -> str:
+    """``.{name}.``, the name cut so the temporary name fits the file system's limit (a valid
+    name of up to ``NAME_MAX`` bytes must not fail only because its temporary is longer)."""
+    room = _name_max(target.parent) - TEMP_EXTRA
+    name = os.fsencode(target.name)
+    if len(name) > room:
+        name = name[:room].decode(errors="ignore").encode()  # no half of a UTF-8 character
+    return f".{os.fsdecode(name)}."
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -193,10 +281,7 @@ def read_json_object(path: str | os.PathLike, *, what: str = "JSON file") -> dic
     strict JSON (truncated, or ``NaN``/``Infinity``, which ``write_json`` never writes) or not
     an object."""
     name = f"{what} {os.fspath(path)!r}"
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{name} could not be read: {err}") from None
+    text = _read_capped(path, name)
     if not text.strip():
         raise ValueError(f"{name} is empty (not valid JSON)")
     try:
@@ -206,6 +291,31 @@ def read_json_object(path: str | os.PathLike, *, what: str = "JSON file") -> dic
     if not isinstance(data, dict):
         raise ValueError(f"{name} must hold a JSON object, got a {type(data).__name__}")
     return data
+
+
+def _read_capped(path: str | os.PathLike, name: str) -> str:
+    """The text of the regular file at ``path``, at most ``MAX_READ_BYTES``: a device
+    (``/dev/zero`` never ends), a pipe (its writer may never come) or a folder is refused
+    before it is opened, a longer file after ``MAX_READ_BYTES``."""
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        raise ValueError(f"{name} could not be read: {err.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{name} is not a regular file (a device, a pipe or a folder)")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_READ_BYTES + 1)
+    except OSError as err:
+        raise ValueError(f"{name} could not be read: {err.strerror}") from None
+    if len(data) > MAX_READ_BYTES:
+        raise ValueError(
+            f"{name} is longer than {MAX_READ_BYTES // 2**20} MiB: not one of ringsim's JSON files"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{name} could not be read: not UTF-8 text ({err.reason})") from None
 
 
 def _refuse_constant(name: str) -> None:
@@ -236,8 +346,8 @@ def check_outputs(args: argparse.Namespace, flags: dict | None = None) -> None:
         path = getattr(args, attr, None)
         if path is None:
             continue
-        suffixes = FIGURE_FORMATS if kind == "figure" else kind
-        target = check_output_path(flag, path, suffixes=suffixes).resolve()
+        suffixes = figure_formats() if kind == "figure" else kind
+        target = Path(os.path.realpath(check_output_path(flag, path, suffixes=suffixes)))
         if target in seen:
             raise ValueError(f"{seen[target]} and {flag} name the same file {path!r}")
         seen[target] = flag

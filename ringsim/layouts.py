@@ -16,6 +16,11 @@ Under a causal mask a contiguous split gives the last host ``P`` blocks of work 
 only one; striped and zigzag give every host (almost) the same work at every step, and
 per-document does so for each document of a packed batch.
 
+Packed documents under context parallelism also need: the padding that makes every document
+divisible by ``2P`` (``pad_documents``), each host's RoPE position ids (``host_position_ids``),
+and, for Llama 3's all-gather per document, which queries and gathered keys each host of a
+contiguous split reads (``llama3_cu_seqlens``).
+
 Each layout is a ``Layout`` object in the registry ``LAYOUTS`` (a dict keyed by name): its
 positions and the divisor ``seq_len`` must meet; the closed-form visible-pair counts of a
 causal block and the position formula the schedule counts tiles with; and the kernel call a
@@ -27,6 +32,7 @@ positions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import numpy as np
@@ -35,6 +41,7 @@ from ringsim.checks import (
     check_bool,
     check_choice,
     check_memory,
+    check_non_negative_int,
     check_positive_int,
     check_segment_ids,
 )
@@ -66,7 +73,11 @@ class Layout:
     * ``position`` and ``key_tiles_starting_by``: the formulas the schedule counts tiles with;
     * ``by_relation = True``: the mask of a block depends only on whether the kv block's owner
       comes before, is, or comes after the query host (so the schedule needs 3 counts, not P^2);
-    * ``causal_call``: the kernel call a real ring makes for a causal block.
+    * ``causal_call``: the kernel call a real ring makes for a causal block;
+    * under a sliding window: ``by_offset = True`` (a block's mask depends only on the owners'
+      distance ``kv host - query host``), ``runs`` (a host's positions as arithmetic runs, which
+      ``masks.pairs_within`` counts in closed form) and the closed forms ``window_live_steps``
+      and ``window_live_pairs``.
     """
 
     name: ClassVar[str] = ""
@@ -74,6 +85,7 @@ class Layout:
     chunks_per_host: ClassVar[int] = 1
     needs_documents: ClassVar[bool] = False
     by_relation: ClassVar[bool] = False
+    by_offset: ClassVar[bool] = False
 
     def __str__(self) -> str:
         return self.name
@@ -159,6 +171,27 @@ class Layout:
         starts = self.position(hosts, c, host, np.arange(n, dtype=np.int64) * tile)
         return np.searchsorted(starts, pos, side="right")
 
+    # -- a sliding window (``ringsim.masks``): closed forms the schedule uses and tests hold ---
+    def runs(self, hosts: int, c: int, host: int) -> tuple[np.ndarray, int, int] | None:
+        """``host``'s positions (no documents) as ``(starts, length, stride)``: runs
+        ``start + stride * arange(length)``, one per start; ``None``: not a few runs (the
+        schedule then counts from the positions)."""
+        return None
+
+    def window_live_steps(
+        self, hosts: int, c: int, sliding_window: int, causal: bool
+    ) -> int | None:
+        """How many ring steps hold a block some host computes under ``sliding_window``, in
+        closed form (``None``: none known; the schedule enumerates)."""
+        return None
+
+    def window_live_pairs(
+        self, hosts: int, c: int, sliding_window: int, causal: bool
+    ) -> np.ndarray | None:
+        """``(P,)`` how many of the ``P`` kv blocks each host computes any pair of, under
+        ``sliding_window``, in closed form (``None``: none known)."""
+        return None
+
     # -- the kernel call of a ring step ------------------------------------------------------
     def step_call(
         self, kind: int, relation: int, work: float, c: int, *, causal: bool, documents: bool
@@ -216,6 +249,7 @@ class Contiguous(Layout):
     name = "contiguous"
     description = "host h holds tokens [h c, (h + 1) c): the paper's split"
     by_relation = True
+    by_offset = True
 
     def deal(self, hosts, seq_len, segment_ids):
         return np.arange(seq_len, dtype=np.int64).reshape(hosts, -1)
@@ -236,6 +270,25 @@ class Contiguous(Layout):
     def gathered_calls(self, hosts, c, host):
         return (KernelCall(c, (host + 1) * c, "causal-diagonal"),)
 
+    def runs(self, hosts, c, host):
+        return np.array([host * c]), c, 1
+
+    @staticmethod
+    def window_reach(c: int, sliding_window: int) -> int:
+        """How many blocks back (or, not causal, forward) a window of ``W`` reaches from a
+        block of ``c`` tokens: block ``h - d`` is visible to some query of block ``h`` iff the
+        closest pair, ``(d - 1) c + 1`` apart, is inside the window: ``d <= ceil((W-1)/c)``."""
+        return -(-(sliding_window - 1) // c)
+
+    def window_live_steps(self, hosts, c, sliding_window, causal):
+        reach = min(self.window_reach(c, sliding_window), hosts - 1)
+        return reach + 1 if causal else min(hosts, 2 * reach + 1)
+
+    def window_live_pairs(self, hosts, c, sliding_window, causal):
+        reach, h = self.window_reach(c, sliding_window), np.arange(hosts)
+        later = 0 if causal else np.minimum(hosts - 1 - h, reach)
+        return np.minimum(h, reach) + 1 + later
+
 
 class Striped(Layout):
     """Round robin: host ``h`` holds ``h, h + P, h + 2P, ...``. Calls: a causal ``c x c`` call
@@ -247,6 +300,7 @@ class Striped(Layout):
     name = "striped"
     description = "round robin: host h holds tokens h, h + P, h + 2P, ... (Brandon et al. 2023)"
     by_relation = True
+    by_offset = True
 
     def deal(self, hosts, seq_len, segment_ids):
         return np.ascontiguousarray(np.arange(seq_len, dtype=np.int64).reshape(-1, hosts).T)
@@ -267,6 +321,23 @@ class Striped(Layout):
         if relation > 0:
             return KernelCall(max(c - 1, 1), max(c - 1, 1), "causal-diagonal", None, True)
         return KernelCall(c, c, "causal-diagonal")
+
+    def runs(self, hosts, c, host):
+        return np.array([host]), c, hosts
+
+    def window_live_steps(self, hosts, c, sliding_window, causal):
+        """At step ``s`` the nearest visible pair of a host and its block is ``s`` apart (or,
+        not causal, ``P - s``); the block's later owner needs a second token (``c >= 2``) to
+        offer a key ``s`` back. With ``c = 1`` striped is contiguous."""
+        if c == 1:
+            return get_layout("contiguous").window_live_steps(hosts, c, sliding_window, causal)
+        return min(hosts, sliding_window if causal else 2 * sliding_window - 1)
+
+    def window_live_pairs(self, hosts, c, sliding_window, causal):
+        if c == 1:
+            return get_layout("contiguous").window_live_pairs(hosts, c, sliding_window, causal)
+        steps = self.window_live_steps(hosts, c, sliding_window, causal)
+        return np.full(hosts, steps)
 
 
 class Zigzag(Layout):
@@ -318,6 +389,10 @@ class Zigzag(Layout):
         if relation < 0:
             return KernelCall(c, half, "zigzag-half")
         return KernelCall(half, c, "zigzag-half", None, True)
+
+    def runs(self, hosts, c, host):
+        half = c // 2
+        return np.array([host * half, (2 * hosts - 1 - host) * half]), half, 1
 
 
 class PerDocument(Layout):
@@ -446,6 +521,177 @@ def segment_ids_of(lengths: object) -> np.ndarray:
     if not lengths:
         raise ValueError("documents must be at least one length, got none")
     return np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+
+
+# -- packed documents under context parallelism: padding and position ids -----------------------
+@dataclass(frozen=True)
+class DocumentPadding:
+    """Packed documents padded so each length is a multiple of ``multiple`` (``pad_documents``).
+
+    ``segment_ids`` ``(N + added,)``: the padded sequence's documents, each document's padding
+    at its end carrying its id (so a layout deals it with its document); ``real`` ``(N,)``: where
+    each original token sits in the padded sequence; ``added``: the padding tokens, which every
+    host stores, moves and (masked or not) computes with: the padding's cost."""
+
+    segment_ids: np.ndarray
+    real: np.ndarray
+    added: int
+    multiple: int
+
+    def pad(self, x: np.ndarray, fill: float = 0.0) -> np.ndarray:
+        """``x`` ``(..., N, d)`` in the padded sequence, ``fill`` at the padding."""
+        x = _sequence_array(x)
+        if x.shape[-2] != self.real.size:
+            raise ValueError(
+                f"x must have {self.real.size} tokens (the unpadded sequence), got {x.shape[-2]}"
+            )
+        out = np.full((*x.shape[:-2], self.segment_ids.size, x.shape[-1]), fill, x.dtype)
+        out[..., self.real, :] = x
+        return out
+
+    def unpad(self, x: np.ndarray) -> np.ndarray:
+        """The original tokens of ``x`` ``(..., N + added, d)``."""
+        return np.take(_sequence_array(x), self.real, axis=-2)
+
+
+def pad_documents(segment_ids: object, hosts: int, multiple: int | None = None) -> DocumentPadding:
+    """Pad every document (a run of equal ids) at its end to a multiple of ``2 * hosts`` (or of
+    ``multiple``), the rule that lets zigzag and per-document context parallelism cut each
+    document into ``2P`` equal chunks. Megatron-style trainers pad each sequence to
+    ``tp * cp * 2`` tokens when ``cp > 1`` (verl ``verl/models/mcore/util.py``,
+    ``preprocess_packed_seqs``: ``align_size``, ``pad_size``, ``cu_seqlens_padded``), as
+    TransformerEngine's THD context parallelism needs every sequence divisible by ``2 cp``.
+
+    Where the padding sits makes it exact under a causal mask: it follows every real token of its
+    document, so no real query sees it (with or without a sliding window), and a padded query's
+    output is dropped (its ``dout`` is 0, so it adds nothing to any gradient). Without a causal
+    mask the real queries would see the padding as keys: TransformerEngine masks it with the
+    unpadded ``cu_seqlens``; ringsim's mask rule has no padding mask, so use it causal."""
+    if segment_ids is None:
+        raise ValueError("segment_ids must be the documents' ids (one per token), got None")
+    seg = check_segment_ids(segment_ids, np.asarray(segment_ids).size)
+    if seg.size == 0:
+        raise ValueError("segment_ids must hold at least one token, got none")
+    hosts = check_positive_int("hosts", hosts, at_most=2**40)
+    if multiple is None:
+        multiple = 2 * hosts
+    multiple = check_positive_int("multiple", multiple, at_most=2**41)
+    starts, lengths = document_runs(seg)
+    total = sum(-(-int(n) // multiple) * multiple for n in lengths)
+    name = "hosts" if multiple == 2 * hosts else "multiple"
+    check_memory(name, multiple, 24 * total, "the padded sequence's ids and positions")
+    padded = -(-lengths // multiple) * multiple
+    new_starts = np.concatenate([[0], np.cumsum(padded)[:-1]])
+    real = np.repeat(new_starts - starts, lengths) + np.arange(seg.size)
+    return DocumentPadding(
+        np.repeat(seg[starts], padded),
+        real.astype(np.int64),
+        int((padded - lengths).sum()),
+        multiple,
+    )
+
+
+def document_position_ids(segment_ids: object, seq_len: int | None = None) -> np.ndarray:
+    """``(N,)`` each token's position inside its document: RoPE's position ids for packed
+    documents (each document counts from 0); without ``segment_ids`` (give ``seq_len``) the
+    token's position. A document is an id: its tokens count in sequence order."""
+    if segment_ids is None:
+        return np.arange(check_positive_int("seq_len", seq_len), dtype=np.int64)
+    seg = check_segment_ids(segment_ids, np.asarray(segment_ids).size)
+    order = np.argsort(seg, kind="stable")
+    ids = seg[order]
+    first = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+    rank = np.arange(seg.size) - np.repeat(first, np.diff(np.append(first, seg.size)))
+    out = np.empty(seg.size, dtype=np.int64)
+    out[order] = rank
+    return out
+
+
+def host_position_ids(
+    layout: object, hosts: int, seq_len: int, segment_ids: np.ndarray | None = None
+) -> np.ndarray:
+    """``(P, N / P)`` the position ids (``document_position_ids``) of each host's tokens, in its
+    order: what each host feeds its rotary embedding. Gathering them back in layout order
+    (``from_layout``) gives the unsharded sequence's ids."""
+    pos = host_positions(layout, hosts, seq_len, segment_ids)
+    return document_position_ids(segment_ids, seq_len)[pos]
+
+
+class Llama3Slices(NamedTuple):
+    """What one host of Llama 3's all-gather context parallelism reads of packed documents
+    (``llama3_cu_seqlens``): its documents' query and key offsets.
+
+    ``cu_seqlens_q`` ``(D + 1,)``: the ``D`` documents' query rows in the host's ``L`` tokens;
+    ``cu_seqlens_k`` ``(D + 1,)``: their keys, as offsets into ``k_slice``, the global tokens of
+    the gathered keys the host reads; ``max_seqlen_q``/``max_seqlen_k``: the longest of each."""
+
+    cu_seqlens_q: np.ndarray
+    cu_seqlens_k: np.ndarray
+    max_seqlen_q: int
+    max_seqlen_k: int
+    k_slice: slice
+
+
+def cu_seqlens_of(segment_ids: np.ndarray) -> np.ndarray:
+    """``(D + 1,)`` the documents' cumulative lengths (``cu_seqlens``): document ``d`` is
+    tokens ``cu[d]:cu[d + 1]``."""
+    starts, lengths = document_runs(segment_ids)
+    return np.append(starts, starts[-1] + lengths[-1]).astype(np.int64)
+
+
+def _check_cu_seqlens(cu_seqlens: object) -> np.ndarray:
+    """``cu_seqlens``: integers from 0, strictly increasing (every document has a token)."""
+    try:
+        cu = np.asarray(cu_seqlens)
+    except (TypeError, ValueError):
+        cu = np.asarray(None)
+    if cu.dtype.kind not in "iu" or cu.ndim != 1 or cu.size < 2 or cu[0] != 0:
+        raise ValueError(
+            f"cu_seqlens must be increasing integers from 0 (documents' cumulative lengths), "
+            f"got {cu_seqlens!r}"[:200]
+        )
+    if np.any(np.diff(cu) <= 0):
+        raise ValueError(f"cu_seqlens must be strictly increasing, got {cu.tolist()}"[:200])
+    return cu.astype(np.int64)
+
+
+def llama3_cu_seqlens(cu_seqlens: np.ndarray, hosts: int, rank: int, causal: bool) -> Llama3Slices:
+    """Host ``rank``'s documents, as ``llama3_flash_attn_prepare_cu_seqlens`` computes them
+    (zhuzilin/ring-flash-attention ``ring_flash_attn/llama3_flash_attn_varlen.py`` at 22f0e1db;
+    the exact executor is ``ringsim.numerics.varlen``).
+
+    The host's ``L = N / P`` queries start inside document ``left`` (the last one starting at
+    or before ``r L``) and end inside document ``right`` (the first one ending at or after
+    ``(r + 1) L``). Its queries of each document are that document cut to ``[r L, (r + 1) L)``;
+    its keys of each start at the document's start and end with the document, except the last:
+    causal, at the host's last query (no later key is visible, and the causal mask aligned
+    bottom right is then the global one), not causal, at the document's end."""
+    cu = _check_cu_seqlens(cu_seqlens)
+    total = int(cu[-1])
+    hosts = check_positive_int("hosts", hosts)
+    rank = check_non_negative_int("rank", rank)
+    if rank >= hosts:
+        raise ValueError(f"rank must be in [0, {hosts}), got rank={rank}")
+    causal = check_bool("causal", causal)
+    if total % hosts:
+        raise ValueError(f"the packed length must be divisible by hosts={hosts}, got {total}")
+    per = total // hosts
+    lo, hi = rank * per, (rank + 1) * per
+    left = int(np.searchsorted(cu, lo, side="left"))
+    if cu[left] != lo:
+        left -= 1
+    right = int(np.searchsorted(cu, hi, side="left"))
+    cu_q = np.clip(cu[left : right + 1], lo, hi) - lo
+    slice_left = int(cu[left])
+    slice_right = hi if causal else int(cu[right])
+    cu_k = np.minimum(cu[left : right + 1], slice_right) - slice_left
+    return Llama3Slices(
+        cu_q,
+        cu_k,
+        int(np.diff(cu_q).max()),
+        int(np.diff(cu_k).max()),
+        slice(slice_left, slice_right),
+    )
 
 
 # -- the functions of a layout name, for callers that hold one -------------------------------

@@ -12,8 +12,10 @@ import below. What is here:
   day: the cost model's constants (``BACKWARD_FACTOR``, ``DTYPE_BYTES``), the memory model
   (``bytes_per_host``, ``max_context``), the strategies' comparison (``compare_strategies``,
   ``crossover_bandwidth``), the published measurements and their validation, the planner's
-  pictures, the real backend (``measure_real_ring``, ``real_ring_loop``: ``kernels`` is
-  loaded when they run, never by ``import ringsim.teach``).
+  pictures, recorded traces set against the same ring simulated (``read_traces``,
+  ``read_ring``, ``compare_ring``, ``plot_comparison``, ``write_gpu_traces``), the real backend
+  (``measure_real_ring``, ``record_real_ring``, ``real_ring_loop``: ``kernels`` is loaded when
+  they run, never by ``import ringsim.teach``).
 
 ``import ringsim.teach`` needs NumPy; matplotlib loads when a figure is drawn.
 """
@@ -29,6 +31,7 @@ from ringsim.timer.step.flops import model_tflops_per_gpu
 from ringsim.timer.step.memory import METHODS, bytes_per_host, max_context
 from ringsim.timer.strategies import FLAT_STRATEGIES, compare_strategies, with_bandwidth
 from ringsim.timer.strategies.ulysses import crossover_bandwidth
+from ringsim.timer.studies.compare import compare_ring
 from ringsim.timer.studies.published import DATASET, PAPER_TABLE_SOURCE, ZHUZILIN_SOURCE
 from ringsim.timer.studies.validate import (
     describe,
@@ -36,7 +39,10 @@ from ringsim.timer.studies.validate import (
     published_configuration,
     summarize,
 )
+from ringsim.traces import read_ring, read_traces
 from ringsim.views import lessons as _helpers
+from ringsim.views.compare import plot_comparison
+from ringsim.views.gpu_trace import write_gpu_traces
 from ringsim.views.lessons import *  # noqa: F403 - the face re-exports every lesson helper
 from ringsim.views.planning import plot_breakdown
 from ringsim.views.plots import pair_owners, plot_layout_masks, plot_sweep, plot_timelines
@@ -52,6 +58,7 @@ __all__ = [
     "PAPER_TABLE_SOURCE",
     "ZHUZILIN_SOURCE",
     "bytes_per_host",
+    "compare_ring",
     "compare_strategies",
     "crossover_bandwidth",
     "describe",
@@ -63,13 +70,17 @@ __all__ = [
     "pair_owners",
     "paper_comparison",
     "plot_breakdown",
+    "plot_comparison",
     "plot_layout_masks",
     "plot_sweep",
     "plot_timelines",
     "plot_validation",
     "published_configuration",
     "read_json_object",
+    "read_ring",
+    "read_traces",
     "relative_error",
     "summarize",
     "with_bandwidth",
+    "write_gpu_traces",
 ]

@@ -113,11 +113,35 @@ def arg_type(parse: Callable, *names) -> Callable[[str], object]:
     return convert
 
 
+def error_line(prog: str, message: object, *, as_json: bool = False, code: int = 2) -> str:
+    """The one line a command ends with on stderr: ``ringsim plan: error: ...``, or under
+    ``--json`` one JSON object (``{"error": ..., "command": ..., "exit_code": ...}``), so a
+    script that asked for JSON parses the failure too."""
+    text = str(message).replace("\n", " ")
+    if as_json:
+        import json
+
+        body = {"error": text, "command": prog, "exit_code": code}
+        return json.dumps(body, ensure_ascii=False) + "\n"
+    return f"{prog}: error: {text}\n"
+
+
+def wants_json(argv: object) -> bool:
+    """Whether a command line asks for JSON output (its errors are JSON too)."""
+    return isinstance(argv, list | tuple) and "--json" in argv
+
+
 class Parser(argparse.ArgumentParser):
-    """Errors in one line: ``ringsim simulate: error: ...`` (usage only with --help)."""
+    """Errors in one line: ``ringsim simulate: error: ...`` (usage only with --help); JSON
+    (``error_line``) when the command line has ``--json``."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.json_errors = wants_json(list(sys.argv[1:] if args is None else args))
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        line = f"{message} (see {self.prog} --help)"
+        self.exit(2, error_line(self.prog, line, as_json=getattr(self, "json_errors", False)))
 
 
 def parse_tile(name: str, text: str) -> tuple[int, int | None]:

@@ -57,7 +57,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 # lessons that start rank processes as they execute (they hold ranks_lock meanwhile)
-RING_LESSONS = ("10_simulated_vs_measured",)
+RING_LESSONS = ("10_simulated_vs_measured", "16_your_own_trace")
 
 GROUPS = {
     "tests/test_kernels_launch.py": "ranks",
@@ -75,6 +75,7 @@ GROUPS = {
     "tests/test_explorer.py": "book",
     "tests/test_lesson_numbers.py": "book",
     "tests/test_aot_compile.py": "aot",
+    "tests/test_compare_real.py": "ranks",
 }
 
 

@@ -32,7 +32,9 @@ import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from ringsim.grid import PLACEMENTS
 from ringsim.layouts import get_layout, layout_names
+from ringsim.numerics.context_parallel import METHODS as METHOD_TABLE
 
 
 def examples(ci: int) -> int:
@@ -69,14 +71,19 @@ def sum_groups(dx: np.ndarray, kv_heads: int) -> np.ndarray:
     return dx.reshape(*dx.shape[:-3], kv_heads, hq // kv_heads, *dx.shape[-2:]).sum(axis=-3)
 
 
-def brute_mask(n: int, causal: bool, segment_ids: np.ndarray | None) -> np.ndarray:
-    """``(n, n)`` visible pairs by explicit loops: ``j <= i`` (causal) and same document."""
+def brute_mask(
+    n: int, causal: bool, segment_ids: np.ndarray | None, sliding_window: int | None = None
+) -> np.ndarray:
+    """``(n, n)`` visible pairs by explicit loops: ``j <= i`` (causal), same document, and with a
+    sliding window ``W`` the ``W`` latest keys ``i - W < j`` (not causal: ``|i - j| < W``)."""
     mask = np.ones((n, n), dtype=bool)
     for i in range(n):
         for j in range(n):
             if causal and j > i:
                 mask[i, j] = False
             if segment_ids is not None and segment_ids[i] != segment_ids[j]:
+                mask[i, j] = False
+            if sliding_window is not None and not (i - sliding_window < j < i + sliding_window):
                 mask[i, j] = False
     return mask
 
@@ -99,6 +106,33 @@ def dense_lse(q: np.ndarray, k: np.ndarray, scale: float, mask: np.ndarray) -> n
     scores = np.where(mask, np.einsum("...id,...jd->...ij", q64, k64) * scale, -np.inf)
     top = scores.max(axis=-1)
     return top + np.log(np.exp(scores - top[..., None]).sum(axis=-1))
+
+
+def dense_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: np.ndarray
+) -> np.ndarray:
+    """float64 ``softmax(q k^T scale + mask) v`` ``(..., Hq, N, d)``; kv heads expanded."""
+    hq = q.shape[-3] if q.ndim >= 3 else 1
+    return dense_probs(q, k, scale, mask) @ expand_kv(v.astype(np.float64), hq)
+
+
+def dense_grads(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, dout: np.ndarray, scale: float, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float64 ``(dq, dk, dv)`` from the definition: ``dv = P^T dO``, ``dS = P (dP - delta)``
+    with ``dP = dO V^T`` and ``delta = rowsum(P dP)``, ``dq = scale dS K``, ``dk = scale dS^T Q``;
+    ``dk``, ``dv`` summed over the query heads sharing a kv head."""
+    hq = q.shape[-3] if q.ndim >= 3 else 1
+    kv_heads = k.shape[-3] if k.ndim >= 3 else 1
+    p = dense_probs(q, k, scale, mask)
+    q64, do64 = q.astype(np.float64), dout.astype(np.float64)
+    k64, v64 = (expand_kv(x.astype(np.float64), hq) for x in (k, v))
+    dp = do64 @ v64.swapaxes(-1, -2)
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+    dq = scale * ds @ k64
+    dk = sum_groups(scale * ds.swapaxes(-1, -2) @ q64, kv_heads)
+    dv = sum_groups(p.swapaxes(-1, -2) @ do64, kv_heads)
+    return dq, dk, dv
 
 
 def grad_magnitudes(
@@ -170,6 +204,7 @@ class Case:
     scale: float | None
     segment_ids: np.ndarray | None
     hostile: str
+    sliding_window: int | None = None
     kwargs: dict = field(init=False)
 
     def __post_init__(self) -> None:
@@ -180,6 +215,8 @@ class Case:
             scale=self.scale,
             segment_ids=self.segment_ids,
         )
+        if self.sliding_window is not None:
+            self.kwargs["sliding_window"] = self.sliding_window
 
     @property
     def used_scale(self) -> float:
@@ -187,7 +224,30 @@ class Case:
 
     @property
     def mask(self) -> np.ndarray:
-        return brute_mask(self.q.shape[-2], self.causal, self.segment_ids)
+        return brute_mask(self.q.shape[-2], self.causal, self.segment_ids, self.sliding_window)
+
+
+def assert_forward_exact(case: Case, out: np.ndarray, lse: np.ndarray | None = None) -> None:
+    """``out`` (and ``lse``) against float64 attention from the definition on ``case.mask``,
+    per token and head, in ``case.q``'s dtype."""
+    tol = rel_tol(case.q, case.k, case.used_scale)
+    ref = dense_attention(case.q, case.k, case.v, case.used_scale, case.mask)
+    assert out.dtype == case.q.dtype
+    assert_close_to(out, ref, tol * np.abs(case.v.astype(np.float64)).max(), "out")
+    if lse is not None:
+        want = dense_lse(case.q, case.k, case.used_scale, case.mask)
+        assert_close_to(lse, want, tol * max(1.0, np.abs(want).max()), "lse")
+
+
+def assert_backward_exact(case: Case, grads: tuple) -> None:
+    """``(dq, dk, dv)`` against the definition's gradients on ``case.mask``, per token and
+    head: a block of ``dk`` on the wrong host fails."""
+    want = dense_grads(case.q, case.k, case.v, case.dout, case.used_scale, case.mask)
+    tol = rel_tol(case.q, case.k, case.used_scale)
+    magnitudes = grad_magnitudes(case.q, case.k, case.v, case.dout, case.used_scale, case.mask)
+    for name, got, exp, mag in zip(("dq", "dk", "dv"), grads, want, magnitudes, strict=True):
+        assert got.shape == exp.shape and got.dtype == case.q.dtype
+        assert_close_to(got, exp, tol * mag, name)
 
 
 def random_segments(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -245,3 +305,56 @@ def ring_cases(
 
 
 seeds = st.integers(0, 2**32 - 1)
+
+
+METHODS = tuple(METHOD_TABLE)
+
+
+@st.composite
+def hybrid_cases(draw: st.DrawFn, methods: tuple = METHODS) -> tuple[Case, dict]:
+    """A random problem and hybrid keywords: ``U`` in 1..4, ``P = U R`` in 2..8 (double ring:
+    ``R`` with a window strictly between 1 and ``R`` where one exists, so it runs several
+    rounds); kv heads a multiple of ``U`` beside a ring, any number ``>= U`` for Ulysses."""
+    method = draw(st.sampled_from(methods))
+    ulysses = draw(st.integers(1, 4))
+    if method == "double-ring":  # ring degrees with windows strictly between 1 and R
+        ring = draw(st.sampled_from([r for r in (2, 3, 4, 6, 8) if r * ulysses <= 8]))
+    else:
+        ring = draw(st.integers(1 if ulysses > 1 else 2, 8 // ulysses))
+    hosts = ulysses * ring
+    window = None
+    if method == "double-ring":
+        divisors = [w for w in range(1, ring + 1) if ring % w == 0]
+        window = draw(st.sampled_from([w for w in divisors if 1 < w < ring] or divisors))
+    layout = draw(st.sampled_from(layout_names()))
+    causal = draw(st.booleans())
+    dtype = np.dtype(draw(st.sampled_from([np.float32, np.float64])))
+    n = draw(st.integers(1, 2)) * get_layout(layout).divisor(hosts)
+    d = draw(st.integers(1, 6))
+    if ring == 1:
+        kv_heads = draw(st.integers(ulysses, ulysses + 2))  # Ulysses: uneven head groups too
+    else:
+        kv_heads = ulysses * draw(st.integers(1, 2))
+    q_heads = kv_heads * draw(st.integers(1, 2))
+    batch = tuple(draw(st.lists(st.integers(1, 2), max_size=1)))
+    bare = ulysses == 1 and kv_heads == q_heads == 1 and not batch and draw(st.booleans())
+    head_shape = () if bare else (*batch, q_heads)
+    kv_shape = () if bare else (*batch, kv_heads)
+    scale = draw(st.sampled_from([None, 1.0, -0.5, 2.0]))
+    mode = draw(st.sampled_from(["none", "none", "big_scores", "huge_v"]))
+    rng = np.random.default_rng(draw(seeds))
+    q = rng.standard_normal((*head_shape, n, d))
+    k, v = (rng.standard_normal((*kv_shape, n, d)) for _ in range(2))
+    dout = rng.standard_normal(q.shape)
+    used = 1 / np.sqrt(d) if scale is None else scale
+    if mode == "big_scores":
+        scores = np.einsum("...id,...jd->...ij", q, expand_kv(k, q_heads if head_shape else 1))
+        q = q * (draw(st.sampled_from([1e2, 1e3])) / np.abs(scores * used).max())
+    elif mode == "huge_v":
+        v = v * HUGE_V[dtype]
+    segment_ids = random_segments(rng, n) if draw(st.booleans()) else None
+    q, k, v, dout = (x.astype(dtype) for x in (q, k, v, dout))
+    case = Case(q, k, v, dout, hosts, layout, causal, scale, segment_ids, mode)
+    placement = draw(st.sampled_from(PLACEMENTS))
+    extra = dict(ulysses_degree=ulysses, method=method, window=window, placement=placement)
+    return case, extra

@@ -103,13 +103,129 @@ def test_no_private_name_crosses_a_package():
     assert offenders == []
 
 
+TIMER_ROOMS = ("cost", "machine", "engine", "strategies", "step", "studies")
+"""The timer's rooms, bottom up (``ringsim/timer/__init__.py``): each may import the ones
+before it, never the ones after."""
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["ringsim", "timer"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def test_the_timer_rooms_import_only_downward():
+    """``cost`` at the bottom (it imports no other room: a device enters it as an argument),
+    then ``machine``, ``engine``, ``strategies``, ``step``, ``studies``; lazy imports count."""
+    offenders = []
+    for name, path in MODULES.items():
+        here = _room(name)
+        if here is None:
+            continue
+        for module, names in _imports(path):
+            for target in (module, *(f"{module}.{n}" for n in names)):
+                there = _room(target) if target in MODULES else None
+                if there in TIMER_ROOMS and here in TIMER_ROOMS:
+                    if TIMER_ROOMS.index(there) > TIMER_ROOMS.index(here):
+                        offenders.append(f"{name} imports {target}")
+    assert offenders == []
+
+
 LAYOUT_NAMES = ("contiguous", "striped", "zigzag", "per-document")
 STRATEGY_NAMES = ("ring", "ulysses", "allgather", "hybrid", "double-ring")
 COMPARISON = re.compile(
     r"""(==|!=|\bin)\s*\(?\s*["']({})["']""".format("|".join(LAYOUT_NAMES + STRATEGY_NAMES))
 )
 #: Where a kind is defined.
-HOMES = ("ringsim/layouts.py", "ringsim/timer/strategies/")
+HOMES = ("ringsim/layouts.py", "ringsim/sharing.py", "ringsim/timer/strategies/")
+
+
+HARDWARE_NAMES = (
+    *("a100-nvlink", "a100-ib", "h100-nvlink", "h200-nvlink", "h200-ib", "h800-nvlink"),
+    *("b200-nvlink", "tpu-v3", "tpu-v4", "tpu-v5e", "cpu-calibrated", "custom"),
+    *("ampere", "hopper", "ada", "blackwell", "tpu", "cpu", "nvlink", "infiniband", "pcie", "ici"),
+)
+FAMILY_NAMES = ("ideal", "fa2", "fa3", "cudnn", "triton", "torch")
+DEVICE_COMPARISON = re.compile(
+    r"""(==|!=|\bin)\s*\(?\s*["']({})["']""".format("|".join(map(re.escape, HARDWARE_NAMES)))
+)
+FAMILY_COMPARISON = re.compile(
+    r"""(implementation|family|kernel)[\w.]*\s*(==|!=|\bin)\s*\(?\s*["']({})["']""".format(
+        "|".join(FAMILY_NAMES)
+    )
+)
+NAME_PARSE = re.compile(
+    r"""\.name\s*(==|!=|\.startswith|\.endswith|\.split)|(hardware|hw)\w*\.startswith"""
+)
+#: Where devices and kernel families are defined (their own registries may name them).
+DEVICE_HOMES = ("ringsim/timer/machine/",)
+#: The trace readers: a recorded event is known only by its name, matched against the trace
+#: vocabulary (``ringsim.traces.kinds``), so they may parse ``event.name`` (never a device's or
+#: a family's: the comparisons above still hold there).
+TRACE_READERS = ("ringsim/traces/",)
+
+
+def test_devices_and_families_are_asked_not_parsed_by_name():
+    """What a device is (chip, link kind, achieved rates) and where a kernel family runs are
+    fields and methods (``Hardware.arch``, ``KernelFamily.runs_on``), never a name compared
+    or parsed (``== "torch"``, ``.name.endswith("-ib")``, ``ARCH_OF_PREFIX``) outside
+    ``ringsim/timer/machine/``."""
+    offenders = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith("ringsim/") or rel.startswith(DEVICE_HOMES):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            patterns = [DEVICE_COMPARISON, FAMILY_COMPARISON]
+            if not rel.startswith(TRACE_READERS):
+                patterns.append(NAME_PARSE)
+            if any(p.search(code) for p in patterns):
+                offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+PASS_COMPARISON = re.compile(
+    r"""(==|!=|\bin)\s*\(?\s*["'](forward|backward|train-step|decode)["']"""
+)
+
+
+def test_passes_are_members_not_strings():
+    """A pass is a ``ringsim.schedule.Pass`` member (``pass_ == Pass.BACKWARD``,
+    ``pass_.has_backward``), declared once; no code spells its name to compare it."""
+    offenders = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if PASS_COMPARISON.search(code) and "phase.kind" not in code:
+                offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+CONFIG_NAMES = re.compile(r"(^|\.)(config|cfg|sub|outer|base)$")
+
+
+def test_the_timer_reads_a_config_by_its_parts():
+    """Inside the timer a ``RingConfig`` is read by part (``config.shape.heads``), which a type
+    checker and an editor follow; the flat names (``config.heads``, through ``__getattr__``)
+    are for the API's edge: the command line, the lessons, a user."""
+    from dataclasses import fields
+
+    from ringsim.timer.engine.config import PARTS
+
+    flat = {f.name for part in PARTS.values() for f in fields(part)}
+    offenders = []
+    for name, path in MODULES.items():
+        if not name.startswith("ringsim.timer.") or name == "ringsim.timer.engine.config":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in flat:
+                base = ast.unparse(node.value)
+                if CONFIG_NAMES.search(base):
+                    offenders.append(f"{name}:{node.lineno}: {base}.{node.attr}")
+    assert offenders == []
 
 
 def test_kinds_are_asked_not_compared_by_name():

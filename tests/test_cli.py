@@ -236,6 +236,78 @@ def test_sweep_table(capsys):
     assert "zigzag" in out and "(P-1)/(2P-1)" in out
 
 
+# -- issue 34: every summary line is read off the same numbers as the table above it ---------
+def test_sweep_says_hidden_from_where_every_larger_block_hides(capsys):
+    """Under a real kernel family small blocks hide too (a call's fixed cost outlasts their
+    transfer) with exposed blocks between: "hidden from" starts above the last exposed one."""
+    argv = ["sweep", "--vary", "block", "--hardware", "h100-nvlink", "--implementation", "fa2"]
+    data = run_json(capsys, *argv, "--values", "128,256,1K,2K,4K,8K")
+    rows = {r["block_tokens"]: r["exposed_comm_s"] > 1e-6 * r["total_time_s"] for r in data["rows"]}
+    start = data["hidden_from_block_tokens"]
+    assert not any(exposed for block, exposed in rows.items() if block >= start)
+    assert rows[max(b for b in rows if b < start)]  # the block below it is exposed
+    assert data["first_hidden_block_tokens"] == 128 < start  # the old "hidden from 128 on"
+    assert cli.main([*argv, "--values", "128,256,1K,2K,4K,8K"]) == 0
+    out = capsys.readouterr().out
+    assert f"fully hidden from block {start // 1024}K on; also at 128" in out
+
+
+@pytest.mark.parametrize("implementation", ["ideal", "fa2"])
+def test_the_overlap_threshold_on_a_cluster_is_the_slowest_hop(capsys, implementation):
+    """On two DGX nodes the ring's slowest hop is the NIC: the threshold printed is that hop's,
+    so a block below it shows exposed communication and one above it none."""
+    # 12 heads: a shape no other test times (engine/clock.py caches the family's threshold
+    # under a key that leaves the hops out: issue 34's "stale cache", another change)
+    base = ["simulate", "--hosts", "16", "--heads", "12", "--cluster", "dgx-h100"]
+    base += ["--implementation"]
+    small = run_json(capsys, *base, implementation, "--seq-len", "64K")  # 4K a host
+    threshold = small["min_block_for_overlap"]
+    assert small["exposed_comm_s"] > 0.1 * small["total_time_s"]
+    assert threshold > small["block_tokens"]
+    big = run_json(capsys, *base, implementation, "--seq-len", f"{16 * 2 * int(threshold)}")
+    assert big["min_block_for_overlap"] == pytest.approx(threshold)
+    assert big["exposed_comm_s"] <= 1e-6 * big["total_time_s"]
+
+
+def test_a_threshold_every_block_meets_is_said_so(capsys):
+    argv = ["simulate", "--hosts", "8", "--seq-len", "64K", "--hardware", "h100-nvlink"]
+    argv += ["--implementation", "fa2", "--model", "llama3-8b"]
+    assert run_json(capsys, *argv)["min_block_for_overlap"] == 1.0  # the fp32 merge hides it
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "none: every block hides its transfer" in out and "1 tokens" not in out
+
+
+def test_progress_goes_to_stderr_after_a_few_seconds_and_is_erased_on_a_terminal(monkeypatch):
+    import io
+
+    from ringsim.cli import output
+
+    clock = iter([0.0, 1.0, 6.0, 6.1, 17.0, 18.0])
+    monkeypatch.setattr(output.time, "monotonic", lambda: next(clock))
+    log = io.StringIO()
+    ticker = output.Ticker("ringsim plan", stream=log)  # starts at 0 s
+    for done in range(4):  # at 1 s (quiet), 6 s, 6.1 s (too soon), 17 s
+        ticker(done, 4, "configurations timed")
+    assert log.getvalue().splitlines() == [
+        "[ringsim plan 6 s] configurations timed: 1 of 4",
+        "[ringsim plan 17 s] configurations timed: 3 of 4",
+    ]
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    clock = iter([0.0, 6.0, 7.0])
+    screen = Terminal()
+    with output.Ticker("ringsim validate", stream=screen) as ticker:
+        ticker(1, 9, "rows")
+        ticker(2, 9, "rows")
+    shown = screen.getvalue()
+    assert "\n" not in shown and shown.endswith("\r") and "rows: 2 of 9" in shown
+    assert shown.rsplit("\r", 2)[1].strip() == ""  # erased: what follows starts clean
+
+
 # -- demo, forwarded commands ---------------------------------------------------------------
 def test_demo_prints_tables_and_writes_the_figure(capsys, tmp_path):
     out = tmp_path / "demo.png"

@@ -9,21 +9,14 @@ import pytest
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import kv_block_bytes
 from ringsim.timer.machine.collectives import (
-    ACHIEVED,
-    ACHIEVED_P2P,
-    IDEAL,
-    INFINIBAND,
-    NVLINK,
-    LinkModel,
     achieved_bandwidth,
-    achieved_p2p,
     exchange_seconds,
-    link_model,
     overlap_efficiency,
     p2p_seconds,
     sm_share,
 )
 from ringsim.timer.machine.hardware import PRESETS
+from ringsim.timer.machine.links import ACHIEVED, IDEAL, INFINIBAND, NVLINK, LinkModel
 
 H100 = PRESETS["h100-nvlink"]
 
@@ -59,7 +52,7 @@ def test_sm_share_gives_the_overlap_efficiency():
     assert sm_share(132) == pytest.approx(4 / 132)
     assert overlap_efficiency(108) == pytest.approx(1 - 4 / 108)
     assert overlap_efficiency(132, IDEAL) == 1.0
-    assert link_model(PRESETS["a100-ib"]) is INFINIBAND and link_model(H100) is NVLINK
+    assert PRESETS["a100-ib"].link is INFINIBAND and H100.link is NVLINK
 
 
 @pytest.mark.parametrize(
@@ -109,7 +102,7 @@ def first_sends(**fields) -> np.ndarray:
 @pytest.mark.parametrize("end", ["low", "point", "high"])
 def test_the_timer_sends_at_the_achieved_p2p_bandwidth_under_a_real_implementation(end):
     sent = first_sends(assume={"p2p_bandwidth": end})
-    achieved = achieved_p2p(H100).at(end)
+    achieved = H100.p2p_bandwidth.at(end)
     expected = float(p2p_seconds(BLOCK_BYTES, achieved, H100.link_latency, link=ACHIEVED))
     assert sent[0] == pytest.approx(expected)
     ideal = first_sends(assume={"p2p_bandwidth": end}, implementation="ideal")
@@ -117,15 +110,21 @@ def test_the_timer_sends_at_the_achieved_p2p_bandwidth_under_a_real_implementati
 
 
 def test_achieved_p2p_is_well_below_the_line_rate_and_sourced():
-    for name, r in ACHIEVED_P2P.items():
-        hw = PRESETS[name]
-        assert r.low < r.point < r.high <= NVLINK.efficiency * hw.link_bandwidth
-        assert r.slow == "low" and "nccl-tests" in r.source
-    assert achieved_p2p(PRESETS["a100-ib"]) is None  # off NVLink: efficiency x line rate
+    measured = {name: hw for name, hw in PRESETS.items() if hw.p2p_bandwidth is not None}
+    assert set(measured) == {"a100-nvlink", "h100-nvlink", "h200-nvlink", "h800-nvlink"}
+    for hw in measured.values():
+        r = hw.p2p_bandwidth
+        assert r.low < r.point < r.high <= hw.link.efficiency * hw.link_bandwidth
+        assert r.slow == "low" and "nccl-tests" in r.source and hw.link is NVLINK
+    assert PRESETS["a100-ib"].p2p_bandwidth is None  # off NVLink: efficiency x line rate
 
 
-def test_hops_without_an_achieved_range_send_like_nccl():
-    hw = dataclasses.replace(PRESETS["h100-nvlink"], name="h100-own")  # no achieved range
+def test_a_renamed_device_keeps_its_link_and_its_achieved_range():
+    """What a device is does not hang on its name (issue 32): renamed or with another memory
+    size, the H100 sends as the H100; on another link its measured range no longer holds."""
+    renamed = dataclasses.replace(H100, name="my h100 (modified)", memory_bytes=1e9)
+    assert first_sends(hardware=renamed)[0] == first_sends()[0]
+    hw = H100.with_link(H100.link_bandwidth)  # the same line, its p2p range dropped
     sent = first_sends(hardware=hw)
     assert sent[0] == pytest.approx(float(p2p_seconds(BLOCK_BYTES, hw.link_bandwidth, 5e-6)))
 
@@ -147,7 +146,7 @@ def test_only_hops_on_the_machines_own_link_send_at_the_achieved_rate():
         hop_bandwidth=(H100.link_bandwidth, nic, H100.link_bandwidth, nic),
         hop_latency=(H100.link_latency,) * 4,
     )
-    achieved = achieved_p2p(H100).at("point")
+    achieved = H100.p2p_bandwidth.at("point")
     own = float(p2p_seconds(BLOCK_BYTES, achieved, H100.link_latency, link=ACHIEVED))
     line = float(p2p_seconds(BLOCK_BYTES, nic, H100.link_latency, link=NVLINK))
     assert sent == pytest.approx([own, line, own, line])

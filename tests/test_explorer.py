@@ -26,7 +26,7 @@ import ringsim
 from ringsim.layouts import layout_names
 from ringsim.numerics.ring import RingRecord
 from ringsim.numerics.rounding import relative_error
-from ringsim.schedule import PASSES
+from ringsim.schedule import RING_PASSES
 from ringsim.timer.engine.result import kv_messages
 from ringsim.views import explorer as ex
 
@@ -202,7 +202,7 @@ def test_data_file_is_small(data_path: Path) -> None:
 def test_data_covers_every_ring_and_slider_stop(data: dict) -> None:
     lab = data["lab"]
     assert data["hosts"] == list(range(2, 17))
-    assert len(data["rings"]) == 15 * len(layout_names()) * 2 * len(PASSES)
+    assert len(data["rings"]) == 15 * len(layout_names()) * 2 * len(RING_PASSES)
     assert set(data["timing"]) == set(data["rings"])
     shape = {(len(g), len(g[0])) for g in data["timing"].values()}
     assert shape == {(len(lab["block_tokens"]), len(lab["bandwidths"]))}
@@ -214,7 +214,7 @@ def test_data_covers_every_ring_and_slider_stop(data: dict) -> None:
         f"{p}/{mask}/{pass_}"
         for p in ex.STRATEGY_HOSTS
         for mask in ("causal", "full")
-        for pass_ in PASSES
+        for pass_ in RING_PASSES
     }
     used = {i for g in strategies["index"].values() for row in g for i in row}
     assert used == set(range(len(strategies["entries"])))
@@ -312,7 +312,7 @@ def test_data_timelines_are_the_timers(data, hosts, layout, causal, pass_, block
         np.testing.assert_allclose(got_end[ok] * unit, end[ok] / span, atol=2 * unit, err_msg=name)
 
 
-@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("pass_", RING_PASSES)
 def test_data_thresholds_are_overlap_threshold(data: dict, pass_) -> None:
     lab, marks = data["lab"], data["lab"]["thresholds"][pass_]
     forward = {b: ex.lab_threshold(b, "forward") for b in lab["bandwidths"]}
@@ -426,7 +426,7 @@ def _counts(status: str) -> dict[str, int]:
 
 
 def test_walk_shows_every_ring_to_its_end(walk: list[dict], data: dict) -> None:
-    assert len(walk) == 15 * len(layout_names()) * 2 * len(PASSES)
+    assert len(walk) == 15 * len(layout_names()) * 2 * len(RING_PASSES)
     problems = []
     for ring in walk:
         hosts = int(ring["name"].split("/")[0])
@@ -838,7 +838,7 @@ def _holds_units(data: dict, name: str) -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 @pytest.mark.parametrize("hosts", [2, 5, 8, 16])
-@pytest.mark.parametrize("pass_", PASSES)
+@pytest.mark.parametrize("pass_", RING_PASSES)
 def test_a_block_is_held_by_one_host_at_a_time_and_only_after_it_arrived(hosts, pass_) -> None:
     """ringsim.views.explorer.holds on the timer's own timelines (seconds): the host holding
     a block starts no earlier than the block's arrival (the end of its message) and covers its
@@ -871,7 +871,7 @@ def test_a_block_is_held_by_one_host_at_a_time_and_only_after_it_arrived(hosts, 
 def test_threshold_kind_is_f_over_b_or_twice_it() -> None:
     """A balanced causal ring (striped, zigzag) needs 2 F/B; a full ring and a contiguous
     causal one (its busiest host computes whole blocks) need F/B."""
-    for pass_ in PASSES:
+    for pass_ in RING_PASSES:
         assert ex.threshold_kind(8, "zigzag", True, pass_) == "causal"
         assert ex.threshold_kind(8, "striped", True, pass_) == "causal"
         assert ex.threshold_kind(8, "contiguous", True, pass_) == "full"

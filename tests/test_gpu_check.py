@@ -4,6 +4,7 @@ interpreter). The CUDA sections themselves run only on a GPU (``python -m kernel
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,3 +165,77 @@ def test_without_a_gpu_main_says_why_and_writes_no_figure(tmp_path):
     data = json.loads(out.read_text())
     assert "no CUDA device" in data["errors"]["device"]
     assert not out.with_suffix(".png").exists()
+
+
+def test_the_calibration_profile_is_written_as_a_hardware_file_the_cli_loads(tmp_path, capsys):
+    """A profile from the GPU check could not be loaded by any command (issue 30's item 4): the
+    calibration section's ``profile`` (a ``Hardware``'s fields, its chip from the device's
+    compute capability and SM count) is written beside the report and ``--hardware`` loads it,
+    its device and save date said before the output."""
+    import dataclasses
+
+    from ringsim import cli
+    from ringsim.timer.machine.arch import device_arch
+    from ringsim.timer.machine.hardware import get_hardware, load_profile
+
+    measured = dataclasses.replace(
+        get_hardware("h100-nvlink"),
+        name="cuda-calibrated",
+        arch=device_arch((9, 0), 114),  # an H100 PCIe
+        device="NVIDIA H100 PCIe",
+        p2p_bandwidth=None,
+    )
+    profile = json.loads(json.dumps(dataclasses.asdict(measured)))  # as the report holds it
+    path = gpu_check.save_device_profile(profile, tmp_path / "gpu-h100-2026-12-02.json")
+    assert path.name == "gpu-h100-2026-12-02-profile.json"
+    assert load_profile(path) == measured and load_profile(path).arch.sms == 114
+    argv = ["simulate", "--hosts", "8", "--seq-len", "64K", "--hardware", str(path)]
+    assert cli.main([*argv, "--implementation", "fa2", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["hardware"] == "cuda-calibrated"
+    assert "on NVIDIA H100 PCIe, saved 20" in err
+
+
+def test_the_nccl_rings_trace_is_read_and_compared(tmp_path):
+    """``nccl_ring`` records its zigzag run with torch.profiler and compares it
+    (``compare_trace``). Without a GPU: the files its ranks would write, GPU-shaped from the
+    same ring simulated (the project's ring: Triton kernels launched by the driver under
+    ``RingAttention``), read back and compared on a calibrated profile."""
+    from kernels.distributed.launch import RunConfig
+    from ringsim.timer import RingConfig, simulate
+    from ringsim.timer.machine.hardware import get_hardware
+    from ringsim.views.gpu_trace import write_gpu_traces
+
+    gpus, heads, head_dim = 4, gpu_plan.RING_HEADS, gpu_plan.RING_HEAD_DIM
+    run = RunConfig(2048 * gpus, heads=heads, head_dim=head_dim, layout="zigzag", causal=True)
+    ring = RingConfig(
+        hosts=gpus,
+        seq_len=run.seq_len,
+        hardware=get_hardware("h100-nvlink"),
+        heads=heads,
+        head_dim=head_dim,
+        implementation="triton",
+        layout="zigzag",
+        causal=True,
+    )
+    result = simulate(ring, keep_timeline=True)
+    paths = write_gpu_traces(result, tmp_path, family="Triton", container="RingAttention", gz=True)
+    root = Path(__file__).resolve().parents[1]
+    calibration = json.loads((root / "results" / "cpu-calibration-2026-11-30.json").read_text())
+    out = gpu_sections.compare_trace([str(p) for p in paths], run, calibration)
+    assert out["family"] == "Triton"
+    read = out["read"]
+    assert (read["hosts"], read["block_tokens"], read["heads"], read["head_dim"]) == (
+        gpus,
+        2048,
+        heads,
+        head_dim,
+    )
+    assert (read["layout"], read["causal"], read["dtype"]) == ("zigzag", True, "bf16")
+    comparison = out["comparison"]
+    assert len(comparison["steps"]) == gpus and comparison["measured_s"] > 0
+    assert comparison["verdict"] in ("expected", "slower than expected", "faster than expected")
+    assert json.loads(json.dumps(comparison)) == comparison  # the report's JSON holds it
+    assert (
+        "read only" in gpu_sections.compare_trace([str(p) for p in paths], run, None)["comparison"]
+    )

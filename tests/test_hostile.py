@@ -29,20 +29,28 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from hostile_cases import (  # noqa: E402  (shared with the sweep)
     CALIBRATE_BAD,
+    ISSUE34_BAD,
     MEASURE_BAD,
     OUTPUT_BAD,
     PLAN_BAD,
     STRATEGY_BAD,
     api_cases,
+    api_issue34_cases,
 )
 
 
 def one_line_error(capsys, argv: list[str], named: str) -> str:
-    """``ringsim argv`` exits 2 with one line on stderr that names ``named``."""
+    """``ringsim argv`` exits 2 with one line on stderr that names ``named``: under
+    ``--json`` one JSON object (its ``error`` names it), and nothing on stdout."""
     assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("ringsim"), err
-    assert named in err and "Traceback" not in err, err
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    if "--json" in argv:
+        said = json.loads(err)
+        assert said["exit_code"] == 2 and said["command"].startswith("ringsim"), said
+        assert named in said["error"] and out == "", said
+        return said["error"]
+    assert err.startswith("ringsim") and named in err, err
     return err
 
 
@@ -284,7 +292,9 @@ def test_json_files_are_strict_and_atomic(tmp_path):
 @pytest.mark.parametrize(
     ("content", "cause"),
     [
-        (None, "could not be read"),  # a folder where the file should be
+        (None, "not a regular file"),  # a folder where the file should be
+        ("/dev/zero", "not a regular file"),  # a device that never ends: never opened
+        (b"\xff\xfe{}", "not UTF-8"),
         ("", "is empty"),
         ("  \n", "is empty"),
         ('{"a": [1, 2', "not valid JSON"),
@@ -292,12 +302,16 @@ def test_json_files_are_strict_and_atomic(tmp_path):
         ("[1, 2]", "got a list"),
         ('"text"', "got a str"),
     ],
-    ids=["folder", "empty", "blank", "truncated", "NaN", "list", "string"],
+    ids=["folder", "device", "binary", "empty", "blank", "truncated", "NaN", "list", "string"],
 )
 def test_every_json_reader_names_the_file_and_the_cause(tmp_path, content, cause):
     path = tmp_path / "saved.json"
     if content is None:
         path.mkdir()
+    elif content == "/dev/zero":
+        path.symlink_to(content)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
     else:
         path.write_text(content)
     with pytest.raises(ValueError, match=cause) as info:
@@ -441,10 +455,107 @@ def test_an_output_where_nothing_can_be_written_is_refused_before_the_work(
         assert cli.main(argv) == 0
 
 
-@pytest.mark.parametrize("case", api_cases(), ids=lambda case: case[0])
-def test_the_new_strategies_api_refuses_what_the_ring_refuses(case):
+@pytest.mark.parametrize("case", api_cases() + api_issue34_cases(), ids=lambda case: case[0])
+def test_the_api_refuses_what_cannot_run_naming_the_argument(case):
+    """Issue 26: the new strategies refuse what the ring refuses; issue 34: plan's arguments,
+    ModelSpec's fields, a 2^40-host ring (before any work), a device read as JSON."""
     _, function, args, kwargs, said = case
     with pytest.raises(ValueError) as info:
         function(*args, **kwargs)
     message = str(info.value)
     assert said in message and "\n" not in message, message
+
+
+# -- issue 34: round 4 -------------------------------------------------------------------------
+@pytest.mark.parametrize(("argv", "named"), ISSUE34_BAD, ids=[" ".join(a) for a, _ in ISSUE34_BAD])
+def test_round4_is_refused_before_any_work_in_one_line(capsys, argv, named):
+    one_line_error(capsys, argv, named)
+
+
+def test_a_figure_format_whose_program_is_missing_is_refused_naming_the_formats(
+    capsys, monkeypatch, tmp_path
+):
+    import shutil
+
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if "latex" in name else real(name))
+    err = one_line_error(capsys, [*SIM, "--plot", str(tmp_path / "p.pgf")], "needs xelatex")
+    assert ".png" in err and ".pgf" not in err.split("use one of")[1]
+    assert not (tmp_path / "p.pgf").exists()
+
+
+def test_a_symlink_loop_is_refused_by_name(capsys, tmp_path):
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop.name)
+    one_line_error(capsys, [*SIM, "--trace", str(loop)], "loops")
+
+
+def test_the_longest_name_the_file_system_takes_is_written(capsys, tmp_path):
+    """A 255-byte name (NAME_MAX) is written whole: its temporary name is cut to fit; 256
+    bytes are refused before the work. UTF-8 names count bytes, not characters."""
+    longest = tmp_path / ("a" * 250 + ".json")
+    assert cli.main([*SIM, "--trace", str(longest)]) == 0
+    assert json.loads(longest.read_text())["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [longest.name]
+    wide = tmp_path / ("é" * 125 + ".png")  # 254 bytes
+    assert cli.main([*SIM, "--plot", str(wide)]) == 0
+    assert wide.stat().st_size > 0 and len(list(tmp_path.iterdir())) == 2
+    capsys.readouterr()
+    one_line_error(capsys, [*SIM, "--trace", str(tmp_path / ("b" * 251 + ".json"))], "256 bytes")
+    one_line_error(capsys, [*SIM, "--trace", str(tmp_path / ("b" * 300) / "t.json")], "300 bytes")
+
+
+def test_a_long_json_file_is_refused_after_the_cap(tmp_path, monkeypatch):
+    from ringsim import files
+
+    monkeypatch.setattr(files, "MAX_READ_BYTES", 64)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"a": "x" * 100}))
+    with pytest.raises(ValueError, match="longer than"):
+        read_json_object(path, what="--calibration")
+    path.write_text(json.dumps({"a": "x"}))
+    assert read_json_object(path) == {"a": "x"}
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "cal.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_json_object(fifo, what="--calibration")  # opening it would block forever
+
+
+def test_numpy_integers_are_integers():
+    """A NumPy integer is an integer wherever an int is checked: the same answer, never a
+    refusal with a false message."""
+    from ringsim.timer import RingConfig
+    from ringsim.timer.step.models import ModelSpec
+    from ringsim.timer.strategies import simulate_strategy
+
+    hw = ringsim.get_hardware("a100-nvlink")
+    config = RingConfig(hosts=8, seq_len=8 * 512, hardware=hw)
+    as_int = simulate_strategy(config, "double-ring", window=2).summary()
+    as_numpy = simulate_strategy(config, "double-ring", window=np.int64(2)).summary()
+    assert as_numpy["total_time_s"] == as_int["total_time_s"] > 0
+    x = np.random.default_rng(3).standard_normal((2, 16, 4))
+    np.testing.assert_allclose(
+        ringsim.double_ring_attention(x, x, x, hosts=4, window=np.int64(2)),
+        ringsim.double_ring_attention(x, x, x, hosts=4, window=2),
+        rtol=0,
+        atol=0,
+    )
+    assert ModelSpec("m", np.int32(2), 256, np.int64(4), 512).head_dim == 64
+
+
+def test_the_double_ring_default_window_is_named_as_the_default():
+    from ringsim.timer import RingConfig
+    from ringsim.timer.machine.topology import Cluster
+    from ringsim.timer.strategies import simulate_strategy
+
+    hw = ringsim.get_hardware("h100-nvlink")
+    cluster = Cluster.from_links(hw, 3, 25e9)
+    config = RingConfig(hosts=8, seq_len=8 * 512, hardware=hw)
+    with pytest.raises(ValueError, match="default window is the 3 ring members") as info:
+        simulate_strategy(config, "double-ring", cluster=cluster)
+    assert "got window" not in str(info.value)
+    with pytest.raises(ValueError, match="got window=3"):
+        simulate_strategy(config, "double-ring", cluster=cluster, window=3)

@@ -16,12 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import (
-    HUGE_V,
     Case,
     assert_close_to,
     dense_lse,
-    expand_kv,
     grad_magnitudes,
+    hybrid_cases,
     random_segments,
     rel_tol,
     seeds,
@@ -33,7 +32,6 @@ from ringsim import (
     allgather_attention_backward,
     double_ring_attention,
     double_ring_attention_backward,
-    get_layout,
     hybrid_attention,
     hybrid_attention_backward,
     layout_names,
@@ -44,61 +42,8 @@ from ringsim import (
     ulysses_attention,
     ulysses_attention_backward,
 )
-from ringsim.grid import PLACEMENTS, Grid
+from ringsim.grid import PLACEMENTS, Grid, head_groups
 from ringsim.layouts import host_positions
-from ringsim.numerics.context_parallel import METHODS as METHOD_TABLE
-
-METHODS = tuple(METHOD_TABLE)
-
-
-@st.composite
-def hybrid_cases(draw: st.DrawFn, methods: tuple = METHODS) -> tuple[Case, dict]:
-    """A random problem and hybrid keywords: ``U`` in 1..4, ``P = U R`` in 2..8 (double ring:
-    ``R`` with a window strictly between 1 and ``R`` where one exists, so it runs several
-    rounds); kv heads a multiple of ``U`` beside a ring, any number ``>= U`` for Ulysses."""
-    method = draw(st.sampled_from(methods))
-    ulysses = draw(st.integers(1, 4))
-    if method == "double-ring":  # ring degrees with windows strictly between 1 and R
-        ring = draw(st.sampled_from([r for r in (2, 3, 4, 6, 8) if r * ulysses <= 8]))
-    else:
-        ring = draw(st.integers(1 if ulysses > 1 else 2, 8 // ulysses))
-    hosts = ulysses * ring
-    window = None
-    if method == "double-ring":
-        divisors = [w for w in range(1, ring + 1) if ring % w == 0]
-        window = draw(st.sampled_from([w for w in divisors if 1 < w < ring] or divisors))
-    layout = draw(st.sampled_from(layout_names()))
-    causal = draw(st.booleans())
-    dtype = np.dtype(draw(st.sampled_from([np.float32, np.float64])))
-    n = draw(st.integers(1, 2)) * get_layout(layout).divisor(hosts)
-    d = draw(st.integers(1, 6))
-    if ring == 1:
-        kv_heads = draw(st.integers(ulysses, ulysses + 2))  # Ulysses: uneven head groups too
-    else:
-        kv_heads = ulysses * draw(st.integers(1, 2))
-    q_heads = kv_heads * draw(st.integers(1, 2))
-    batch = tuple(draw(st.lists(st.integers(1, 2), max_size=1)))
-    bare = ulysses == 1 and kv_heads == q_heads == 1 and not batch and draw(st.booleans())
-    head_shape = () if bare else (*batch, q_heads)
-    kv_shape = () if bare else (*batch, kv_heads)
-    scale = draw(st.sampled_from([None, 1.0, -0.5, 2.0]))
-    mode = draw(st.sampled_from(["none", "none", "big_scores", "huge_v"]))
-    rng = np.random.default_rng(draw(seeds))
-    q = rng.standard_normal((*head_shape, n, d))
-    k, v = (rng.standard_normal((*kv_shape, n, d)) for _ in range(2))
-    dout = rng.standard_normal(q.shape)
-    used = 1 / np.sqrt(d) if scale is None else scale
-    if mode == "big_scores":
-        scores = np.einsum("...id,...jd->...ij", q, expand_kv(k, q_heads if head_shape else 1))
-        q = q * (draw(st.sampled_from([1e2, 1e3])) / np.abs(scores * used).max())
-    elif mode == "huge_v":
-        v = v * HUGE_V[dtype]
-    segment_ids = random_segments(rng, n) if draw(st.booleans()) else None
-    q, k, v, dout = (x.astype(dtype) for x in (q, k, v, dout))
-    case = Case(q, k, v, dout, hosts, layout, causal, scale, segment_ids, mode)
-    placement = draw(st.sampled_from(PLACEMENTS))
-    extra = dict(ulysses_degree=ulysses, method=method, window=window, placement=placement)
-    return case, extra
 
 
 def reference_grads(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -325,7 +270,7 @@ def test_all_to_all_hands_each_host_its_heads_of_its_slot(layout) -> None:
     pos = grid.positions(layout, n)
     assert sorted(pos.reshape(-1)) == list(range(n))
     slots = host_positions(layout, grid.ring, n)
-    groups = hybrid.head_groups(heads, heads, grid.ulysses)
+    groups = head_groups(heads, heads, grid.ulysses)
     moved = hybrid.scatter_heads(
         {r: x[:, p] for r, p in enumerate(pos)}, grid, [h for h, _ in groups]
     )
@@ -338,7 +283,7 @@ def test_all_to_all_hands_each_host_its_heads_of_its_slot(layout) -> None:
 
 
 def test_uneven_ulysses_head_groups_keep_gqa_groups_whole() -> None:
-    groups = hybrid.head_groups(heads=10, kv_heads=5, ulysses=3)
+    groups = head_groups(heads=10, kv_heads=5, ulysses=3)
     assert [(g.start, g.stop, kv.start, kv.stop) for g, kv in groups] == [
         (0, 4, 0, 2),
         (4, 8, 2, 4),

@@ -12,7 +12,7 @@ from strategies import examples
 
 from ringsim.layouts import layout_names
 from ringsim.timer import RingConfig, simulate
-from ringsim.timer.cost import attention_flops
+from ringsim.timer.cost import AttentionShape, attention_flops
 from ringsim.timer.engine.ring_steps import StepModel, grad_seconds, merge_seconds
 from ringsim.timer.machine.families import KERNELS, get_family
 from ringsim.timer.machine.hardware import PRESETS, custom_hardware
@@ -171,6 +171,14 @@ def test_bad_call_arguments_name_themselves(kw, word):
         attention_call_seconds("fa2", H100, **args)
 
 
+def test_a_call_whose_heads_are_no_multiple_of_its_kv_heads_is_refused():
+    """``heads=32, kv_heads=3`` returned a time (issue 34)."""
+    call = dict(q_tokens=128, k_tokens=128, head_dim=128, dtype="bf16", pass_="forward")
+    for family in ("ideal", "fa2"):
+        with pytest.raises(ValueError, match="kv_heads"):
+            attention_call_seconds(family, H100, heads=32, kv_heads=3, mask="full", **call)
+
+
 def test_families_refuse_what_they_have_no_source_for():
     with pytest.raises(ValueError, match="implementation"):
         get_family("fa4")
@@ -219,19 +227,17 @@ def test_striped_later_blocks_exclude_the_diagonal_and_contiguous_skips():
 def test_merge_bytes_follow_the_op_list():
     hbm = 1e12
     fa2 = replace(KERNELS["fa2"], elementwise_overhead_s=0.0)
-    shape = dict(rows=1000, heads=4, head_dim=8)
+    shape = AttentionShape(heads=4, kv_heads=2, head_dim=8)
     per_byte = 1000 * 4 * 8 / (0.9 * hbm)
-    assert merge_seconds(fa2, hbm, op="merge", **shape) == pytest.approx(38 * per_byte)
-    assert merge_seconds(fa2, hbm, op="slice", **shape) == pytest.approx(46 * per_byte)
+    assert merge_seconds(fa2, hbm, shape, op="merge", rows=1000) == pytest.approx(38 * per_byte)
+    assert merge_seconds(fa2, hbm, shape, op="slice", rows=1000) == pytest.approx(46 * per_byte)
     fused = replace(fa2, merge="fused")
-    assert merge_seconds(fused, hbm, op="merge", **shape) == pytest.approx(10 * per_byte)
-    assert merge_seconds(KERNELS["ideal"], hbm, op="merge", **shape) == 0.0
-    grads = grad_seconds(
-        fa2, hbm, op="accumulate", q_rows=10, kv_rows=20, heads=4, kv_heads=2, head_dim=8
-    )
+    assert merge_seconds(fused, hbm, shape, op="merge", rows=1000) == pytest.approx(10 * per_byte)
+    assert merge_seconds(KERNELS["ideal"], hbm, shape, op="merge", rows=1000) == 0.0
+    grads = grad_seconds(fa2, hbm, shape, op="accumulate", q_rows=10, kv_rows=20)
     assert grads == pytest.approx(10 * 8 * (10 * 4 + 2 * 20 * 2) / (0.9 * hbm))
     with pytest.raises(ValueError, match="op"):
-        merge_seconds(fa2, hbm, op="rescale", **shape)
+        merge_seconds(fa2, hbm, shape, op="rescale", rows=1000)
 
 
 # -- the timer runs the model ---------------------------------------------------------------------
@@ -345,7 +351,7 @@ def test_engines_agree_with_a_real_implementation(
 
 
 def test_torch_family_takes_the_calibrated_terms():
-    hw = replace(custom_hardware(1e11, 1e9, dtype="fp32"), block_overhead_s=1e-4)
+    hw = replace(custom_hardware(1e11, 1e9, dtype="fp32", arch="cpu"), block_overhead_s=1e-4)
     t = attention_call_seconds(
         "torch",
         hw,
@@ -497,7 +503,7 @@ def test_calibration_gives_the_torch_family():
 
 def test_torch_on_a_calibrated_profile_is_the_calibrated_timer():
     hw = replace(
-        custom_hardware(1e11, 1e9, dtype="fp32"),
+        custom_hardware(1e11, 1e9, dtype="fp32", arch="cpu"),
         block_overhead_s=1e-4,
         masked_speed=0.7,
         solo_speed=1.5,

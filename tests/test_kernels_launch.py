@@ -1,8 +1,9 @@
 """Rank processes die with their launcher, whatever kills it, and its rendezvous folder goes
 too (or, after a SIGKILL, at the next launch); a rank that works past the deadline while saying
 it is alive runs on, a silent one is given up in bounded time, both counted from when the rank
-joined (never from its start-up); local gloo ranks talk over loopback only; real ranks are
-refused up front when the machine cannot hold them or has no device for the backend.
+joined (never from its start-up); local gloo ranks talk over loopback only; ranks exchange
+data as JSON, never as pickles a peer could make run code; real ranks are refused up front
+when the machine cannot hold them or has no device for the backend.
 
 Every wait here ends on an event (a pid file, a process gone, an answer); the time limits
 around them only bound a failure, with margins for a machine ten times slower than this one."""
@@ -280,10 +281,84 @@ LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as
 
 
 @pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="needs Linux /proc")
-def test_local_gloo_ranks_bind_to_loopback(monkeypatch):
+@pytest.mark.parametrize("given", [None, "", " "], ids=["unset", "empty", "blank"])
+def test_local_gloo_ranks_bind_to_loopback(monkeypatch, given):
+    """Unset or empty (gloo reads an empty name as unset), the ranks are pinned to loopback."""
     from kernels.distributed.launch import launch, loopback_interface
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    if given is not None:
+        monkeypatch.setenv("GLOO_SOCKET_IFNAME", given)
     for interface, *addresses in launch(_sockets, 2, timeout_s=30):
         assert interface == loopback_interface() == "lo"
         assert addresses and set(addresses) <= LOOPBACK, addresses
+
+
+# -- what ranks send each other: data, never code -------------------------------------------------
+def test_exchange_round_trips_plain_data_and_arrays():
+    import numpy as np
+
+    from kernels.distributed.exchange import decode, encode
+
+    sent = {
+        "rank": 1,
+        "forward_s": [0.25, 0.5],
+        "timeline": {"compute_start": np.array([[0.0, np.nan], [1.5, -np.inf]])},
+        "shape": (1, 2, 3),
+        "ok": True,
+        "nothing": None,
+        "count": np.int64(3),
+        "mask": np.array([True, False]),
+    }
+    got = decode(encode(sent))
+    assert got["rank"] == 1 and got["forward_s"] == [0.25, 0.5] and got["shape"] == [1, 2, 3]
+    assert got["ok"] is True and got["nothing"] is None and got["count"] == 3
+    np.testing.assert_array_equal(
+        got["timeline"]["compute_start"], sent["timeline"]["compute_start"]
+    )
+    assert got["timeline"]["compute_start"].dtype == np.float64
+    np.testing.assert_array_equal(got["mask"], sent["mask"])
+
+
+def test_exchange_refuses_what_only_pickle_could_carry():
+    import pickle
+
+    import numpy as np
+
+    from kernels.distributed.exchange import decode, encode
+
+    for value in (object(), {"f": len}, np.array([object()], dtype=object), {(1, 2): 3}):
+        with pytest.raises(ValueError, match="cannot exchange"):
+            encode(value)
+    for data, said in [
+        (pickle.dumps({"a": 1}), "not JSON"),
+        (b'{"__ndarray__": "object", "shape": [1], "data": ""}', "not exchanged"),
+        (b'{"__ndarray__": "float64", "shape": [4], "data": "AAAAAAAAAAA="}', "bytes for"),
+        (b'{"__ndarray__": "float64", "shape": [-1], "data": ""}', "shape"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            decode(data)
+
+
+def _gather_json(rank: int, hosts: int) -> list:
+    import numpy as np
+
+    from kernels.distributed.exchange import all_gather_json
+
+    return all_gather_json({"rank": rank, "values": np.arange(rank + 1.0)})
+
+
+def test_ranks_gather_json_in_rank_order():
+    from kernels.distributed.launch import launch
+
+    for gathered in launch(_gather_json, 2, timeout_s=60):
+        assert [g["rank"] for g in gathered] == [0, 1]
+        assert [g["values"].tolist() for g in gathered] == [[0.0], [0.0, 1.0]]
+
+
+def test_no_rank_unpickles_what_a_peer_sends():
+    """torch.distributed's *_object collectives unpickle what peers send: none is called."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from hostile_cases import object_collective_calls
+
+    assert object_collective_calls(ROOT) == []

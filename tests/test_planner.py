@@ -12,7 +12,7 @@ from ringsim.timer.machine.hardware import get_hardware
 from ringsim.timer.machine.topology import get_cluster
 from ringsim.timer.step import gemm
 from ringsim.timer.step.flops import model_flops_per_sequence, model_tflops_per_gpu
-from ringsim.timer.step.footprint import step_bytes, usable_bytes
+from ringsim.timer.step.footprint import in_flight, step_bytes, usable_bytes
 from ringsim.timer.step.models import ModelSpec, get_model
 from ringsim.timer.step.parallel import Parallel
 from ringsim.timer.step.training import (
@@ -126,9 +126,44 @@ def test_what_does_not_fit_exceeds_the_device_by_its_own_count(two_nodes):
     assert two_nodes.dropped, "expected some configurations not to fit"
     for c in two_nodes.dropped:
         assert c.bytes_per_host == pytest.approx(sum(c.memory.values()))
-        assert c.bytes_per_host > c.memory_bytes
+        assert c.bytes_per_host > c.usable_bytes
     for c in two_nodes.candidates:
-        assert c.bytes_per_host <= c.memory_bytes < c.device_bytes
+        assert c.bytes_per_host <= c.usable_bytes < c.device_bytes
+
+
+def megatron_peak_chunks(pp: int, v: int, m: int) -> int:
+    """Model chunks rank 0 holds at its peak under Megatron-LM's schedules (schedules.py @
+    core_v0.6.0): the warmup forwards (l.1151-1156 plain, l.516-518 interleaved; every chunk
+    when m == pp under interleaving) and the steady state's one more, never more than exist."""
+    if v == 1:
+        return min(pp - 1, m) + (1 if m > pp - 1 else 0)
+    total = m * v
+    warmup = total if m == pp else min(2 * (pp - 1) + (v - 1) * pp, total)
+    return min(warmup + 1, total)
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 8, 16])
+def test_the_first_stage_holds_what_megatron_s_schedule_warms_up(pp):
+    """Issue 29's defect: plain 1F1B holds min(m, pp) micro-batches of the stage (factor 1,
+    not the interleaved 1 + (pp - 1) / (pp v)); interleaved holds its warmup chunks plus one
+    (Megatron's interleaved schedule needs m divisible by pp)."""
+    for v in (1, 2, 4, 8):
+        for m in (1, 2, 5, 16, 64) if v == 1 else (pp, 2 * pp, 4 * pp, 16 * pp):
+            par = Parallel(pp=pp, virtual_stages=v)
+            expected = megatron_peak_chunks(pp, v, m) / v
+            assert in_flight(par, m) == pytest.approx(expected, rel=1e-12), (v, m)
+            if v > 1:
+                assert in_flight(par, m) <= pp * (1 + (pp - 1) / (pp * v)) + 1e-12
+
+
+def test_plain_1f1b_at_two_stages_counts_two_micro_batches_not_three():
+    """At pp = 2, v = 1 the old factor (1 + 1/2) counted 3 micro-batches' worth on the first
+    stage; Megatron holds 2. A run that fits by the true count is no longer refused."""
+    model = get_model("7b")
+    plain = Parallel(pp=2, dp=4, gemm_dtype="fp8")
+    parts = step_bytes(model, plain, 8192, 128, attention_bytes=0.0)
+    per_stage = step_bytes(model, plain.with_(pp=1), 8192, 1, 0.0)["activations"] / 2
+    assert parts["activations"] == pytest.approx(2 * per_stage, rel=1e-12)
 
 
 def test_the_nemo_1m_configuration_fits():
@@ -299,3 +334,94 @@ def test_simulate_takes_the_cluster_and_strategy_flags(capsys):
     )
     assert code == 2
     assert "ulysses_degree must divide hosts=8" in capsys.readouterr().err
+
+
+# -- issue 34: only what runs is ranked, each once; names say what they count ------------------
+def test_interleaving_runs_only_where_megatron_runs_it():
+    """Megatron-LM cuts the layers (the embedding and the loss may count as one each) into
+    pp x v equal chunks and interleaves only a multiple of pp micro-batches."""
+    from ringsim.timer.step.parallel import check_interleaving, interleaving_runs
+
+    check_interleaving(32, 4, 2)  # 8 layers a stage, 2 chunks of 4
+    check_interleaving(126, 16, 2)  # Llama 3 405B: 126 + embedding + loss = 128 = 16 x 8
+    check_interleaving(32, 5, 1)  # plain 1F1B: uneven stages are Megatron's first/last option
+    for layers, pp, v, said in [
+        (32, 4, 3, "virtual_stages=3 does not split"),
+        (32, 2, 1000, "virtual_stages=1000 does not split"),
+        (32, 1, 2, "needs pipeline parallelism"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            check_interleaving(layers, pp, v)
+    assert interleaving_runs(8, 4, 2) and interleaving_runs(3, 4, 1)
+    assert not interleaving_runs(6, 4, 2) and not interleaving_runs(1, 4, 2)
+    best = plan("7b", 16 * 1024, DGX2, 8, pp=2, virtual_stages=2, global_batch=4, keep=2)
+    every = best.candidates + best.dropped + best.bounded
+    assert every and all(c.micro_batches % 2 == 0 for c in every)
+    assert {c.parallel.dp for c in every} == {1, 2}  # dp = 4 leaves one micro-batch of 4
+    with pytest.raises(ValueError, match="multiple of pp=4"):
+        plan("7b", 16 * 1024, DGX2, 8, pp=4, virtual_stages=2, global_batch=1)
+
+
+def test_a_choice_named_twice_is_ranked_once():
+    twice = plan("7b", 16 * 1024, DGX2, 8, recompute=("full", "full", "none"), keep=50)
+    labels = [c.label for c in twice.candidates + twice.dropped + twice.bounded]
+    assert len(labels) == len(set(labels))
+    assert {c.parallel.recompute for c in twice.candidates + twice.dropped} <= {"full", "none"}
+    with pytest.raises(ValueError, match="prefill"):
+        plan("7b", 16 * 1024, DGX2, 8, mode="prefill", recompute="full")
+
+
+def test_nodes_whose_members_do_not_divide_the_ring_plan_without_the_double_ring():
+    """3 GPUs a node under a ring of 8: the double ring's inner ring (one node) cannot divide
+    it, so it is not a candidate (the plan used to abort on a window never given)."""
+    from ringsim.timer.machine.topology import Cluster
+
+    three = Cluster.from_links(H100, 3, 25e9)
+    for per_node in (3, 6):
+        assert not any(
+            v["strategy"] == "double-ring" for v in cp_variants(8, 8, 8192, True, per_node)
+        )
+    assert any(v["strategy"] == "double-ring" for v in cp_variants(8, 8, 8192, True, 4))
+    result = plan("7b", 16 * 1024, three, 8, keep=3)
+    assert result.candidates[0].step_time_s > 0
+
+
+def test_plan_accepts_a_cluster_name_and_refuses_what_it_cannot_use():
+    by_name = plan("7b", 16 * 1024, "dgx-h100", 8, keep=1)
+    by_object = plan("7b", 16 * 1024, get_cluster("dgx-h100"), 8, keep=1)
+    assert by_name.candidates[0].label == by_object.candidates[0].label
+    assert by_name.candidates[0].step_time_s == by_object.candidates[0].step_time_s
+
+
+def test_plan_json_says_what_each_number_of_bytes_is(capsys):
+    assert main(["plan", "--model", "7b", "--seq-len", "16K", "--hosts", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for c in data["candidates"] + data["dropped"]:
+        assert "memory_bytes" not in c  # it was the budget, read as what the run uses
+        assert c["bytes_per_host"] > 0 and 0 < c["usable_bytes"] < c["device_bytes"]
+        assert c["headroom_bytes"] == pytest.approx(c["usable_bytes"] - c["bytes_per_host"])
+        assert c["fits"] == (c["bytes_per_host"] <= c["usable_bytes"])
+
+
+def test_plan_plot_draws_what_does_not_fit_apart_from_the_times(tmp_path):
+    """Candidates that do not fit were never timed: they sit in a strip of their own, not at
+    0 s on the time axis where they would read as the fastest."""
+    from ringsim.views.planning import plot_plan
+
+    result = plan("7b", 64 * 1024, get_cluster("dgx-h100"), 8, keep=3)
+    assert result.dropped
+    fig = plot_plan(result)
+    ax = fig.axes[0]
+    times = [y for col in ax.collections for _, y in col.get_offsets()]
+    assert times and min(times) >= min(c.step_time_s for c in result.candidates) > 0
+    (strip,) = ax.child_axes
+    (marks,) = strip.collections
+    assert len(marks.get_offsets()) == len(result.dropped)
+    assert "does not fit" in " ".join(t.get_text() for t in strip.texts)
+
+
+def test_plan_reports_progress_to_its_caller():
+    seen = []
+    plan("7b", 16 * 1024, DGX2, 8, keep=2, progress=lambda *a: seen.append(a))
+    assert seen and all(0 <= done < total for done, total, _ in seen)
+    assert {what for *_, what in seen} >= {"configurations sized"}

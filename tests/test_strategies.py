@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ringsim.grid import heads_per_host
+from ringsim.grid import head_groups
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import attention_flops, overlap_threshold
 from ringsim.timer.machine.hardware import custom_hardware, get_hardware
@@ -41,8 +41,27 @@ def test_ulysses_refuses_more_hosts_than_kv_heads():
     assert "ulysses" not in compare_strategies(config(hosts=16, kv_heads=8))
 
 
+def test_ulysses_hosts_attend_whole_gqa_groups_as_the_exact_executor_deals_them():
+    """5 hosts, 32 query heads in 8 GQA groups of 4: the executor (``ringsim.grid.head_groups``)
+    gives hosts 2, 2, 2, 1, 1 groups, so the busiest attends 8 query heads (the timer split the
+    query heads evenly before, 7 on the busiest, a split no executor runs)."""
+    cfg = config(hosts=5, seq_len=5 * 4096, kv_heads=8)
+    groups = head_groups(32, 8, 5)
+    assert [(q.stop - q.start, kv.stop - kv.start) for q, kv in groups] == [
+        (8, 2),
+        (8, 2),
+        (8, 2),
+        (4, 1),
+        (4, 1),
+    ]
+    N = cfg.run.seq_len
+    busiest = attention_flops(N, N, 8, 128) / F
+    assert simulate_strategy(cfg, "ulysses").summary()["compute_time_s"] == pytest.approx(busiest)
+
+
 def test_uneven_heads_load_the_busiest_host():
-    assert list(heads_per_host(12, 8)) == [2, 2, 2, 2, 1, 1, 1, 1]
+    groups = head_groups(12, 12, 8)
+    assert [q.stop - q.start for q, _ in groups] == [2, 2, 2, 2, 1, 1, 1, 1]
     even = makespan(config(hosts=8, heads=8, seq_len=8 * 1024), "ulysses")
     uneven = makespan(config(hosts=8, heads=12, kv_heads=12, seq_len=8 * 1024), "ulysses")
     assert uneven == pytest.approx(2 * even, rel=0.05)  # 2 heads on the busiest, as 16 heads

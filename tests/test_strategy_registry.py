@@ -42,6 +42,49 @@ def test_the_registry_holds_every_strategy_once():
         register(Ring())
 
 
+def test_one_record_per_strategy_keys_every_table():
+    """The timer's registry, the exact executor's group methods and the memory model's
+    strategies are all keyed from ``ringsim.sharing``'s records (issue 32): no table of names
+    of its own."""
+    from ringsim.numerics.context_parallel import METHODS as EXACT
+    from ringsim.sharing import SHARINGS
+    from ringsim.timer.step.memory import METHODS as MEMORY
+
+    assert list(STRATEGIES) == list(SHARINGS)
+    for name, strategy in STRATEGIES.items():
+        assert strategy.record is SHARINGS[name]
+        assert strategy.windowed == SHARINGS[name].windowed
+    for name, method in EXACT.items():
+        assert method.record is SHARINGS[name] and method.windowed == method.record.windowed
+    assert {"ring", "ulysses"} <= set(MEMORY) and set(MEMORY) & set(SHARINGS) <= set(SHARINGS)
+
+
+def test_an_unknown_strategy_still_draws_with_the_default_marker(tmp_path):
+    """``plan --plot`` drew only the strategies of its marker table: a new one vanished."""
+    from types import SimpleNamespace
+
+    from ringsim.sharing import DEFAULT_DRAWING, drawing
+    from ringsim.views.planning import plot_plan
+
+    cand = lambda strategy, t: SimpleNamespace(
+        strategy=strategy, bytes_per_host=10e9, step_time_s=t, memory_bytes=60e9, usable_bytes=60e9
+    )
+    plan = SimpleNamespace(
+        mode="train",
+        candidates=[cand("ring", 1.0), cand("toy", 2.0)],
+        dropped=[],
+        model="7b",
+        seq_len=65536,
+        hosts=8,
+        cluster=SimpleNamespace(hardware=H100),
+    )
+    fig = plot_plan(plan, tmp_path / "plan.png")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "toy (1)" in labels and "ring (1)" in labels
+    assert drawing("toy") == DEFAULT_DRAWING and drawing("ring") != DEFAULT_DRAWING
+    assert (tmp_path / "plan.png").stat().st_size > 0
+
+
 @pytest.mark.parametrize("pass_", ["forward", "backward"])
 def test_every_strategy_times_its_attention_with_the_family_asked_for(pass_):
     """Changing the kernel family changes every strategy's attention time the same way: slower

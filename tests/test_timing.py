@@ -21,6 +21,7 @@ from ringsim.timer.cost import (
     projection_flops,
 )
 from ringsim.timer.engine.clock import HostClock
+from ringsim.timer.machine.families import get_family
 from ringsim.timer.machine.hardware import custom_hardware, get_hardware
 from ringsim.values import parse_length
 
@@ -76,6 +77,7 @@ def test_parse_length_refuses(text):
         (dict(speed=(1.0, 0.0, 1.0, 1.0)), "speed"),
         (dict(jitter=-0.1), "jitter"),
         (dict(jitter=float("nan")), "jitter"),
+        (dict(jitter=0.1, seed=-1), "seed"),
         (dict(tile=0), "tile"),
     ],
 )
@@ -83,6 +85,44 @@ def test_config_refuses_bad_input(kw, word):
     base = dict(hosts=4, seq_len=256, hardware=custom_hardware(1e12, 1e9), heads=4, head_dim=8)
     with pytest.raises(ValueError, match=word):
         RingConfig(**(base | kw))
+
+
+def test_a_time_past_float64_is_refused_naming_the_field():
+    """``hop_latency=(1e308,) * 4`` returned inf seconds (issue 34)."""
+    cfg = config().replace(hop_latency=(1e308,) * 4)
+    with pytest.raises(ValueError, match="hop_latency"):
+        simulate(cfg)
+
+
+def test_configs_are_hashable_and_equal_only_with_the_same_documents():
+    """Documented hashable: ``hash`` raised TypeError (the hardware's flops dict); ``==``
+    ignored ``segment_ids`` (issue 34)."""
+    hw = get_hardware("h100-nvlink")
+    docs = lambda *cuts: np.repeat(np.arange(len(cuts)), cuts)
+    a = RingConfig(hosts=2, seq_len=8, hardware=hw, causal=True, segment_ids=docs(4, 4))
+    b = RingConfig(hosts=2, seq_len=8, hardware=hw, causal=True, segment_ids=docs(2, 6))
+    same = RingConfig(hosts=2, seq_len=8, hardware=hw, causal=True, segment_ids=docs(4, 4))
+    assert a != b and a == same and hash(a) == hash(same) and len({a, b, same}) == 2
+    assert a.replace(segment_ids=None) != a and a.replace(segment_ids=None) == a.replace(
+        segment_ids=None
+    )
+    family = RingConfig(hosts=2, seq_len=8, hardware=hw, implementation=get_family("fa2"))
+    assert hash(family) == hash(family.replace(heads=32))
+
+
+def test_the_overlap_block_is_not_another_runs():
+    """Its cache was keyed by the hardware's name alone: a run with slow hops, then the plain
+    one, gave the slow hops' block (469438 tokens instead of 1552; issue 34)."""
+    base = RingConfig(hosts=8, seq_len=65536, hardware=get_hardware("h100-nvlink"))
+    fa2 = base.replace(implementation="fa2")
+    slow = simulate(fa2.replace(hop_bandwidth=(1e9,) * 8)).summary()["min_block_for_overlap"]
+    plain = simulate(fa2).summary()["min_block_for_overlap"]
+    assert plain == 1552 and slow > 100 * plain
+    jittered = simulate(fa2.replace(jitter=0.5, seed=3)).summary()["min_block_for_overlap"]
+    assert jittered == plain  # a threshold is no random draw
+    renamed = replace(fa2.hardware, memory_bytes=1e9, link_bandwidth=50e9)
+    other = simulate(fa2.replace(hardware=renamed)).summary()["min_block_for_overlap"]
+    assert other != plain
 
 
 def test_unknown_engine():

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ringsim.schedule import RING_PASSES, Pass
+
 if TYPE_CHECKING:
     from kernels.blocks.args import BlockArgs
 
@@ -59,13 +61,13 @@ def gpu_config(head_dim: int, pass_: str, dtype: torch.dtype, arch: int = 90) ->
     need many registers: 32 x 32 up to ``d = 64``; at ``d = 128`` 16 x 32 forward and 16 x 16
     backward.
     """
-    if pass_ not in ("forward", "backward"):
+    if pass_ not in RING_PASSES:
         raise ValueError(f"pass_ must be 'forward' or 'backward', got {pass_!r}")
     if dtype in (torch.float32, torch.float64):
         if head_dim <= 64:
             return TileConfig(32, 32, 4, 1)
-        return TileConfig(16, 32, 4, 1) if pass_ == "forward" else TileConfig(16, 16, 4, 1)
-    if pass_ == "forward":
+        return TileConfig(16, 32, 4, 1) if pass_ == Pass.FORWARD else TileConfig(16, 16, 4, 1)
+    if pass_ == Pass.FORWARD:
         return TileConfig(128, 64, 8, 2 if arch < 90 and head_dim > 64 else 3)
     return TileConfig(64, 32, 8, 2) if head_dim <= 64 else TileConfig(32, 32, 4, 2)
 

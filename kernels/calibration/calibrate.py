@@ -68,6 +68,7 @@ from kernels.calibration.profile import (
     parameter_intervals,
 )
 from kernels.distributed.progress import Progress, stall_window
+from kernels.distributed.ring import ring_failure_as_os_error
 
 BACKENDS = ("gloo", "nccl", "cuda")
 DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048)
@@ -205,6 +206,11 @@ def calibrate_data(
         import torch
 
         cal.machine = torch.cuda.get_device_name(0)
+        props = torch.cuda.get_device_properties(0)
+        cal.chip = {
+            "compute_capability": (props.major, props.minor),
+            "sms": props.multi_processor_count,
+        }
         cal.hosts = 1
         shape = dict(heads=heads, head_dim=head_dim, dtype=dtype, device="cuda", repeats=repeats)
         cal.compute = reprobe(lambda: measure_compute(sizes, **shape))
@@ -378,9 +384,13 @@ def check_calibrate_args(args: argparse.Namespace) -> Path | None:
         )
         # a block's q, k, v, out and its fp32 scores per head, and the largest link message
         tensors = args.heads * (4 * largest * args.head_dim + largest * largest) * 4
-        check_local_ranks(args.hosts, problem_bytes=tensors + 2 * max(args.bytes))
+        check_local_ranks(
+            args.hosts, problem_bytes=tensors + 2 * max(args.bytes), threads=args.threads
+        )
     check_backend(args.backend, args.hosts)
     if args.no_save:
+        if args.out is not None:
+            raise ValueError(f"--out {args.out} names the profile that --no-save does not write")
         return None
     args.out = str(default_profile_path(args.backend) if args.out is None else args.out)
     check_outputs(args, {"out": ("--out", ("json",))})
@@ -393,21 +403,22 @@ def calibrate_main(argv: Sequence[str] | None = None) -> int:
     """``ringsim calibrate [--backend gloo|nccl|cuda] [...] [--json]``."""
     args = build_parser().parse_args(argv)
     out = check_calibrate_args(args)  # every flag, before any rank starts
-    cal = calibrate_data(
-        args.backend,
-        hosts=args.hosts,
-        heads=args.heads,
-        head_dim=args.head_dim,
-        dtype=args.dtype,
-        sizes=args.sizes,
-        link_bytes=args.bytes,
-        repeats=args.repeats,
-        threads=args.threads,
-        masked_sizes=args.masked_sizes or [max(args.sizes)],
-        solo_sizes=args.solo_sizes or [max(args.sizes)],
-        step_sizes=args.step_sizes or [max(args.sizes)],
-        progress=not args.json if args.progress is None else args.progress,
-    )
+    with ring_failure_as_os_error():
+        cal = calibrate_data(
+            args.backend,
+            hosts=args.hosts,
+            heads=args.heads,
+            head_dim=args.head_dim,
+            dtype=args.dtype,
+            sizes=args.sizes,
+            link_bytes=args.bytes,
+            repeats=args.repeats,
+            threads=args.threads,
+            masked_sizes=args.masked_sizes or [max(args.sizes)],
+            solo_sizes=args.solo_sizes or [max(args.sizes)],
+            step_sizes=args.step_sizes or [max(args.sizes)],
+            progress=not args.json if args.progress is None else args.progress,
+        )
     paths = None
     if not args.no_save:
         paths = save_calibration(cal, out)

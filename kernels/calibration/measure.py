@@ -53,6 +53,7 @@ from kernels.calibration.report import (
 from kernels.calibration.uncertainty import bootstrap_intervals, overlaps, regime
 from kernels.distributed.progress import Progress, stall_window
 from kernels.distributed.repeats import slowest_per_pass
+from kernels.distributed.ring import ring_failure_as_os_error
 from ringsim.files import read_json_object
 
 MEASURE_BACKENDS = ("gloo", "nccl")
@@ -454,7 +455,7 @@ def check_measure_args(args: argparse.Namespace) -> tuple[RingShape, Calibration
         )
     check_ring_shape(**dataclasses.asdict(shape))
     check_backend(args.backend, shape.hosts)
-    check_local_ranks(shape.hosts, problem_bytes=_rank_tensor_bytes(shape))
+    check_local_ranks(shape.hosts, problem_bytes=_rank_tensor_bytes(shape), threads=args.threads)
     if args.trace is not None:
         if not args.trace.strip() or args.trace.endswith(("/", os.sep)):
             raise ValueError(f"--trace must be a path prefix such as /tmp/ring, got {args.trace!r}")
@@ -520,7 +521,8 @@ def measure_main(argv: Sequence[str] | None = None) -> int:
         trace=args.trace,
         progress=not args.json if args.progress is None else args.progress,
     )
-    report = measure(shape, options, calibration)
+    with ring_failure_as_os_error():
+        report = measure(shape, options, calibration)
     if args.json:
         print(json_text(report.to_json(), indent=2))
     else:

@@ -87,11 +87,11 @@ def _max_over_ranks(value: float) -> float:
     """The largest ``value`` over the ranks of the world group (``value`` without one)."""
     import torch.distributed as dist
 
+    from kernels.distributed.exchange import all_gather_json
+
     if not dist.is_initialized():
         return value
-    every: list = [None] * dist.get_world_size()
-    dist.all_gather_object(every, value)
-    return max(every)
+    return max(all_gather_json(value))
 
 
 def reprobe(probe, *, limit: float = SPREAD_LIMIT, retries: int = REPROBES, agree=None):
@@ -403,6 +403,7 @@ def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
     ``Calibration.pass_overhead`` takes from it the simulated time of its steps."""
     import torch.distributed as dist
 
+    from kernels.distributed.exchange import all_gather_json
     from kernels.distributed.launch import RunConfig, run_ring
     from kernels.distributed.repeats import slowest_per_pass
 
@@ -426,8 +427,7 @@ def measure_ring_pass(*, layout: str, dtype: str, repeats: int = 5) -> dict:
     (block,) = measure_compute(
         [c], heads=heads, head_dim=head_dim, dtype=dtype, repeats=max(repeats, 3), received=True
     )
-    every: list = [None] * hosts
-    dist.all_gather_object(every, (times, block["seconds"]))
+    every = all_gather_json((times, block["seconds"]))
     slowest = slowest_per_pass([t for t, _ in every])
     return {
         "layout": layout,

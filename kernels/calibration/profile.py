@@ -149,6 +149,9 @@ class Calibration:
     ring_pass: list[dict] = field(default_factory=list)
     machine: str = field(default_factory=platform.node)
     when: str = field(default_factory=lambda: date.today().isoformat())
+    chip: dict | None = None
+    """A GPU's ``compute_capability`` and ``sms`` as its runtime reported them (``None``: the
+    host CPU, as a gloo calibration measures)."""
 
     @property
     def compute_fit(self) -> Fit:
@@ -341,6 +344,7 @@ class Calibration:
         rate and per-call overhead that reproduce the full block at ``c``, the masked-block and
         lone-host speeds at ``c``, the ``link`` fit (``exchange`` or ``pingpong``) and, with
         ``pass_overhead``, the measured ``pass_overhead()`` (else 0)."""
+        from ringsim.timer.machine.arch import CPU, device_arch
         from ringsim.timer.machine.hardware import Hardware
 
         c = block_tokens or max(r["block_tokens"] for r in self.compute)
@@ -372,6 +376,8 @@ class Calibration:
             masked_speed=masked,
             solo_speed=solo,
             overlap_efficiency=overlap,
+            arch=CPU if self.chip is None else device_arch(**self.chip),
+            device=self.machine,
         )
 
     def kernel_family(self, block_tokens: int | None = None):

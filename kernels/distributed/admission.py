@@ -32,11 +32,20 @@ def available_memory() -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def check_local_ranks(hosts: int, *, problem_bytes: float = 0.0, flag: str = "--hosts") -> None:
+def check_local_ranks(
+    hosts: int, *, problem_bytes: float = 0.0, flag: str = "--hosts", threads: int = 1
+) -> None:
     """Refuse (``ValueError`` naming ``flag`` and saying why) more local rank processes than
     this machine can hold: each needs ``RANK_BYTES`` plus ``problem_bytes`` (its tensors) of
-    the available memory, and at most ``RANKS_PER_CORE`` share a core."""
+    the available memory, and at most ``RANKS_PER_CORE`` share a core; and more torch
+    ``threads`` per rank than the machine has cores (``--threads``: each thread is an OS
+    thread, and 100,000 of them exhaust the process's threads before the ring can start)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if threads > (cores or 1):
+        raise ValueError(
+            f"--threads {threads} is more torch threads per rank than this machine's "
+            f"{cores or 1} cores: at most {cores or 1}"
+        )
     memory = available_memory()
     per_rank = RANK_BYTES + problem_bytes
     by_memory, by_cores = int(memory // per_rank), RANKS_PER_CORE * (cores or 1)

@@ -16,8 +16,8 @@ The all-to-alls are ``torch.autograd.Function``s whose backward is the other all
 is a permutation of the data, so its adjoint is its inverse), and the ring's own autograd
 runs its backward ring in between: ``out.backward(dout)`` returns ``dq``, ``dk``, ``dv`` to
 the ranks that own the tokens. gloo implements ``all_to_all`` here (torch 2.13, CPU); each
-call names its group, and kv heads are dealt as in the numerics (``head_groups``: whole GQA
-groups, ``U`` dividing the kv heads beside a ring).
+call names its group, and kv heads are dealt as in the numerics (``ringsim.grid.head_groups``:
+whole GQA groups, ``U`` dividing the kv heads beside a ring).
 
 ``run_hybrid`` is one rank's part of a ``kernels.distributed.launch.RunConfig`` problem, timed
 as ``run_ring`` is (``kernels.distributed.repeats``); ``measure_hybrid`` times the forward and
@@ -40,8 +40,7 @@ from kernels.distributed.launch import RunConfig, launch
 from kernels.distributed.repeats import TimedRepeats, median_pass, rank_device, slowest_per_pass
 from kernels.distributed.ring import DEFAULT_TIMEOUT_S, ring_attention
 from ringsim.checks import check_segment_ids
-from ringsim.grid import Grid, check_ulysses_degree
-from ringsim.numerics.hybrid import head_groups
+from ringsim.grid import Grid, check_ulysses_degree, head_groups
 
 
 @dataclass

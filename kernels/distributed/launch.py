@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from kernels.distributed.exchange import all_gather_json
 from kernels.distributed.progress import STARTUP_S, Limits, Pulses, joined
 from kernels.distributed.repeats import TimedRepeats, rank_device
 from kernels.distributed.ring import (
@@ -231,9 +232,10 @@ def _worker_main(
         torch.set_num_threads(threads)
         if backend == "nccl":
             torch.cuda.set_device(rank % torch.cuda.device_count())
-        if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
+        if backend == "gloo" and not os.environ.get("GLOO_SOCKET_IFNAME", "").strip():
             # local ranks talk over loopback only: gloo would otherwise bind to the address the
-            # host name resolves to, which may face a network (or not resolve at all)
+            # host name resolves to, which may face a network (or not resolve at all); an empty
+            # GLOO_SOCKET_IFNAME is no choice of interface (gloo reads it as unset)
             lo = loopback_interface()
             if lo is not None:
                 os.environ["GLOO_SOCKET_IFNAME"] = lo
@@ -530,8 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_s=args.timeout,
         )
         res = run_ring(rank, hosts, config)
-        outs: list = [None] * hosts
-        dist.all_gather_object(outs, res)
+        outs = all_gather_json(res)
         if rank == 0:
             summary = summarize_run(outs, config)
             print(json.dumps(summary))

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
+from kernels.distributed.exchange import all_gather_json
 from ringsim.timer.engine.timeline import Timeline
 
 
@@ -78,8 +78,7 @@ def gather_timeline(
     local: dict[str, np.ndarray], *, group=None, meta: dict | None = None
 ) -> Timeline:
     """All-gather every rank's resolved record into a ``(steps, hosts)`` ``Timeline``."""
-    records: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(records, local, group=group)
+    records = all_gather_json(local, group=group)
     return timeline_from_records(records, meta=meta)
 
 

@@ -31,6 +31,7 @@ timelines in ``kernels.distributed.rank_timeline``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Sequence
@@ -42,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from kernels.blocks.dispatch import block_attention, block_attention_backward
+from kernels.distributed.exchange import all_gather_json
 from kernels.distributed.rank_timeline import RankClock, RankTimeline
 from ringsim.checks import check_bool, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len, host_positions, positions_of_host
@@ -52,6 +54,17 @@ DEFAULT_TIMEOUT_S = 60.0
 
 class RingError(RuntimeError):
     """A rank could not complete the ring: a peer died, never joined, or timed out."""
+
+
+@contextlib.contextmanager
+def ring_failure_as_os_error():
+    """A ring that failed (``RingError``) ends a command as an ``OSError``: one line on stderr
+    and exit code 1 (``ringsim.cli.output.guarded``) instead of a traceback, each rank's cause
+    in the message."""
+    try:
+        yield
+    except RingError as err:
+        raise OSError(f"the ring failed: {err}") from None
 
 
 # ------------------------------------------------------------------------------------------
@@ -178,9 +191,8 @@ def check_agreement(ring: Ring, header: dict) -> None:
 
 
 def _exchange_headers(group, hosts: int, header: dict) -> list:
-    headers: list = [None] * hosts
     try:
-        dist.all_gather_object(headers, header, group=group)
+        headers = all_gather_json(header, group=group)
     except RuntimeError as err:  # gloo/NCCL: a peer left (crashed, killed) mid-exchange
         raise RingError(
             f"rank {dist.get_rank(group)}: the header exchange before the first transfer "

@@ -64,6 +64,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ringsim.schedule import RING_PASSES, Pass
+
 # max dynamic shared memory per thread block, bytes (CUDA C++ Programming Guide, Technical
 # Specifications per Compute Capability: 163 KB on 8.0, 227 KB on 9.0)
 SHARED_LIMIT = {80: 163 * 1024, 90: 227 * 1024}
@@ -108,7 +110,7 @@ def launches(arch: int) -> list[Launch]:
     for c, d, hq, hkv in plan.CORRECTNESS_CASES:
         for dtype in plan.CORRECTNESS_DTYPES:
             for causal in (False, True):
-                for pass_ in ("forward", "backward"):
+                for pass_ in RING_PASSES:
                     shape = (pass_, dtype, "float32", d, hq, hkv, c, causal)
                     out.append(Launch(*shape, False, None, "gpu_check.correctness"))
     c, d, h = plan.ZIGZAG_CASE
@@ -129,7 +131,7 @@ def launches(arch: int) -> list[Launch]:
     for kv_heads in (h, h // 4):
         for causal in (False, True):
             for segments in (False, True):
-                for pass_ in ("forward", "backward"):
+                for pass_ in RING_PASSES:
                     shape = (pass_, "bfloat16", "float32", d, h, kv_heads, 2048, causal)
                     out.append(Launch(*shape, segments, None, "ring member, calibration, ring"))
     return out
@@ -269,7 +271,7 @@ def compile_launch(launch: Launch, arch: int) -> list[dict]:
     )
     start = time.perf_counter()
     with compile_only(arch) as log:
-        if launch.pass_ == "forward":
+        if launch.pass_ == Pass.FORWARD:
             tb.forward(args, out_dtype, cfg)
         else:
             lse = torch.zeros(q.shape[:-1])

@@ -5,8 +5,9 @@ simulated vs measured. The one command a session with a GPU runs first:
 
 (``--out`` defaults to ``$OUT/gpu-<device>-<date>.json``, else ``results/``; ``--quick`` for a
 smoke run; ``--sections`` to choose.) It writes that JSON, rewritten after every section so a
-timeout still leaves what was done, and a figure beside it (same name, ``.png``). Sections,
-each guarded (an exception is recorded in the JSON and the next section runs; inside a
+timeout still leaves what was done, a figure beside it (same name, ``.png``) and the device's
+profile as a hardware file (``<name>-profile.json``: ``ringsim simulate --hardware FILE``).
+Sections, each guarded (an exception is recorded in the JSON and the next section runs; inside a
 section one failing case or row is recorded in its row) and skipped when the time budget left
 is below its estimate:
 
@@ -23,7 +24,10 @@ is below its estimate:
    while block ``s + 1`` arrives on another as a pinned host-to-device copy, a real
    bandwidth-limited link), against ``ringsim.timer.simulate`` on that profile, for blocks
    below and above the overlap threshold.
-5. ``nccl_ring``: the full ring over NCCL when two or more GPUs are visible.
+5. ``nccl_ring``: the full ring over NCCL when two or more GPUs are visible; its zigzag run
+   is also recorded by ``torch.profiler`` (``<out>-traces/rank<r>.json.gz``) and compared,
+   step by step, with the same ring simulated on the calibrated profile (``ringsim
+   compare``'s reader and study; the traces can be compared again with ``ringsim compare``).
 
 It needs only what the GPU machine has: Python 3.12, torch 2.11 (CUDA 13), Triton 3.6, numpy
 and matplotlib. Triton 3.6 and 3.9 differ in nothing used here (``triton.testing.do_bench``
@@ -55,7 +59,7 @@ ESTIMATES_S = {
     "speed": 170,
     "calibration": 50,
     "ring_member": 60,
-    "nccl_ring": 60,
+    "nccl_ring": 90,  # the timed runs, then one more under the profiler
 }
 
 # ------------------------------------------------------------------------------------------
@@ -308,13 +312,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "speed": lambda: gs.section_speed(args.quick, budget),
         "calibration": lambda: gs.section_calibration(args.quick),
         "ring_member": lambda: gs.section_ring_member(args.quick, calibration()),
-        "nccl_ring": lambda: gs.section_nccl_ring(args.quick),
+        "nccl_ring": lambda: gs.section_nccl_ring(
+            args.quick, calibration(), traces=report.path.with_name(report.path.stem + "-traces")
+        ),
     }
     chosen = args.sections.split(",")
     for name in SECTIONS:
         if name in chosen:
             print(f"[{budget.elapsed():6.1f} s] {name}", flush=True)
             report.run(name, sections[name], budget, ESTIMATES_S[name])
+    profile = report.data["sections"].get("calibration", {}).get("profile")
+    if profile:  # the device as a hardware file: `ringsim simulate --hardware FILE`
+        report.data["profile_file"] = str(save_device_profile(profile, report.path))
     try:
         report.data["figure"] = str(plot_report(report.data, report.path.with_suffix(".png")))
     except Exception as err:  # the JSON is what matters; say why there is no figure
@@ -322,6 +331,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.write()
     print(f"wrote {report.path} after {budget.elapsed():.0f} s", flush=True)
     return 0 if not report.data["errors"] else 2
+
+
+def save_device_profile(profile: dict, report_path: Path) -> Path:
+    """Write the calibration section's ``profile`` (a ``Hardware``'s fields) beside the report
+    as ``<report>-profile.json`` (``ringsim.timer.machine.hardware.save_profile``), the file
+    ``--hardware`` loads; returns its path."""
+    from ringsim.timer.machine.hardware import Hardware, save_profile
+
+    path = report_path.with_name(f"{report_path.stem}-profile.json")
+    save_profile(Hardware(**profile), path)
+    return path
 
 
 if __name__ == "__main__":

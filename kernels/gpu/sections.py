@@ -395,7 +395,10 @@ def section_ring_member(quick: bool, calibration: dict | None) -> dict:
     return {"runs": runs, "target": "measured/predicted within 0.9-1.1", "ratios": ratios}
 
 
-def section_nccl_ring(quick: bool) -> dict:
+def section_nccl_ring(quick: bool, calibration: dict | None = None, traces=None) -> dict:
+    """The full ring over NCCL (two or more GPUs); with ``traces`` (a folder) its zigzag run
+    is also recorded by ``torch.profiler`` and compared by ``ringsim compare``'s reader and
+    study (``nccl_trace``)."""
     from kernels.distributed.launch import RunConfig, launch, run_configs, summarize_run
 
     gpus = torch.cuda.device_count()
@@ -416,7 +419,59 @@ def section_nccl_ring(quick: bool) -> dict:
         for layout in ("contiguous", "zigzag")
     ]
     per_rank = launch(run_configs, gpus, args=(configs,), backend="nccl", timeout_s=120)
-    return {
+    result = {
         "gpus": gpus,
         "runs": [summarize_run([r[i] for r in per_rank], cfg) for i, cfg in enumerate(configs)],
     }
+    if traces is not None:
+        try:
+            result["nccl_trace"] = nccl_trace(configs[1], gpus, traces, calibration)
+        except Exception as err:  # the runs above stand; say why there is no comparison
+            result["nccl_trace_error"] = f"{type(err).__name__}: {err}"[:500]
+    return result
+
+
+def nccl_trace(config, gpus: int, folder, calibration: dict | None) -> dict:
+    """``config`` on ``gpus`` NCCL ranks under ``torch.profiler`` (``rank<r>.json.gz`` in
+    ``folder``), then ``compare_trace`` of the files."""
+    from kernels.distributed.profiled import record_ring
+
+    paths, _ = record_ring(config, gpus, folder, backend="nccl", gz=True)
+    return compare_trace([str(p) for p in paths], config, calibration)
+
+
+def compare_trace(paths: list[str], config, calibration: dict | None) -> dict:
+    """The traces of a ``RunConfig``'s ring read back as a ring (``ringsim.traces.read_ring``;
+    its mask and layout from ``config``: the Triton calls record neither) and, with a
+    calibrated profile, compared with the same ring simulated as ``measure`` predicts it (the
+    study behind ``ringsim compare``). Returns what was read and the comparison's JSON."""
+    from kernels.calibration.measure import predict
+    from kernels.calibration.profile import Calibration
+    from kernels.calibration.report import RingShape
+    from ringsim.timer.studies.compare import compare_ring
+    from ringsim.traces import read_ring
+
+    recorded = read_ring(paths, {"causal": config.causal, "layout": config.layout})
+    values = recorded.shape.values
+    out = {
+        "files": list(paths),
+        "read": {k.rstrip("_"): v for k, v in values.items()},
+        "family": None if recorded.shape.family is None else recorded.shape.family.name,
+        "passes_s": recorded.pass_times,
+        "notes": recorded.notes,
+    }
+    if calibration is None:
+        out["comparison"] = "no profile (the calibration section did not run): read only"
+        return out
+    shape = RingShape(
+        hosts=recorded.hosts,
+        seq_len=recorded.hosts * values["block_tokens"],
+        heads=values["heads"],
+        kv_heads=values["kv_heads"],
+        head_dim=values["head_dim"],
+        layout=values["layout"],
+        causal=values["causal"],
+    )
+    simulated, _ = predict(Calibration.from_json(calibration), shape)  # as `measure` predicts
+    out["comparison"] = compare_ring(recorded, simulated.config).to_json()
+    return out

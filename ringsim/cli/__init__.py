@@ -1,9 +1,9 @@
 """The ``ringsim`` command: simulate a ring, sweep it, size its memory, list the hardware.
 
 One module per subcommand (``simulate``, ``sweep``, ``memory``, ``plan``, ``validate``,
-``presets``, ``demo``), each with ``HELP``, ``EXAMPLES``, ``add_arguments`` and ``run``; the
-flags they share live in ``args``, the checks after the work in ``checks``, the printing in
-``output``; the values they parse in ``ringsim.values`` and output paths are checked by
+``compare``, ``presets``, ``demo``), each with ``HELP``, ``EXAMPLES``, ``add_arguments`` and
+``run``; the flags they share live in ``args``, the checks after the work in ``checks``, the
+printing in ``output``; the values they parse in ``ringsim.values`` and output paths are checked by
 ``ringsim.files.check_outputs`` (both shared with the real backend's own command lines, which
 never import this package). ``calibrate`` and ``measure`` are forwarded to the real backend
 (``kernels``) by module name, at run time. Every subcommand prints a table for people (rich
@@ -19,10 +19,10 @@ import argparse
 import importlib
 import sys
 
-from ringsim.cli import memory, plan, presets, simulate, sweep, validate
+from ringsim.cli import compare, memory, plan, presets, simulate, sweep, validate
 from ringsim.cli.output import guarded, to_jsonable
 from ringsim.files import check_outputs
-from ringsim.values import Parser
+from ringsim.values import Parser, error_line, wants_json
 
 __all__ = ["build_parser", "guarded", "main", "to_jsonable"]
 
@@ -33,6 +33,7 @@ SUBCOMMANDS = {
     "memory": memory,
     "plan": plan,
     "validate": validate,
+    "compare": compare,
 }
 
 FORWARDED = {
@@ -57,14 +58,11 @@ def run_forwarded(command: str, argv: list[str]) -> int:
         module = importlib.import_module(module_name)
         entry = getattr(module, function)
     except (ImportError, AttributeError) as err:
-        print(
-            f"ringsim {command}: error: {module_name}.{function} is not available ({err}); "
-            f"it needs {needs}",
-            file=sys.stderr,
-        )
+        message = f"{module_name}.{function} is not available ({err}); it needs {needs}"
+        sys.stderr.write(error_line(f"ringsim {command}", message, as_json=wants_json(argv)))
         return 2
     try:
-        return guarded(f"ringsim {command}", lambda: entry(argv))
+        return guarded(f"ringsim {command}", lambda: entry(argv), as_json=wants_json(argv))
     except SystemExit as exit_:  # its parser's verdict (--help: 0, a bad flag: 2), as main's
         return exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
 
@@ -75,6 +73,7 @@ EPILOG = """examples:
   ringsim sweep --vary block --plot block.png
   ringsim memory --model 7b --hardware a100-nvlink --hosts 8
   ringsim plan --model 7b --seq-len 1M --cluster dgx-h100 --hosts 64
+  ringsim compare rank0.json rank1.json          a recorded ring against the simulated one
   ringsim <command> --help                       flags and examples of one command"""
 
 
@@ -125,4 +124,4 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs(args)  # every output path, before any work or any file written
         return args.run(args)
 
-    return guarded(f"ringsim {args.command}", run)
+    return guarded(f"ringsim {args.command}", run, as_json=bool(getattr(args, "json", False)))

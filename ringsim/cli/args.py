@@ -10,6 +10,8 @@ import dataclasses
 
 from ringsim.cli.values import parse_implementation, parse_model
 from ringsim.grid import PLACEMENTS
+from ringsim.schedule import PASSES, Pass
+from ringsim.timer.cost import DTYPES
 from ringsim.timer.strategies import STRATEGIES as STRATEGY_REGISTRY
 from ringsim.values import (
     arg_type,
@@ -21,12 +23,6 @@ from ringsim.values import (
     parse_straggler,
     parse_tile,
 )
-
-DTYPES = ("bf16", "fp16", "fp32")
-
-
-PASSES = ("forward", "backward", "train-step", "decode")
-
 
 STRATEGIES = tuple(STRATEGY_REGISTRY)
 DEFAULT_STRATEGY = "ring"
@@ -40,8 +36,9 @@ DEFAULT_HARDWARE = "a100-nvlink"
 def add_hardware_flags(p: argparse.ArgumentParser, *, rates: bool = True) -> None:
     p.add_argument(
         "--hardware",
-        metavar="PRESET",
-        help=f"hardware preset (see `ringsim presets`; default {DEFAULT_HARDWARE})",
+        metavar="PRESET|FILE",
+        help=f"hardware preset (see `ringsim presets`; default {DEFAULT_HARDWARE}), or a JSON "
+        "file of a preset's fields (a profile from `ringsim calibrate` or the GPU check)",
     )
     quantity = lambda name: arg_type(parse_quantity, name)
     p.add_argument(
@@ -207,7 +204,10 @@ def _resolve_hardware(args: argparse.Namespace):
     bandwidth = getattr(args, "bandwidth", None)
     latency = getattr(args, "latency", None)
     memory = getattr(args, "memory_bytes", None)
-    if args.hardware is None and (flops is not None or bandwidth is not None):
+    cluster = getattr(args, "cluster", None)
+    if cluster is not None:
+        _check_cluster_links(cluster, bandwidth, latency)
+    if args.hardware is None and cluster is None and (flops is not None or bandwidth is not None):
         if flops is None or bandwidth is None:
             raise ValueError(
                 "a custom machine needs both --flops and --bandwidth "
@@ -217,26 +217,42 @@ def _resolve_hardware(args: argparse.Namespace):
         extra = {} if memory is None else {"memory": memory}
         dtype = getattr(args, "dtype", None) or "bf16"
         return custom_hardware(flops, bandwidth, latency or 0.0, dtype=dtype, **extra)
-    cluster = getattr(args, "cluster", None)
     if args.hardware is None and cluster is not None:  # the preset's own device
         from ringsim.timer.machine.topology import get_cluster
 
         hw = get_cluster(cluster).hardware
     else:
         hw = get_hardware(args.hardware or DEFAULT_HARDWARE)
+    if hw.saved:  # a profile from a file: say which device and when, before any output
+        from ringsim.cli.output import note
+
+        device = f" on {hw.device}" if hw.device else ""
+        note(f"hardware {hw.name}: a profile measured{device}, saved {hw.saved}")
     changes = {}
     if flops is not None:  # the given rate is what the kernel achieves
         dtype = getattr(args, "dtype", None) or default_dtype(hw)
         changes.update(flops={**hw.flops, dtype: flops}, efficiency=1.0)
-    if bandwidth is not None:
-        changes["link_bandwidth"] = bandwidth
-    if latency is not None:
-        changes["link_latency"] = latency
     if memory is not None:
         changes["memory_bytes"] = memory
-    if changes:
+    if bandwidth is not None or latency is not None:  # its measured p2p range no longer holds
+        hw = hw.with_link(bandwidth, latency)
+    if changes or bandwidth is not None or latency is not None:
         hw = dataclasses.replace(hw, name=f"{hw.name} (modified)", **changes)
     return hw
+
+
+def _check_cluster_links(cluster: str, bandwidth, latency) -> None:
+    """Refuse ``--bandwidth``/``--latency`` beside ``--cluster``: they set the hardware's own
+    link, and a cluster preset's links (inside a node and between nodes) replace it, so they
+    would change nothing."""
+    given = [f for f, v in (("--bandwidth", bandwidth), ("--latency", latency)) if v is not None]
+    if given:
+        raise ValueError(
+            f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the hardware's own "
+            f"link, which --cluster {cluster}'s "
+            f"links replace: use --inter-latency for the links between nodes, or --hardware "
+            f"with --gpus-per-node and --inter-bandwidth to build the cluster on that link"
+        )
 
 
 def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrides):
@@ -285,8 +301,9 @@ def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
     """Refuse a flag that would change nothing in this run (``ValueError`` naming it and what
     it needs): ``--window`` beside another strategy than the double ring, ``--recompute``
     outside a training step, ``--placement`` without a Ulysses x ring grid, and
-    ``--implementation torch`` (torch's CPU kernels, from a calibrated profile) on a GPU."""
-    from ringsim.timer.machine.families import arch_of
+    an ``--implementation`` that does not run on the hardware (torch's CPU kernels on a GPU,
+    a GPU family on a TPU)."""
+    from ringsim.timer.machine.families import get_family
     from ringsim.timer.strategies import STRATEGIES, get_strategy
 
     strategy = getattr(args, "strategy", "ring")
@@ -297,7 +314,7 @@ def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
             f"--window sets the double ring's inner ring: it needs --strategy {windowed}, "
             f"got --strategy {strategy}"
         )
-    if getattr(args, "recompute", False) and args.pass_ != "train-step":
+    if getattr(args, "recompute", False) and args.pass_ != Pass.TRAIN_STEP:
         raise ValueError(
             f"--recompute runs a training step's forward again: it needs --pass train-step, "
             f"got --pass {args.pass_}"
@@ -311,13 +328,8 @@ def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
             f"with 1 < --ulysses-degree < --hosts, got --strategy "
             f"{strategy}" + (f" --ulysses-degree {degree}" if degree else "")
         )
-    implementation = getattr(args, "implementation", "ideal")
-    if implementation == "torch" and arch_of(hardware) is not None:
-        raise ValueError(
-            f"--implementation torch times torch's CPU kernels from a calibrated profile "
-            f"(--hardware cpu-calibrated, see `ringsim calibrate`); {hardware.name} is a GPU: "
-            f"use --implementation fa2, fa3, cudnn or triton"
-        )
+    family = get_family(getattr(args, "implementation", "ideal"))
+    family.check_runs_on(hardware, label=f"--implementation {family.name}")
 
 
 def _implementation_fields(args: argparse.Namespace, hardware, dtype: str) -> dict:
@@ -420,9 +432,13 @@ def resolve_cluster(args: argparse.Namespace, hardware):
 def run_config(config, strategy: str = "ring", *, keep_timeline: bool | None = None, args=None):
     """Time ``config`` with ``strategy``; a result whose times overflowed is a ``ValueError``
     naming the extreme flags (``check_finite_times``)."""
-    from ringsim.cli.checks import check_finite_times
+    from ringsim.cli.checks import check_finite_times, times_out_of_range
+    from ringsim.timer.engine.result import TimesOutOfRange
 
-    result = _run_config(config, strategy, keep_timeline=keep_timeline, args=args)
+    try:
+        result = _run_config(config, strategy, keep_timeline=keep_timeline, args=args)
+    except TimesOutOfRange:  # the library names fields; the user gave flags
+        raise times_out_of_range("a time overflowed", args) from None
     check_finite_times(result.summary(), args)
     return result
 

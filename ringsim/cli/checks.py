@@ -27,17 +27,21 @@ def check_finite_times(summary: dict, args: argparse.Namespace | None = None) ->
     bad = {k: v for k, v in summary.items() if k.endswith("_s") and _out_of_range(v)}
     if not bad:
         return
+    key, value = next(iter(bad.items()))
+    detail = f"{key} = {value:.3g} s; at most {MAX_SECONDS:.3g} s, as traces count microseconds"
+    raise times_out_of_range(detail, args)
+
+
+def times_out_of_range(detail: str, args: argparse.Namespace | None) -> ValueError:
+    """The error for a run whose times left float64's range (``detail``: which and how), naming
+    the flags given among ``EXTREME_FLAGS``, so the user knows what to change."""
     given = [
         f"--{name.replace('_', '-')} {getattr(args, name)!r}"
         for name in EXTREME_FLAGS
         if getattr(args, name, None) not in (None, 0.0, [])
     ]
-    key, value = next(iter(bad.items()))
     hint = f"check {', '.join(given)}" if given else "the configuration is too large"
-    raise ValueError(
-        f"the run's times leave float64's range ({key} = {value:.3g} s; at most "
-        f"{MAX_SECONDS:.3g} s, as traces count microseconds): {hint}"
-    )
+    return ValueError(f"the run's times leave float64's range ({detail}): {hint}")
 
 
 def _out_of_range(value: object) -> bool:

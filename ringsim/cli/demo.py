@@ -96,6 +96,9 @@ def overlap_rows(hosts: int, seq_len: int, hardware, dtype: str = "bf16") -> tup
     return threshold, rows
 
 
+DEFAULT_FIGURE = "results/demo.png"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="ringsim demo",
@@ -107,9 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
   python -m ringsim.cli.demo --json --no-plot""",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--out", "--plot", dest="out", default="results/demo.png", help="figure (results/demo.png)"
-    )
+    p.add_argument("--out", "--plot", dest="out", default=None, help=f"figure ({DEFAULT_FIGURE})")
     p.add_argument(
         "--hosts", type=arg_type(parse_positive_int, "hosts"), default=8, help="hosts (8)"
     )
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ringsim.timer.machine.hardware import default_dtype, get_hardware
 
+    if args.no_plot and args.out is not None:
+        raise ValueError(f"--out {args.out} names the figure that --no-plot skips: drop one")
+    args.out = DEFAULT_FIGURE if args.out is None else args.out
     if not args.no_plot:  # before the work: a bad path must not cost the run
         from ringsim.views.plots import check_figure_path
 
@@ -205,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    return guarded("ringsim demo", lambda: run(args))
+    return guarded("ringsim demo", lambda: run(args), as_json=args.json)
 
 
 if __name__ == "__main__":

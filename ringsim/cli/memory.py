@@ -6,7 +6,10 @@ import argparse
 
 from ringsim.cli.args import DTYPES, add_hardware_flags, resolve_hardware
 from ringsim.cli.output import format_bytes, format_length, print_json, print_table
+from ringsim.timer.step.frameworks import FRAMEWORKS
 from ringsim.values import arg_type, parse_positive_int
+
+FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 
 HELP = "bytes per host and the longest context that fits, per method"
 EXAMPLES = """examples:
@@ -25,9 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--framework",
-        choices=("none", "pytorch", "jax"),
+        choices=FRAMEWORK_NAMES,
+        metavar="NAME",
         help="what the framework takes first (default: pytorch on a GPU, none on TPU/CPU; "
-        "none = the pure tensor bound)",
+        f"none = the pure tensor bound): {', '.join(FRAMEWORK_NAMES)}",
     )
     p.add_argument("--hosts", type=positive("hosts"), required=True, help="hosts")
     p.add_argument("--dtype", choices=DTYPES, default="bf16", help="element type (bf16)")
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     title = (
         f"longest context per method: {report['model']} on {args.hosts} x {report['hardware']} "
-        f"({format_bytes(report['memory_bytes'])} each), {args.dtype}"
+        f"({format_bytes(report['device_bytes'])} each), {args.dtype}"
     )
     contexts, tensors = report["max_context"], report["max_context_tensors"]
     print_table(
@@ -64,7 +68,13 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"framework {report['framework']}: {format_bytes(report['usable_bytes'])} of "
-        f"{format_bytes(report['memory_bytes'])} usable ({report['framework_source']})"
+        f"{format_bytes(report['device_bytes'])} usable ({report['framework_source']})"
+    )
+    print(
+        "each method is a run of the planner's memory model (`ringsim plan` counts the same "
+        "bytes for the same run): FSDP over all hosts (16 bytes per parameter sharded), full "
+        "recompute, no tensor parallelism; BPT and the ring compute the FFN and the loss in "
+        "chunks"
     )
     print()
     parts = report["bytes_per_host"]

@@ -7,9 +7,12 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 from ringsim.files import to_jsonable
+from ringsim.schedule import Pass
+from ringsim.values import error_line
 from ringsim.views.plots import format_tokens as format_length
 from ringsim.views.plots import percent
 
@@ -89,16 +92,57 @@ def _plain_row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(pairs))
 
 
-def progress(items: Sequence, description: str, *, enabled: bool) -> Iterable:
-    """Iterate with a rich progress bar on stderr, when it is a terminal and rich is there."""
-    if enabled and sys.stderr.isatty():
+class Ticker:
+    """Progress of work that lasts more than a few seconds, on stderr only (stdout stays one
+    table or one JSON document, and tests' captured stdout stays clean): nothing for
+    ``after_s`` seconds, then ``[ringsim plan 12 s] timing configurations: 40 of 120``,
+    rewritten in place on a terminal and erased when the work ends (``with``), a new line every
+    ``every_s`` seconds elsewhere (a log). The one mechanism for every slow command: call it
+    as the library's ``progress`` callback (``ticker(done, total, what)``: ``plan``,
+    ``validate``) or iterate through it (``ticker.over(items, what)``)."""
+
+    def __init__(self, prog: str, *, after_s: float = 5.0, every_s: float = 10.0, stream=None):
+        self.prog, self.after_s, self.every_s = prog, after_s, every_s
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self.last = -math.inf
+        self.width = 0  # of the line shown in place on a terminal
         try:
-            from rich.console import Console
-            from rich.progress import track
-        except ImportError:
-            return items
-        return track(items, description=description, console=Console(stderr=True), transient=True)
-    return items
+            self.terminal = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.terminal = False
+
+    def __call__(self, done: int, total: int, what: str = "") -> None:
+        now = time.monotonic()
+        gap = 0.2 if self.terminal else self.every_s
+        if now - self.start < self.after_s or now - self.last < gap:
+            return
+        self.last = now
+        line = f"[{self.prog} {now - self.start:.0f} s] {what}: {done:,} of {total:,}"
+        if self.terminal:
+            self.stream.write("\r" + line.ljust(self.width))
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def over(self, items: Sequence, what: str) -> Iterable:
+        """``items``, one at a time, the line saying how many are done (erased at the end)."""
+        try:
+            for i, item in enumerate(items):
+                self(i, len(items), what)
+                yield item
+        finally:
+            self.__exit__()
+
+    def __enter__(self) -> Ticker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.width:  # erase the line shown in place: what follows starts clean
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
 
 
 def note(text: str) -> None:
@@ -111,7 +155,7 @@ def describe(config, strategy: str = "ring") -> str:
     (decode leaves out layout, mask and overlap: one token attends to the whole cache)."""
     split = f"{format_length(config.seq_len)} tokens on {config.hosts} hosts"
     split += f" ({format_length(config.block_tokens)} each)"
-    if config.pass_ != "decode":
+    if config.pass_ != Pass.DECODE:
         mask = "causal" if config.causal else "full"
         overlap = "overlap" if config.overlap else "no overlap"
         split += f", {config.layout}, {mask}, {overlap}"
@@ -119,8 +163,8 @@ def describe(config, strategy: str = "ring") -> str:
         f" ({config.kv_heads} kv)" if config.kv_heads != config.heads else ""
     )
     batch = f", batch {config.batch}" if config.batch > 1 else ""
-    kernel = getattr(config, "implementation", "ideal")
-    kernel = "" if kernel == "ideal" else f", {kernel} kernels"
+    family = getattr(config, "family", None)
+    kernel = "" if family is None or family.ideal else f", {family.name} kernels"
     return (
         f"{strategy} {config.pass_}, {split}, {config.hardware.name}, {config.dtype}, "
         f"{heads} x {config.head_dim}{batch}{kernel}"
@@ -135,13 +179,14 @@ def np_errstate():
     return np.errstate(over="ignore", invalid="ignore")
 
 
-def guarded(prog: str, run: Callable[[], int | None]) -> int:
-    """Run a command; bad values (ValueError) end in one line on stderr and exit code 2."""
+def guarded(prog: str, run: Callable[[], int | None], *, as_json: bool = False) -> int:
+    """Run a command; bad values (ValueError) end in one line on stderr and exit code 2 (a
+    JSON object under ``--json``: ``ringsim.values.error_line``)."""
     try:
         with np_errstate():  # overflow is not warned about: results are checked for finiteness
             return int(run() or 0)
     except (ValueError, OverflowError) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        sys.stderr.write(error_line(prog, err, as_json=as_json))
         return 2
     except BrokenPipeError:  # `ringsim ... | head`: the reader left; say nothing more
         try:
@@ -150,7 +195,7 @@ def guarded(prog: str, run: Callable[[], int | None]) -> int:
             pass
         return 1
     except OSError as err:  # a plot or trace path that cannot be written
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        sys.stderr.write(error_line(prog, err, as_json=as_json, code=1))
         return 1
     except KeyboardInterrupt:
         return 130

@@ -13,9 +13,17 @@ from ringsim.cli.args import (
     resolve_cluster,
     resolve_hardware,
 )
-from ringsim.cli.checks import EXTREME_FLAGS
-from ringsim.cli.output import format_bytes, format_seconds, note, print_json, print_table
+from ringsim.cli.checks import times_out_of_range
+from ringsim.cli.output import (
+    Ticker,
+    format_bytes,
+    format_seconds,
+    note,
+    print_json,
+    print_table,
+)
 from ringsim.cli.values import parse_implementation
+from ringsim.timer.step.frameworks import FRAMEWORKS
 from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
 
 HELP = "rank ways to spread a training step (TP x CP x PP x DP) for a model, a length, a cluster"
@@ -24,14 +32,15 @@ EXAMPLES = """examples:
   ringsim plan --model llama3-8b --seq-len 128K --cluster dgx-h100 --nodes 16 \\
       --global-batch 64 --implementation fa3 --json
   ringsim plan --model llama3-405b --seq-len 128K --cluster dgx-h100 --nodes 2048 \\
-      --global-batch 128 --pp 16 --virtual-stages 2 --implementation fa2
+      --global-batch 128 --pp 16 --virtual-stages 8 --framework llama3
   ringsim plan --model 7b --seq-len 128K --cluster dgx-h100 --hosts 128 --global-batch 32 \\
-      --gemm-dtype fp8 --implementation cudnn --recompute none --recompute full
+      --gemm-dtype fp8 --framework nemo-24.03 --recompute none --recompute full
   ringsim plan --model 7b --seq-len 128K --cluster pcie-8x-l20 --hosts 8 --prefill --plot plan.png
 """
 
+FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 CHOICES = {
-    "recompute": ("none", "selective", "full"),
+    "recompute": ("none", "selective", "full", "every-other-layer", "per-op"),
     "sharding": ("zero1", "zero3"),
     "gemm_dtype": ("bf16", "fp8"),
     "flops_convention": ("megatron", "causal"),
@@ -58,8 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--global-batch",
         type=positive("global_batch"),
         metavar="B",
-        help="sequences per step (1: one sequence over all devices); data parallelism must "
-        "divide it",
+        help="sequences per step; data parallelism must divide it (default: 4M tokens per "
+        "step, NVIDIA's long-sequence runs)",
     )
     batch.add_argument(
         "--tokens-per-step",
@@ -78,10 +87,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--implementation",
         type=arg_type(parse_implementation, "implementation"),
-        default="ideal",
         metavar="NAME",
-        help="ideal (default: peak rates) or a kernel family (fa2, fa3, cudnn, triton): "
-        "published GEMM, attention and NCCL rates",
+        help="attention kernel family (fa2, fa3, cudnn, triton) at published GEMM, attention "
+        "and NCCL rates; default: the framework's, else the hardware's (fa2 on A100 and H100, "
+        "PyTorch's SDPA default); ideal = the paper's peak-rate model, only when named",
+    )
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORK_NAMES,
+        metavar="NAME",
+        help="search only what this framework runs, with its attention code and overheads: "
+        + ", ".join(FRAMEWORK_NAMES),
     )
     p.add_argument("--tp", type=positive("tp"), help="only this tensor-parallel degree")
     p.add_argument("--pp", type=positive("pp"), default=1, help="pipeline stages (1)")
@@ -96,10 +112,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--recompute",
         action="append",
         choices=CHOICES["recompute"],
-        help="only these activation recompute choices (repeatable; default all three)",
+        help="only these activation recompute flavours (repeatable; default: the framework's, "
+        "else none, selective, full)",
     )
     p.add_argument(
-        "--sharding", choices=CHOICES["sharding"], default="zero1", help="optimizer sharding"
+        "--sharding",
+        choices=CHOICES["sharding"],
+        help="optimizer sharding (default: the framework's, else zero1)",
     )
     p.add_argument(
         "--gemm-dtype", choices=CHOICES["gemm_dtype"], default="bf16", help="GEMM precision"
@@ -107,8 +126,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--flops-convention",
         choices=CHOICES["flops_convention"],
-        default="megatron",
-        help="model FLOPs: megatron (attention without the causal mask) or causal",
+        help="model FLOPs: megatron (attention without the causal mask) or causal (default: "
+        "the framework's, else megatron)",
     )
     p.add_argument("--top", type=positive("top"), default=10, help="candidates shown (10)")
     p.add_argument(
@@ -126,7 +145,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def global_batch(args: argparse.Namespace, seq_len: int) -> int:
-    """Sequences per step from --global-batch, --tokens-per-step or the old --batch (1)."""
+    """Sequences per step from --global-batch, --tokens-per-step or the old --batch (default:
+    ``DEFAULT_TOKENS_PER_STEP`` tokens, ``ringsim.timer.studies.planner``)."""
+    from ringsim.timer.studies.planner import default_global_batch
+
     if args.batch is not None and (args.global_batch or args.tokens_per_step):
         raise ValueError("batch: give --global-batch or --tokens-per-step, not --batch too")
     if args.tokens_per_step is not None:
@@ -136,14 +158,32 @@ def global_batch(args: argparse.Namespace, seq_len: int) -> int:
                 f"--tokens-per-step {args.tokens_per_step}"
             )
         return args.tokens_per_step // seq_len
-    return args.global_batch or args.batch or 1
+    return args.global_batch or args.batch or default_global_batch(seq_len)
+
+
+def check_plan_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag that would change nothing: ``--recompute`` in a prefill (a forward keeps
+    nothing for a backward), ``--virtual-stages`` without pipeline stages to interleave."""
+    if args.prefill and args.recompute:
+        raise ValueError(
+            "--recompute chooses what a training step's backward recomputes; --prefill runs one "
+            "forward pass and recomputes nothing: drop --recompute"
+        )
+    if args.virtual_stages > 1 and args.pp == 1:
+        raise ValueError(
+            f"--virtual-stages {args.virtual_stages} interleaves pipeline stages: it needs "
+            f"--pp 2 or more, got --pp 1"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
+    from ringsim.timer.engine.result import TimesOutOfRange
+    from ringsim.timer.machine.families import get_family
     from ringsim.timer.machine.topology import Cluster
     from ringsim.timer.step.models import get_model
-    from ringsim.timer.studies.planner import TimesOutOfRange, plan
+    from ringsim.timer.studies.planner import DEFAULT_TOKENS_SOURCE, plan
 
+    check_plan_flags(args)
     model = get_model(args.model)
     seq_len = parse_seq_len(args.seq_len)
     batch = global_batch(args, seq_len)
@@ -155,84 +195,117 @@ def run(args: argparse.Namespace) -> int:
         cluster = Cluster.switch(hardware, args.hosts)
     if args.hosts is None and cluster.nodes is None:
         raise ValueError("hosts: give --hosts P or --nodes N")
+    if args.implementation is not None:  # else the framework's or the hardware's default
+        family = get_family(args.implementation)
+        family.check_runs_on(cluster.hardware, label=f"--implementation {family.name}")
     try:
-        result = plan(
-            model,
-            seq_len,
-            cluster,
-            args.hosts,
-            mode="prefill" if args.prefill else "train",
-            causal=args.causal,
-            dtype=args.dtype,
-            global_batch=batch,
-            implementation=args.implementation,
-            tp=args.tp,
-            pp=args.pp,
-            virtual_stages=args.virtual_stages,
-            recompute=tuple(args.recompute) if args.recompute else None,
-            sharding=args.sharding,
-            gemm_dtype=args.gemm_dtype,
-            flops_convention=args.flops_convention,
-            keep=args.keep,
-        )
+        with Ticker("ringsim plan") as ticker:
+            result = plan(
+                model,
+                seq_len,
+                cluster,
+                args.hosts,
+                mode="prefill" if args.prefill else "train",
+                causal=args.causal,
+                dtype=args.dtype,
+                global_batch=batch,
+                implementation=args.implementation,
+                framework=args.framework,
+                tp=args.tp,
+                pp=args.pp,
+                virtual_stages=args.virtual_stages,
+                recompute=tuple(args.recompute) if args.recompute else None,
+                sharding=args.sharding,
+                gemm_dtype=args.gemm_dtype,
+                flops_convention=args.flops_convention,
+                keep=args.keep,
+                intervals=args.top,
+                progress=ticker,
+            )
     except TimesOutOfRange as err:
-        given = [
-            f"--{name.replace('_', '-')} {getattr(args, name)!r}"
-            for name in EXTREME_FLAGS
-            if getattr(args, name, None) not in (None, 0.0, [])
-        ]
-        hint = f"check {', '.join(given)}" if given else "check the hardware's rates"
-        raise ValueError(f"{err}; {hint}") from None
+        raise times_out_of_range(str(err), args) from None
     if args.plot:
         from ringsim.views.planning import plot_plan
 
         plot_plan(result, args.plot)
         note(f"wrote {args.plot}")
+    defaulted = not (args.global_batch or args.tokens_per_step or args.batch)
     if args.json:
-        print_json(result.as_dict())
+        out = result.as_dict()
+        out["global_batch_source"] = DEFAULT_TOKENS_SOURCE if defaulted else "given"
+        print_json(out)
         return 0
-    print_plan(result, args.top)
+    print_plan(result, args.top, batch_source=DEFAULT_TOKENS_SOURCE if defaulted else None)
     return 0
 
 
-def print_plan(result, top: int) -> None:
+def print_plan(result, top: int, *, batch_source: str | None = None) -> None:
     unit = "step" if result.mode == "train" else "forward"
     train = result.mode == "train"
+    ideal = result.ideal
     title = (
         f"{result.model}, {result.seq_len:,} tokens x {result.global_batch} per {unit}, "
-        f"{result.hosts} devices: {result.cluster.describe()}; {result.implementation} "
-        f"({len(result.candidates)} fit, {len(result.dropped)} do not; "
-        f"{result.seconds:.1f} s)"
+        f"{result.hosts} devices: {result.cluster.describe()}; framework {result.framework}, "
+        f"attention {result.implementation} ({len(result.candidates)} fit, "
+        f"{len(result.dropped)} do not; {result.seconds:.1f} s)"
     )
-    best = result.candidates[:top]
-    header = ["#", "configuration", f"time/{unit}", "exposed comm", "memory"]
+    groups = result.groups(top)
+    header = ["#", "configuration", f"time/{unit}", "interval", "exposed comm", "memory"]
     if train:
         header += ["TFLOPS/GPU", "MFU"]
     rows = []
-    for i, c in enumerate(best):
+    for i, (c, layouts) in enumerate(groups):
+        label = c.label
+        if len(layouts) > 1:
+            label = label.replace(c.layout, "|".join(layouts), 1)
         row = [
             str(i + 1),
-            c.label,
+            label,
             format_seconds(c.step_time_s),
+            _interval(c),
             format_seconds(c.exposed_comm_s),
             format_bytes(c.bytes_per_host),
         ]
         if train:
-            row += [f"{c.model_tflops_per_gpu:.0f}", f"{c.mfu:.0%}"]
+            row += [f"{c.model_tflops_per_gpu:.0f}", f"{c.mfu:.0%}" + ("*" if c.mfu > 1 else "")]
         rows.append(tuple(row))
     print_table(title, tuple(header), rows)
     print()
-    for i, c in enumerate(best):
+    for i, (c, _) in enumerate(groups):
         print(f"{i + 1}. {c.label}: {c.why()}")
+    print(f"attention kernel: {result.implementation} ({result.implementation_source})")
+    if ideal:
+        print(
+            "ideal: the Ring Attention paper's peak-rate model (every kernel at the datasheet "
+            "peak, perfect overlap), a bound, not a prediction of a real run; no interval"
+        )
+    else:
+        families = ", ".join(result.interval_families)
+        print(
+            f"interval: over the kernel families {families}, the sustained clock, the GEMM "
+            "library, the achieved send/recv bandwidth and host time per call, and never "
+            "narrower than validate's whole-step misses"
+        )
+    if batch_source:
+        print(f"batch: {batch_source}")
     if train:
         counted = {"megatron": "attention without the causal mask", "causal": "causal attention"}
         note_ = (
             f"model TFLOPS per GPU in the {result.flops_convention} convention "
             f"({counted[result.flops_convention]}); MFU over the bf16 dense peak"
         )
-        if any(c.mfu > 1 for c in best):
-            note_ += " (over 100%: the convention counts the masked half of the scores)"
+        if any(c.mfu > 1 for c, _ in groups):
+            note_ += (
+                "; * over 100%: no GPU runs above its peak; the count includes the masked half "
+                "of the scores" + (" and the ideal model runs at peak" if ideal else "")
+            )
         print(note_)
+    print(
+        f"time/{unit} counts the whole {unit} on one GPU's critical path: every layer's GEMMs, "
+        "attention, elementwise kernels and collectives, the bubble, the optimizer; `ringsim "
+        "simulate` times one attention layer's pass, which the JSON gives per candidate "
+        "(attention_layer_s: one layer, one micro-batch, the strategy's heads per GPU)"
+    )
     worst = result.candidates[-1]
     print(f"slowest that fits: {worst.label}, {format_seconds(worst.step_time_s)}")
     if result.bounded:
@@ -244,5 +317,12 @@ def print_plan(result, top: int) -> None:
         lean = min(result.dropped, key=lambda c: c.bytes_per_host)
         print(
             f"{len(result.dropped)} do not fit (not ranked); the leanest of them, {lean.label}, "
-            f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.memory_bytes)}"
+            f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.usable_bytes)} usable"
         )
+
+
+def _interval(c) -> str:
+    if c.interval is None or c.interval[0] == c.interval[1]:
+        return "-"
+    low, high = c.interval
+    return f"{format_seconds(low)}-{format_seconds(high)}"

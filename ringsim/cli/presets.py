@@ -1,5 +1,6 @@
-"""``ringsim presets``: the hardware presets, their overlap thresholds and their sources, then
-the cluster presets (nodes of devices, their links; ``ringsim.timer.machine.topology``)."""
+"""``ringsim presets``: the hardware presets (chip, link kind, rates), their overlap thresholds
+and their sources, then the cluster presets (nodes of devices, their links;
+``ringsim.timer.machine.topology``)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
     table = [
         (
             r["name"],
+            "?" if r["arch"] is None else r["arch"]["name"],
             f"{r['flops'][r['threshold_dtype']] * r['efficiency'] / 1e12:.4g} "
             f"{r['threshold_dtype']}",
+            r["link"]["name"],
             f"{r['link_bandwidth'] / 1e9:.4g}",
             f"{r['link_latency'] * 1e6:.3g}",
             f"{r['memory_bytes'] / 1e9:.4g}",
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         )
         for r in rows
     ]
-    header = ("preset", "TFLOP/s", "link GB/s", "latency µs", "memory GB", "c* tokens")
+    header = ("preset", "chip", "TFLOP/s", "link", "GB/s", "latency µs", "memory GB", "c* tokens")
     print_table("hardware presets (c*: overlap threshold, forward, 32 heads x 128)", header, table)
     print()
     for r in rows:

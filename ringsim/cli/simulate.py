@@ -97,13 +97,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--layout {args.layout} needs --documents (the documents' lengths)")
     documents = _segment_ids(args.documents, seq_len)
     config = ring_config(args, hosts=args.hosts, seq_len=seq_len, segment_ids=documents)
+    if args.interval:
+        _check_interval(config)
     # the (steps, hosts) timeline only for a figure or a trace: a summary needs O(hosts)
     keep = bool(args.plot or args.trace)
     result = run_config(config, args.strategy, keep_timeline=keep, args=args)
     summary = result.summary()
     _add_paper_minimum(summary)
-    if config.implementation != "ideal":
-        summary["implementation"] = config.implementation
+    if not config.family.ideal:
+        summary["implementation"] = config.family.name
     if args.interval:
         _add_interval(summary, config, args)
     if args.trace:
@@ -133,7 +135,23 @@ def _human(key: str, value) -> str:
         return " - ".join(human("total_time_s", v) for v in value)
     if key == "ranges":
         return ", ".join(value) or "none"
+    if key in ("min_block_for_overlap", "min_seq_per_host_tokens") and value is not None:
+        if value <= (1 if key == "min_block_for_overlap" else 6):  # see min_block_for_overlap
+            return "none: every block hides its transfer"
     return human(key, value)
+
+
+def _check_interval(config) -> None:
+    """Refuse ``--interval`` where it would change nothing: a run with no parameter known only
+    as a range (``live_ranges``: none under ``ideal``) has an interval of one point."""
+    from ringsim.timer.engine.interval import live_ranges
+
+    if not live_ranges(config):
+        raise ValueError(
+            f"--interval spans the parameters a run knows only as ranges, and this one has none "
+            f"(--implementation {config.family.name}: both ends would be the makespan); give a "
+            f"real kernel family (--implementation fa2, fa3, cudnn, triton) or drop --interval"
+        )
 
 
 def _add_interval(summary: dict, config, args: argparse.Namespace) -> None:

@@ -18,13 +18,13 @@ from ringsim.cli.args import (
     run_config,
 )
 from ringsim.cli.output import (
+    Ticker,
     format_length,
     format_seconds,
     note,
     percent,
     print_json,
     print_table,
-    progress,
 )
 from ringsim.layouts import layout_names
 from ringsim.values import arg_type, parse_positive_int, parse_seq_len
@@ -111,24 +111,14 @@ def _values(args: argparse.Namespace, default: list[int], name: str) -> list[int
 
 
 def sweep_block(args: argparse.Namespace) -> dict:
-    """Time against block size at fixed hosts, with and without overlap, and the threshold."""
-    from ringsim.timer.cost import overlap_threshold
-
+    """Time against block size at fixed hosts, with and without overlap, and the threshold:
+    every figure, the threshold too, from the runs themselves (their ``summary``), so the
+    closing line says what the table shows."""
     hosts = args.hosts or 8
     blocks = _values(args, DEFAULT_BLOCKS, "block")
     hw = resolve_hardware(args)
-    kv_heads = args.kv_heads or args.heads
-    pass_ = "backward" if args.pass_ in ("backward", "train-step") else "forward"
-    threshold = overlap_threshold(
-        hw,
-        heads=args.heads,
-        kv_heads=kv_heads,
-        head_dim=args.head_dim,
-        dtype=args.dtype,
-        pass_=pass_,
-    )
-    rows = []
-    for block in progress(blocks, "sweeping block size", enabled=not args.json):
+    rows, threshold = [], None
+    for block in Ticker("ringsim sweep").over(blocks, "block sizes timed"):
         row = {"block_tokens": block, "seq_len": block * hosts}
         for overlap in (True, False):
             config = ring_config(
@@ -140,11 +130,13 @@ def sweep_block(args: argparse.Namespace) -> dict:
             if overlap:
                 row["compute_time_s"] = s["compute_time_s"]
                 row["exposed_comm_s"] = s["exposed_comm_s"]
+                threshold = s.get("min_block_for_overlap") if threshold is None else threshold
         row["slowdown"] = row["total_time_s"] / row["compute_time_s"]
         row["compute_share"] = row["compute_time_s"] / row["total_time_s"]
         row["no_overlap_compute_share"] = row["compute_time_s"] / row["no_overlap_total_time_s"]
         rows.append(row)
     hidden = [r["block_tokens"] for r in rows if r["exposed_comm_s"] <= 1e-6 * r["total_time_s"]]
+    hidden_from = hidden_from_block(rows, hidden)
     data = {
         "vary": "block",
         "hosts": hosts,
@@ -154,15 +146,15 @@ def sweep_block(args: argparse.Namespace) -> dict:
         "hardware": hw.name,
         "implementation": getattr(args, "implementation", "ideal"),
         "overlap_threshold_tokens": threshold,
-        "min_seq_per_host_tokens": 6 * threshold,  # the paper's Table 2: 6 c
+        "min_seq_per_host_tokens": None if threshold is None else 6 * threshold,  # Table 2: 6 c
         "first_hidden_block_tokens": min(hidden) if hidden else None,
+        "hidden_from_block_tokens": hidden_from,
         "rows": rows,
     }
     if not args.json:
         print_table(
             f"time against block size: {hosts} hosts, {args.layout}, {hw.name} "
-            f"(overlap threshold c* = {format_length(threshold)} tokens, the paper's minimum "
-            f"sequence per host 6c* = {format_length(6 * threshold)})",
+            f"({_threshold_words(threshold)})",
             ("block", "makespan", "compute", "exposed comm", "compute share", "without overlap"),
             [
                 (
@@ -176,18 +168,48 @@ def sweep_block(args: argparse.Namespace) -> dict:
                 for r in rows
             ],
         )
-        first = data["first_hidden_block_tokens"]
         print(
             "compute share = compute time / makespan of the busiest host; "
             "without overlap, compute and transfers alternate"
         )
-        print(
-            f"communication fully hidden from block {format_length(first)} on"
-            if first
-            else "communication never fully hidden in this range",
-            f"(closed form: c* = {format_length(threshold)} tokens)",
-        )
+        print(hidden_words(hidden, hidden_from))
     return data
+
+
+def hidden_from_block(rows: list[dict], hidden: list[int]) -> int | None:
+    """The smallest block from which every larger block of the sweep hides its transfer (a
+    smaller block may hide too, where a call's fixed cost outlasts its transfer, with exposed
+    blocks between: "hidden from" must not start there)."""
+    first = None
+    for row in reversed(rows):
+        if row["block_tokens"] not in hidden:
+            break
+        first = row["block_tokens"]
+    return first
+
+
+def hidden_words(hidden: list[int], hidden_from: int | None) -> str:
+    """The sweep's closing line, read off the table's rows."""
+    if hidden_from is None:
+        also = f" (hidden only at {', '.join(map(format_length, hidden))})" if hidden else ""
+        return f"communication not fully hidden at the largest block{also}"
+    line = f"communication fully hidden from block {format_length(hidden_from)} on"
+    below = [b for b in hidden if b < hidden_from]
+    if below:
+        line += f"; also at {', '.join(map(format_length, below))}, below exposed blocks"
+    return line
+
+
+def _threshold_words(threshold: float | None) -> str:
+    """The runs' own overlap threshold (``min_block_for_overlap``) for the table's title."""
+    if threshold is None:
+        return "no overlap threshold for this strategy"
+    if threshold <= 1:
+        return "overlap threshold: every block hides its transfer"
+    return (
+        f"overlap threshold c* = {format_length(threshold)} tokens, the paper's minimum "
+        f"sequence per host 6c* = {format_length(6 * threshold)}"
+    )
 
 
 def sweep_hosts(args: argparse.Namespace) -> dict:
@@ -202,7 +224,7 @@ def sweep_hosts(args: argparse.Namespace) -> dict:
             raise ValueError(f"layout must be one of {', '.join(names)}, got {layout!r}")
     cases = [(p, layout) for p in hosts_list for layout in layouts]
     rows = []
-    for p, layout in progress(cases, "sweeping hosts", enabled=not args.json):
+    for p, layout in Ticker("ringsim sweep").over(cases, "rings timed"):
         config = ring_config(
             args,
             hosts=p,

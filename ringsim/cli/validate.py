@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ringsim.cli.output import note, print_json, print_table
+from ringsim.cli.output import Ticker, note, print_json, print_table
 from ringsim.timer.studies.published import EXPERIMENTS
 
 HELP = "predict every published measurement in the dataset; ratios and target bands"
@@ -49,7 +49,10 @@ def _value(v: float) -> str:
 def run(args: argparse.Namespace) -> int:
     from ringsim.timer.studies.validate import summarize, validate
 
-    results = validate(experiments=args.experiment, implementation=args.implementation)
+    with Ticker("ringsim validate") as ticker:
+        results = validate(
+            experiments=args.experiment, implementation=args.implementation, progress=ticker
+        )
     if args.plot:
         from ringsim.views.validation import plot_validation
 
@@ -67,24 +70,55 @@ def run(args: argparse.Namespace) -> int:
             f"{r['ratio']:.3f}",
             format_error(r),
             "yes" if r["in_band"] else "NO",
+            "yes" if r["holds"] else "NO",
+            r.get("widest") or "-",
             r["implementation"],
         )
         for r in results
     ]
-    header = ("row", "published", "predicted", "interval", "ratio", "error", "in band", "model")
+    header = (
+        "row",
+        "published",
+        "predicted",
+        "interval",
+        "ratio",
+        "error",
+        "in band",
+        "holds",
+        "widest",
+        "model",
+    )
     print_table("published measurements, predicted (nothing fitted)", header, rows)
     print(
-        "predicted: every parameter known only as a range at its point; interval: over the "
-        "ranges' ends (achieved send/recv bandwidth, host time per call, a lone thread block's "
-        "speed); in band: the interval meets the target band; error: of the point"
+        "predicted: every parameter known only as a range at its point, every run setting as "
+        "its source gives it; interval: over the ranges' ends (achieved send/recv bandwidth, "
+        "host time per call, a lone thread block's speed; a step's sustained clock and GEMM "
+        "library) and every setting the sources leave open; in band: the interval meets the "
+        "target band; holds: the interval holds the published value (what its rounding stands "
+        "for); widest: the open setting "
+        "or range that widens a whole-step interval most; error: of the point"
     )
+    print()
+    for r in results:
+        if "spans" in r:
+            print(_step_line(r))
     print()
     for name, s in summarize(results).items():
         print(
             f"{name}: {s['in_band']}/{s['rows']} in band ({s['point_in_band']} by the point), "
-            f"largest |error| {s['max_abs_error']:.3g}"
+            f"{s['holds']} hold the published value, largest |error| {s['max_abs_error']:.3g}"
         )
     return 0
+
+
+def _step_line(r: dict) -> str:
+    """One whole-step row: what each open setting or range spans, and the memory verdict."""
+    spans = "; ".join(
+        f"{name} {_value(low)}-{_value(high)}" for name, (low, high) in r["spans"].items()
+    )
+    fits = "fits" if r["fits"] else "does NOT fit (a memory-model miss: it ran)"
+    memory = f"{r['bytes_per_host'] / 1e9:.1f} of {r['usable_bytes'] / 1e9:.1f} GB, {fits}"
+    return f"{r['key']}: {spans}; memory {memory}"
 
 
 def format_interval(r: dict) -> str:

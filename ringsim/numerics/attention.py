@@ -17,9 +17,10 @@ Two things live here:
   flash-style backward of one block from the saved softmax statistics.
 
 Both block functions work one *query tile* at a time: a tile of rows meets the block's keys
-(under a causal mask only the prefix of keys at or before its last position: positions are
-sorted), so a host holds its ``O(c d)`` blocks plus one tile of scores of at most
-``TILE_BYTES``, never the ``c x c`` matrix. Each row's arithmetic is the untiled one.
+(under a causal mask only the prefix of keys at or before its last position, under a sliding
+window only the run of keys inside its rows' windows: positions are sorted), so a host holds
+its ``O(c d)`` blocks plus one tile of scores of at most ``TILE_BYTES``, never the ``c x c``
+matrix. Each row's arithmetic is the untiled one.
 
 The backward rebuilds the probabilities ``p = exp(s - lse)``. From
 ``lse = row_max + log(row_sum)`` alone that loses ``log(row_sum)`` when ``|row_max|`` dwarfs it
@@ -46,7 +47,7 @@ from ringsim.checks import (
     check_scale,
     check_segment_ids,
 )
-from ringsim.masks import visible_mask
+from ringsim.masks import check_sliding_window, offset_bounds, visible_mask
 
 
 class Partial(NamedTuple):
@@ -144,21 +145,36 @@ def _query_tiles(
     causal: bool,
     q_seg: np.ndarray | None,
     k_seg: np.ndarray | None,
-) -> Iterator[tuple[slice, int, np.ndarray | None]]:
-    """``(rows, keys, mask)`` per query tile: the tile's rows, how many leading keys it may see
-    (0: none, the tile is skipped) and its ``(rows, keys)`` mask (``None``: all visible).
-    ``lead`` heads (and batch) share each tile, so a tile of scores holds ``TILE_BYTES``."""
+    sliding_window: int | None = None,
+) -> Iterator[tuple[slice, slice, np.ndarray | None]]:
+    """``(rows, cols, mask)`` per query tile: the tile's rows, the run of keys it may see (empty:
+    none, the tile is skipped) and its ``(rows, cols)`` mask (``None``: all visible).
+    ``lead`` heads (and batch) share each tile, so a tile of scores holds ``TILE_BYTES``. With
+    sorted keys a causal tile sees a prefix of them, and under a sliding window a run: the keys
+    from its first row's window start to its last row's window end."""
     size = max(1, TILE_BYTES // max(1, lead * ck * itemsize))
-    prefix = causal and bool(np.all(k_pos[1:] >= k_pos[:-1]))  # sorted: visible keys a prefix
+    bounded = causal or sliding_window is not None
+    sorted_keys = bounded and bool(np.all(k_pos[1:] >= k_pos[:-1]))
+    low, high = offset_bounds(causal, sliding_window)
     for a in range(0, cq, size):
         rows = slice(a, min(a + size, cq))
-        keys = int(np.searchsorted(k_pos, q_pos[rows].max(), side="right")) if prefix else ck
-        if keys == 0:
-            yield rows, 0, None
+        start, stop = 0, ck
+        if sorted_keys:
+            last, first = q_pos[rows].max(), q_pos[rows].min()
+            stop = int(np.searchsorted(k_pos, last - low, side="right"))
+            if high is not None:
+                start = int(np.searchsorted(k_pos, first - high, side="left"))
+        if stop <= start:
+            yield rows, slice(0, 0), None
             continue
-        cols = slice(0, keys)
+        cols = slice(start, stop)
         segs = (None, None) if q_seg is None else (q_seg[rows], k_seg[cols])
-        whole = prefix and q_seg is None and k_pos[keys - 1] <= q_pos[rows].min()
+        whole = (
+            sorted_keys
+            and q_seg is None
+            and k_pos[stop - 1] - first <= -low
+            and (high is None or last - k_pos[start] <= high)
+        )
         mask = (
             None
             if whole
@@ -168,9 +184,10 @@ def _query_tiles(
                 causal=causal,
                 q_seg=segs[0],
                 k_seg=segs[1],
+                sliding_window=sliding_window,
             )
         )
-        yield rows, keys, mask
+        yield rows, cols, mask
 
 
 def kv_heads_of(k: np.ndarray) -> int:
@@ -200,18 +217,20 @@ def block_attention(
     causal: bool = False,
     q_seg: np.ndarray | None = None,
     k_seg: np.ndarray | None = None,
+    sliding_window: int | None = None,
 ) -> Partial:
     """Attention of one query block against one key/value block, unnormalised.
 
     ``q_block``: ``(..., Hq, cq, d)``; ``k_block``, ``v_block``: ``(..., Hkv, ck, d)``.
-    ``q_pos``/``k_pos``: global token positions ``(cq,)``/``(ck,)`` for the causal mask;
-    ``q_seg``/``k_seg``: document ids for packed sequences. Rows with no visible key get
+    ``q_pos``/``k_pos``: global token positions ``(cq,)``/``(ck,)`` for the causal mask and the
+    ``sliding_window`` (``ringsim.masks``); ``q_seg``/``k_seg``: document ids for packed
+    sequences. Rows with no visible key get
     ``row_max = -inf``, ``row_sum = 0``, ``acc = 0`` (never NaN).
     Computes in float32 (float64 for float64 inputs).
     """
     q_block, k_block, v_block = check_qkv(q_block, k_block, v_block, names=BLOCK_NAMES)
     scale = check_scale(scale, q_block.shape[-1], default=False)
-    mask = _check_mask(q_block, k_block, q_pos, k_pos, causal, q_seg, k_seg)
+    mask = _check_mask(q_block, k_block, q_pos, k_pos, causal, q_seg, k_seg, sliding_window)
     return _block_attention(q_block, k_block, v_block, scale=scale, **mask)
 
 
@@ -233,17 +252,21 @@ def _check_positions(name: str, pos: object, length: int) -> np.ndarray | None:
     return arr
 
 
-def _check_mask(q, k, q_pos, k_pos, causal, q_seg, k_seg) -> dict:
+def _check_mask(q, k, q_pos, k_pos, causal, q_seg, k_seg, sliding_window=None) -> dict:
     """The mask keywords of a block call, checked against the blocks' lengths."""
     cq, ck = q.shape[-2], k.shape[-2]
     causal = check_bool("causal", causal)
+    sliding_window = check_sliding_window(sliding_window)
     q_pos, k_pos = _check_positions("q_pos", q_pos, cq), _check_positions("k_pos", k_pos, ck)
     if causal and (q_pos is None or k_pos is None):
         raise ValueError("causal block attention needs q_pos and k_pos (global positions)")
+    if sliding_window is not None and (q_pos is None or k_pos is None):
+        raise ValueError("sliding_window needs q_pos and k_pos (global positions)")
     q_seg, k_seg = _check_positions("q_seg", q_seg, cq), _check_positions("k_seg", k_seg, ck)
     if (q_seg is None) != (k_seg is None):
         raise ValueError("q_seg and k_seg (document ids) must be given together, got one of them")
-    return dict(q_pos=q_pos, k_pos=k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
+    mask = dict(q_pos=q_pos, k_pos=k_pos, causal=causal, q_seg=q_seg, k_seg=k_seg)
+    return mask if sliding_window is None else {**mask, "sliding_window": sliding_window}
 
 
 def _block_attention(
@@ -257,6 +280,7 @@ def _block_attention(
     causal=False,
     q_seg=None,
     k_seg=None,
+    sliding_window=None,
 ) -> Partial:
     """``block_attention`` without the checks (the executors' inner loop)."""
     dtype = work_dtype(q_block.dtype)
@@ -268,11 +292,13 @@ def _block_attention(
     row_sum = np.zeros(q_g.shape[:-1], dtype)
     lead = int(np.prod(q_g.shape[:-2]))
     cq, ck = q_g.shape[-2], k_g.shape[-2]
-    tiles = _query_tiles(lead, cq, ck, dtype().itemsize, q_pos, k_pos, causal, q_seg, k_seg)
-    for rows, keys, mask in tiles:
-        if keys == 0:
+    tiles = _query_tiles(
+        lead, cq, ck, dtype().itemsize, q_pos, k_pos, causal, q_seg, k_seg, sliding_window
+    )
+    for rows, cols, mask in tiles:
+        if cols.stop == 0:
             continue  # no visible key: acc = 0, row_max = -inf, row_sum = 0
-        scores = q_g[..., rows, :] @ k_g[..., :keys, :].swapaxes(-1, -2)  # (..., g, rows, keys)
+        scores = q_g[..., rows, :] @ k_g[..., cols, :].swapaxes(-1, -2)  # (..., g, rows, keys)
         if mask is not None:
             np.copyto(scores, -np.inf, where=~mask)
         tile_max = scores.max(axis=-1)
@@ -281,7 +307,7 @@ def _block_attention(
         np.exp(scores, out=scores)  # scores now hold p = exp(s - row_max); masked entries are 0
         row_max[..., rows] = tile_max
         row_sum[..., rows] = scores.sum(axis=-1)
-        acc[..., rows, :] = scores @ v_g[..., :keys, :]
+        acc[..., rows, :] = scores @ v_g[..., cols, :]
 
     head_shape = q_block.shape[:-2]
     return Partial(
@@ -331,6 +357,7 @@ def block_attention_backward(
     k_seg: np.ndarray | None = None,
     row_max: np.ndarray | None = None,
     row_sum: np.ndarray | None = None,
+    sliding_window: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradient contributions of one (query block, key/value block) pair.
 
@@ -339,6 +366,7 @@ def block_attention_backward(
     even for huge tied scores, the final ``row_max`` and ``row_sum`` (then ``lse`` may be
     ``None``) and ``p = exp(s - row_max) / row_sum``.
     ``delta``: ``(..., Hq, cq)`` = ``rowsum(dout * out)``, which equals ``rowsum(p * dp)``.
+    Masks as ``block_attention`` (``sliding_window`` included).
     Returns ``(dq_block, dk_block, dv_block)`` shaped like their inputs; ``dk``/``dv`` are
     summed over the query heads that share each kv head.
     """
@@ -359,7 +387,7 @@ def block_attention_backward(
     if stats["lse"] is None and stats["row_max"] is None:
         raise ValueError("lse must be given (or row_max and row_sum), got None")
     scale = check_scale(scale, q_block.shape[-1], default=False)
-    mask = _check_mask(q_block, k_block, q_pos, k_pos, causal, q_seg, k_seg)
+    mask = _check_mask(q_block, k_block, q_pos, k_pos, causal, q_seg, k_seg, sliding_window)
     return _block_attention_backward(
         q_block, k_block, v_block, dout_block, scale=scale, **stats, **mask
     )
@@ -397,6 +425,7 @@ def _block_attention_backward(
     k_seg=None,
     row_max=None,
     row_sum=None,
+    sliding_window=None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``block_attention_backward`` without the checks (the executors' inner loop)."""
     dtype = work_dtype(q_block.dtype)
@@ -413,13 +442,15 @@ def _block_attention_backward(
     dv = np.zeros((*v_g.shape[:-3], v_g.shape[-2], v_g.shape[-1]), dtype)
     lead = int(np.prod(q_g.shape[:-2]))
     cq, ck = q_g.shape[-2], k_g.shape[-2]
-    tiles = _query_tiles(lead, cq, ck, dtype().itemsize, q_pos, k_pos, causal, q_seg, k_seg)
-    for rows, keys, mask in tiles:
-        if keys == 0:
+    tiles = _query_tiles(
+        lead, cq, ck, dtype().itemsize, q_pos, k_pos, causal, q_seg, k_seg, sliding_window
+    )
+    for rows, cols, mask in tiles:
+        if cols.stop == 0:
             continue
         k_t, v_t, q_t, do_t = (
-            k_g[..., :keys, :],
-            v_g[..., :keys, :],
+            k_g[..., cols, :],
+            v_g[..., cols, :],
             q_g[..., rows, :],
             do_g[..., rows, :],
         )
@@ -430,12 +461,12 @@ def _block_attention_backward(
         np.exp(p, out=p)
         if norm is not None:  # 1 where the saved lse is used: p unchanged, bit for bit
             p /= norm[..., rows, None]
-        dv[..., :keys, :] += (p.swapaxes(-1, -2) @ do_t).sum(axis=-3)
+        dv[..., cols, :] += (p.swapaxes(-1, -2) @ do_t).sum(axis=-3)
         ds = do_t @ v_t.swapaxes(-1, -2)  # dp
         ds -= delta_g[..., rows, None]
         ds *= p
         dq[..., rows, :] = (ds @ k_t) * dtype(scale)
-        dk[..., :keys, :] += (ds.swapaxes(-1, -2) @ q_t).sum(axis=-3)
+        dk[..., cols, :] += (ds.swapaxes(-1, -2) @ q_t).sum(axis=-3)
     dk *= dtype(scale)
 
     if q_block.ndim == 2:
@@ -449,7 +480,12 @@ def _block_attention_backward(
 
 
 def _reference_probs(
-    q: np.ndarray, k: np.ndarray, causal: bool, scale: float, segment_ids: np.ndarray | None
+    q: np.ndarray,
+    k: np.ndarray,
+    causal: bool,
+    scale: float,
+    segment_ids: np.ndarray | None,
+    sliding_window: int | None = None,
 ) -> np.ndarray:
     """Softmax probabilities ``(..., Hq, N, N)`` in float64, kv heads repeated for GQA."""
     q64 = q.astype(np.float64)
@@ -459,7 +495,12 @@ def _reference_probs(
     scores = (q64 @ k64.swapaxes(-1, -2)) * scale
     n_q, n_k = q.shape[-2], k.shape[-2]
     mask = visible_mask(
-        np.arange(n_q), np.arange(n_k), causal=causal, q_seg=segment_ids, k_seg=segment_ids
+        np.arange(n_q),
+        np.arange(n_k),
+        causal=causal,
+        q_seg=segment_ids,
+        k_seg=segment_ids,
+        sliding_window=sliding_window,
     )
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
@@ -498,19 +539,22 @@ def reference_attention(
     causal: bool = False,
     scale: float | None = None,
     segment_ids: np.ndarray | None = None,
+    sliding_window: int | None = None,
 ) -> np.ndarray:
     """Exact attention in float64: ``softmax(q k^T * scale + mask) v``.
 
     ``q``: ``(..., Hq, N, d)``; ``k``, ``v``: ``(..., Hkv, N, d)``. The causal mask lets query
-    ``i`` see keys ``j <= i``; ``segment_ids`` ``(N,)`` keep attention inside each document.
-    Returns float64 ``(..., Hq, N, d)``.
+    ``i`` see keys ``j <= i``; ``segment_ids`` ``(N,)`` keep attention inside each document;
+    ``sliding_window`` ``W`` keeps ``i - W < j`` (and, not causal, ``j < i + W``): the rule of
+    ``ringsim.masks``. Returns float64 ``(..., Hq, N, d)``.
     """
     q, k, v = check_qkv(q, k, v)
     causal = check_bool("causal", causal)
     scale = check_scale(scale, q.shape[-1])
     segment_ids = _check_self_attention(q, k, segment_ids)
+    window = check_sliding_window(sliding_window)
     with np.errstate(over="ignore", invalid="ignore"):  # refused below, as ring_attention does
-        out = _reference_probs(q, k, causal, scale, segment_ids) @ _repeat_kv(v, q)
+        out = _reference_probs(q, k, causal, scale, segment_ids, window) @ _repeat_kv(v, q)
     check_overflow("attention", out)
     return out
 
@@ -523,8 +567,10 @@ def reference_attention_grad(
     causal: bool = False,
     scale: float | None = None,
     segment_ids: np.ndarray | None = None,
+    sliding_window: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact float64 gradients ``(dq, dk, dv)`` of ``sum(dout * reference_attention(...))``.
+    """Exact float64 gradients ``(dq, dk, dv)`` of ``sum(dout * reference_attention(...))``
+    (same arguments, ``sliding_window`` included).
 
     From the definition, with ``P`` the probabilities and ``S`` the scaled scores:
     ``dV = P^T dO``; ``dP = dO V^T``; the softmax Jacobian gives
@@ -538,8 +584,9 @@ def reference_attention_grad(
     causal = check_bool("causal", causal)
     scale = check_scale(scale, q.shape[-1])
     segment_ids = _check_self_attention(q, k, segment_ids)
+    window = check_sliding_window(sliding_window)
     with np.errstate(over="ignore", invalid="ignore"):
-        probs = _reference_probs(q, k, causal, scale, segment_ids)
+        probs = _reference_probs(q, k, causal, scale, segment_ids, window)
     check_overflow("attention", probs)
     k64, v64, do64 = _repeat_kv(k, q), _repeat_kv(v, q), dout.astype(np.float64)
     dv = probs.swapaxes(-1, -2) @ do64

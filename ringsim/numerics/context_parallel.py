@@ -17,7 +17,8 @@ and with its signature (token-order ``q, k, v`` of the group, sharded by ``sched
 
 Blocks are ``KVBlock`` objects of the ring handed between slots, so who holds what is exact;
 the arithmetic is the block primitive and ``merge``; which pairs are skipped, partial or full
-comes from the flat ring's ``Schedule``.
+comes from the flat ring's ``Schedule`` (under a sliding window the double ring skips the dead
+pairs' compute but still passes every block; the all-gather masks by the window).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ringsim.numerics.attention import (
 )
 from ringsim.numerics.ring import KVBlock, _softmax_rows, ring_backward, ring_forward
 from ringsim.schedule import BlockKind, Schedule
+from ringsim.sharing import ALLGATHER, DOUBLE_RING, RING, Sharing
 
 
 def _shard(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -58,18 +60,6 @@ def _pair_kinds(sched: Schedule) -> np.ndarray:
     for s in range(sched.steps):
         kind[rows, sched.kv_owner(s)] = sched.kind_at(s)
     return kind
-
-
-def _mask_args(sched: Schedule, q_slot: int, k_slot: int, kind: int) -> dict:
-    """``block_attention`` mask keywords, as the ring passes them."""
-    pos, seg = sched.positions, sched.segment_ids
-    return dict(
-        q_pos=pos[q_slot],
-        k_pos=pos[k_slot],
-        causal=sched.causal and kind == BlockKind.PARTIAL,
-        q_seg=None if seg is None else seg[pos[q_slot]],
-        k_seg=None if seg is None else seg[pos[k_slot]],
-    )
 
 
 class _DoubleRing:
@@ -122,7 +112,7 @@ def double_ring_forward(q, k, v, sched: Schedule, scale: float, *, window: int, 
     for held, kinds in ring.steps():
         for h, blk in enumerate(held):
             if kinds[h] != BlockKind.SKIP:
-                args = _mask_args(sched, h, blk.owner, kinds[h])
+                args = sched.mask_args(h, blk.owner, kinds[h])
                 part = _block_attention(qs[h], blk.k, blk.v, scale=scale, **args)
                 states[h] = _merge(states[h], part)
     return _stats_out(states, sched, stats)
@@ -169,7 +159,7 @@ def double_ring_backward(
                 scale=scale,
                 row_max=softmax[h].get("row_max"),
                 row_sum=softmax[h].get("row_sum"),
-                **_mask_args(sched, h, blk.owner, kinds[h]),
+                **sched.mask_args(h, blk.owner, kinds[h]),
             )
             dqs[h] += dq
             blk.dk += dk
@@ -186,23 +176,24 @@ def allgather_forward(q, k, v, sched: Schedule, scale: float, *, stats=None):
     """Llama 3's context parallelism: every slot all-gathers the group's k, v (back in token
     order) and attends to all of it at once, its own queries masked by global position.
     Returns ``(out, lse)`` in token order (``stats``: receives ``row_max``, ``row_sum``)."""
-    pos, seg = sched.positions, sched.segment_ids
+    pos = sched.positions
     k_all, v_all, keys = _all_gather(k, v, pos)
-    segs = lambda p: {} if seg is None else {"q_seg": seg[p], "k_seg": seg[keys]}
     states = [
-        _block_attention(
-            _shard(q, p),
-            k_all,
-            v_all,
-            scale=scale,
-            q_pos=p,
-            k_pos=keys,
-            causal=sched.causal,
-            **segs(p),
-        )
+        _block_attention(_shard(q, p), k_all, v_all, scale=scale, **_gathered_mask(sched, p, keys))
         for p in pos
     ]
     return _stats_out(states, sched, stats)
+
+
+def _gathered_mask(sched: Schedule, q_pos: np.ndarray, keys: np.ndarray) -> dict:
+    """``block_attention`` mask keywords of queries ``q_pos`` against every key, gathered."""
+    seg = sched.segment_ids
+    args = dict(q_pos=q_pos, k_pos=keys, causal=sched.causal)
+    if seg is not None:
+        args.update(q_seg=seg[q_pos], k_seg=seg[keys])
+    if sched.sliding_window is not None:
+        args["sliding_window"] = sched.sliding_window
+    return args
 
 
 def _all_gather(k: np.ndarray, v: np.ndarray, pos: np.ndarray):
@@ -218,7 +209,7 @@ def allgather_backward(
 ):
     """Backward of ``allgather_forward``: each slot's gradients for the whole gathered k, v,
     then a reduce-scatter sums them (in slot order) onto each block's owner."""
-    pos, seg = sched.positions, sched.segment_ids
+    pos = sched.positions
     dtype = work_dtype(q.dtype)
     k_all, v_all, keys = _all_gather(k, v, pos)
     slot_of = np.argsort(np.argsort(keys))  # gathered index of every position
@@ -234,13 +225,9 @@ def allgather_backward(
             softmax.get("lse"),
             (do * _shard(out, p).astype(dtype)).sum(axis=-1),
             scale=scale,
-            q_pos=p,
-            k_pos=keys,
-            causal=sched.causal,
-            q_seg=None if seg is None else seg[p],
-            k_seg=None if seg is None else seg[keys],
             row_max=softmax.get("row_max"),
             row_sum=softmax.get("row_sum"),
+            **_gathered_mask(sched, p, keys),
         )
         dqs.append(dq)
         dk_parts.append(dk_all)
@@ -254,17 +241,27 @@ def allgather_backward(
 
 @dataclass(frozen=True)
 class Method:
-    """A sequence-parallel method of a ring group: ``forward(q, k, v, sched, scale, *, stats,
-    [window]) -> (out, lse)``, ``backward(q, k, v, dout, out, lse, sched, scale, *, row_max,
-    row_sum, [window]) -> (dq, dk, dv)``; ``windowed``: it takes the inner ring's size."""
+    """A sequence-parallel method of a ring group, the strategy ``record``'s exact executor:
+    ``forward(q, k, v, sched, scale, *, stats, [window]) -> (out, lse)``, ``backward(q, k, v,
+    dout, out, lse, sched, scale, *, row_max, row_sum, [window]) -> (dq, dk, dv)``."""
 
+    record: Sharing
     forward: Callable
     backward: Callable
-    windowed: bool = False
+
+    @property
+    def windowed(self) -> bool:
+        """It takes the inner ring's size (the record says)."""
+        return self.record.windowed
 
 
 METHODS: dict[str, Method] = {
-    "ring": Method(ring_forward, ring_backward),
-    "double-ring": Method(double_ring_forward, double_ring_backward, windowed=True),
-    "allgather": Method(allgather_forward, allgather_backward),
+    m.record.name: m
+    for m in (
+        Method(RING, ring_forward, ring_backward),
+        Method(DOUBLE_RING, double_ring_forward, double_ring_backward),
+        Method(ALLGATHER, allgather_forward, allgather_backward),
+    )
 }
+"""The group methods of the exact executor, keyed by their strategies' records
+(``ringsim.sharing``)."""

@@ -21,6 +21,14 @@ the forward's head-sharded ``out`` and softmax statistics (``dq`` home; each kv 
 and the inverse all-to-all, which returns ``dq``, ``dk``, ``dv`` to the hosts that own the
 tokens. ``U = 1`` is the ring bit for bit, ``R = 1`` is Ulysses (``ulysses_attention``).
 
+**KV replication** (``U > Hkv``, e.g. 8 kv heads on 32 Ulysses ranks): the first all-to-all
+sends each kv head to the ``U / Hkv`` hosts whose query heads share it
+(``ringsim.grid.head_groups``), so every host holds ``H / U`` query heads and one replica of
+their kv head; the all-to-all moves ``U / Hkv`` times the kv bytes. Backward, the inverse
+all-to-all brings each replica's ``dk``, ``dv`` to the host that owns the tokens, which sums
+them (``sum_replicas``): one head's gradient is the sum over every query head that read it,
+wherever it was computed.
+
 The double ring and the all-gather live in ``ringsim.numerics.context_parallel``. An
 all-to-all hands each host's pieces to the others (``all_to_all``); a ring group's executor
 takes its hosts' blocks placed at their token positions and shards them back the same way.
@@ -28,6 +36,7 @@ takes its hosts' blocks placed at their token positions and shards them back the
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,8 +51,9 @@ from ringsim.checks import (
     check_segment_ids,
     checked_result,
 )
-from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
+from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree, head_groups, kv_replicas
 from ringsim.layouts import Layout, get_layout
+from ringsim.masks import check_sliding_window
 from ringsim.numerics.attention import work_dtype
 from ringsim.numerics.context_parallel import METHODS, _place, _shard
 from ringsim.numerics.ring import GRADS, check_dout
@@ -54,16 +64,13 @@ from ringsim.schedule import Schedule, build_schedule
 # --------------------------------------------------------------------------------------------
 
 
-def head_groups(heads: int, kv_heads: int, ulysses: int) -> list[tuple[slice, slice]]:
-    """``(query heads, kv heads)`` of each head group: the kv heads dealt in ``U`` runs (the
-    first ``kv_heads % U`` one longer), each with the query heads that share them (GQA)."""
-    sizes = kv_heads // ulysses + (np.arange(ulysses) < kv_heads % ulysses)
-    group = heads // kv_heads
-    ends = np.cumsum(sizes)
-    return [
-        (slice(int(a) * group, int(b) * group), slice(int(a), int(b)))
-        for a, b in zip(ends - sizes, ends, strict=True)
-    ]
+def sum_replicas(x: np.ndarray, replicas: int) -> np.ndarray:
+    """``(..., Hkv r, c, d)`` gradients of the replicated kv heads (``r`` replicas of each, in
+    head order) -> ``(..., Hkv, c, d)``: each head's replicas summed, on the host that owns
+    the tokens (repeat_kv's backward)."""
+    if replicas == 1:
+        return x
+    return x.reshape(*x.shape[:-3], x.shape[-3] // replicas, replicas, *x.shape[-2:]).sum(-3)
 
 
 def all_to_all(sends: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
@@ -119,6 +126,7 @@ class _Problem:
     segment_ids: np.ndarray | None
     method: str
     window: int | None
+    sliding_window: int | None = None
 
     def schedule(self, pass_: str) -> Schedule:
         return build_schedule(
@@ -128,6 +136,7 @@ class _Problem:
             pass_,
             seq_len=self.q.shape[-2],
             segment_ids=self.segment_ids,
+            sliding_window=self.sliding_window,
         )
 
     def method_kw(self) -> dict:
@@ -135,7 +144,19 @@ class _Problem:
 
 
 def _problem(
-    q, k, v, hosts, ulysses_degree, layout, causal, scale, segment_ids, method, window, placement
+    q,
+    k,
+    v,
+    hosts,
+    ulysses_degree,
+    layout,
+    causal,
+    scale,
+    segment_ids,
+    method,
+    window,
+    placement,
+    sliding_window=None,
 ) -> _Problem:
     q, k, v = check_qkv(q, k, v)
     flat = q.ndim == 2
@@ -146,7 +167,7 @@ def _problem(
     causal = check_bool("causal", causal)
     method = check_choice("method", method, tuple(METHODS))
     placement = check_choice("placement", placement, PLACEMENTS)
-    U = check_ulysses_degree(hosts, k.shape[-3], ulysses_degree)
+    U = check_ulysses_degree(hosts, k.shape[-3], ulysses_degree, heads=q.shape[-3])
     R = hosts // U
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(
@@ -157,8 +178,10 @@ def _problem(
     if seq_len % hosts:
         raise ValueError(f"seq_len must be divisible by hosts = {hosts}, got seq_len={seq_len}")
     if METHODS[method].windowed:
-        if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or R % window:
+        whole = isinstance(window, numbers.Integral) and not isinstance(window, bool)
+        if not whole or window <= 0 or R % window:
             raise ValueError(f"window must divide the ring degree {R}, got window={window!r}")
+        window = int(window)
     elif window is not None:
         windowed = ", ".join(name for name, m in METHODS.items() if m.windowed)
         raise ValueError(f"window is for method {windowed} only, got window={window!r}")
@@ -174,6 +197,7 @@ def _problem(
         check_segment_ids(segment_ids, seq_len),
         method,
         window,
+        check_sliding_window(sliding_window),
     )
 
 
@@ -194,10 +218,11 @@ def _from_ring_groups(groups: list[np.ndarray], grid: Grid, slots: np.ndarray) -
     return out
 
 
-def _home(blocks: dict, prob: _Problem, pos: np.ndarray) -> np.ndarray:
-    """The inverse all-to-all, then every host's block at its token positions."""
+def _home(blocks: dict, prob: _Problem, pos: np.ndarray, replicas: int = 1) -> np.ndarray:
+    """The inverse all-to-all, then every host's block at its token positions; ``replicas``:
+    the kv heads were replicated, and each host sums its heads' replicas."""
     seq = gather_heads(blocks, prob.grid)
-    return _place([seq[r] for r in range(len(pos))], pos)
+    return _place([sum_replicas(seq[r], replicas) for r in range(len(pos))], pos)
 
 
 def _forward(prob: _Problem):
@@ -255,8 +280,10 @@ def _gradients(prob: _Problem, dout: object):
         for g, x in zip(grads, group, strict=True):
             g.append(x)
     result = []
+    replicas = kv_replicas(prob.k.shape[-3], grid.ulysses)
     for name, g in zip(GRADS, grads, strict=True):
-        x = _home(_from_ring_groups(g, grid, sched.positions), prob, pos)
+        fold = 1 if name == "dq" else replicas
+        x = _home(_from_ring_groups(g, grid, sched.positions), prob, pos, fold)
         result.append(checked_result(name, x[0] if prob.flat else x, prob.q.dtype))
     return tuple(result)
 
@@ -286,12 +313,16 @@ def hybrid_attention(
     window: int | None = None,
     placement: str = "ulysses-inner",
     return_lse: bool = False,
+    sliding_window: int | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention on ``hosts`` virtual hosts as ``U``-way Ulysses x ``R``-way ``method``
     (USP; see the module docstring). {shapes}
-    ``ulysses_degree`` ``U`` divides ``hosts``, is at most ``Hkv`` and, beside a ring, divides
-    ``Hkv``. ``method``: ``ring``, ``double-ring`` (needs ``window``, the inner ring size,
-    dividing ``R``) or ``allgather``. ``placement``: ``ulysses-inner`` or ``ring-inner``.
+    ``ulysses_degree`` ``U`` divides ``hosts``; at most ``Hkv`` it must, beside a ring, divide
+    ``Hkv``; above ``Hkv`` the kv heads are replicated, which needs ``U`` a multiple of ``Hkv``
+    dividing ``Hq`` (``ringsim.grid.check_ulysses_degree``). ``method``: ``ring``,
+    ``double-ring`` (needs ``window``, the inner ring size, dividing ``R``) or ``allgather``.
+    ``placement``: ``ulysses-inner`` or ``ring-inner``. ``sliding_window``: ``W`` tokens, the
+    model's local attention (``ringsim.masks``; not the double ring's ``window``).
     Returns ``out`` like ``q`` in its dtype, in token order, plus the float ``lse``
     ``(..., Hq, N)`` when ``return_lse``.
     """
@@ -308,6 +339,7 @@ def hybrid_attention(
         method,
         window,
         placement,
+        sliding_window,
     )
     return _attention(prob, return_lse)
 
@@ -327,6 +359,7 @@ def hybrid_attention_backward(
     method: str = "ring",
     window: int | None = None,
     placement: str = "ulysses-inner",
+    sliding_window: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * hybrid_attention(q, k, v, ...))``: the forward
     on the hosts, then the backward stages (all-to-all of ``dout``, the method's backward from
@@ -345,6 +378,7 @@ def hybrid_attention_backward(
         method,
         window,
         placement,
+        sliding_window,
     )
     return _gradients(prob, dout)
 
@@ -380,8 +414,11 @@ def ulysses_attention(
     """DeepSpeed-Ulysses (Jacobs et al. 2023), ``U = hosts``: host ``h`` holds tokens
     ``[h N/P, (h+1) N/P)``; an all-to-all gives it ``Hkv / P`` kv heads (the first ``Hkv % P``
     hosts one more) with their query heads for all ``N`` tokens, it attends to them at once, and
-    the inverse all-to-all brings the output home. ``hosts <= Hkv``; ``N`` divisible by
-    ``hosts``. ``options``: ``causal``, ``scale``, ``segment_ids``, ``return_lse``."""
+    the inverse all-to-all brings the output home. ``hosts <= Hkv``, or beyond it a multiple of
+    ``Hkv`` dividing ``Hq``: each kv head is then replicated on ``hosts / Hkv`` hosts, and
+    backward each host sums its tokens' replicated ``dk``, ``dv`` (verl's KV replication);
+    ``N`` divisible by ``hosts``. ``options``: ``causal``, ``scale``, ``segment_ids``,
+    ``sliding_window``, ``return_lse``."""
     options = _defaults(options, hosts, method="allgather")
     return hybrid_attention(q, k, v, hosts=hosts, **options)
 

@@ -114,20 +114,18 @@ def _shard(x: np.ndarray, positions: np.ndarray, host: int) -> np.ndarray:
     return np.ascontiguousarray(np.take(x, positions[host], axis=-2))
 
 
-def _segments(segment_ids: np.ndarray | None, pos: np.ndarray) -> np.ndarray | None:
-    return None if segment_ids is None else segment_ids[pos]
-
-
 def _post_receives(hosts: list[Host], sched: Schedule, step: int) -> None:
-    """Each host starts receiving its neighbour's current block (the transfer overlaps the
-    compute of ``step``). The arrays are shared, not copied: ``dk``/``dv`` are updated in
-    place during the step, so what arrives is the accumulator *after* the sender's compute,
+    """Each host starts receiving the block it computes with next (the transfer overlaps the
+    compute of ``step``): its neighbour's, or under a sliding window the block of the host
+    ``hops_after(step)`` behind. The arrays are shared, not copied: ``dk``/``dv`` are updated
+    in place during the step, so what arrives is the accumulator *after* the sender's compute,
     as in a real ring where gradients are sent once the step's compute is done."""
     payload = sched.payload(step)
     if not payload:
         return
+    recv_from = sched.recv_from_at(step)
     for h in hosts:
-        sender = hosts[sched.recv_from[h.rank]].kv_block
+        sender = hosts[recv_from[h.rank]].kv_block
         fields = {
             name: getattr(sender, name) if name in payload else None
             for name in ("k", "v", "dk", "dv")
@@ -144,7 +142,7 @@ def _complete_receives(hosts: list[Host]) -> None:
 def _record(record: RingRecord | None, hosts: list[Host], sched: Schedule, step: int) -> None:
     if record is None:
         return
-    kinds = sched.kind_at(step)
+    kinds, to = sched.kind_at(step), sched.send_to_at(step)
     record.steps.append(
         [
             {
@@ -152,7 +150,7 @@ def _record(record: RingRecord | None, hosts: list[Host], sched: Schedule, step:
                 "kind": BlockKind(kinds[h.rank]).name.lower(),
                 "nbytes": h.nbytes(),
                 "sends": sched.payload(step),
-                "to": int(sched.send_to[h.rank]),
+                "to": int(to[h.rank]),
             }
             for h in hosts
         ]
@@ -247,7 +245,7 @@ def ring_forward(
     does. ``accum_dtype`` rounds the running ``acc``/``row_sum`` after every merge (an
     accumulator kept in bf16). Both default to exact (the working dtype).
     """
-    pos, seg = sched.positions, sched.segment_ids
+    pos = sched.positions
     dtype = work_dtype(q.dtype)
     hosts = [
         Host(h, pos[h], _shard(q, pos, h), KVBlock(h, _shard(k, pos, h), _shard(v, pos, h)))
@@ -255,7 +253,7 @@ def ring_forward(
     ]
     for h in hosts:
         h.state = empty_partial(h.q_block.shape, dtype)
-    for step in range(sched.steps):
+    for step in sched.ring_steps:
         _post_receives(hosts, sched, step)
         _record(record, hosts, sched, step)
         kinds = sched.kind_at(step)
@@ -268,11 +266,7 @@ def ring_forward(
                 blk.k,
                 blk.v,
                 scale=scale,
-                q_pos=h.positions,
-                k_pos=pos[blk.owner],
-                causal=sched.causal and kinds[h.rank] == BlockKind.PARTIAL,
-                q_seg=_segments(seg, h.positions),
-                k_seg=_segments(seg, pos[blk.owner]),
+                **sched.mask_args(h.rank, blk.owner, kinds[h.rank]),
             )
             if partial_dtype is not None:
                 part = Partial.from_out_lse(round_to(part.out, partial_dtype), part.lse)
@@ -308,6 +302,7 @@ def ring_attention(
     accum_dtype: str | None = None,
     return_lse: bool = False,
     record: RingRecord | None = None,
+    sliding_window: int | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention computed by ``hosts`` virtual hosts passing kv blocks around a ring.
 
@@ -318,13 +313,21 @@ def ring_attention(
     ``per-document`` layout deals them out, and needs them).
     ``partial_dtype``/``accum_dtype``: the precision lab (``"bf16"``, ``"fp16"``, ...).
     ``record``: a ``RingRecord`` to fill with what each host held at each step.
+    ``sliding_window``: ``W`` tokens (``ringsim.masks``): the ring runs only the steps where
+    some host sees a key of the block it holds (``Schedule.ring_steps``).
     Returns ``out`` shaped like ``q`` in its dtype, plus the float ``lse`` ``(..., Hq, N)``
     when ``return_lse``.
     """
     q, k, v, hosts, layout, scale = _check_ring_args(q, k, v, hosts, layout, scale, segment_ids)
     return_lse = check_bool("return_lse", return_lse)
     sched = build_schedule(
-        hosts, layout, causal, "forward", seq_len=q.shape[-2], segment_ids=segment_ids
+        hosts,
+        layout,
+        causal,
+        "forward",
+        seq_len=q.shape[-2],
+        segment_ids=segment_ids,
+        sliding_window=sliding_window,
     )
     out, lse = ring_forward(
         q,
@@ -369,7 +372,7 @@ def ring_backward(
     """Run the backward schedule from the forward's ``out`` and ``lse``; returns
     ``(dq, dk, dv)`` in the original token order. With the forward's ``row_max`` and
     ``row_sum`` (``(..., Hq, N)``) the probabilities come from them instead of ``lse``."""
-    pos, seg = sched.positions, sched.segment_ids
+    pos = sched.positions
     dtype = work_dtype(q.dtype)
     hosts = []
     for h in range(sched.hosts):
@@ -385,7 +388,7 @@ def ring_backward(
             "dq": np.zeros(host.q_block.shape, dtype),
         }
         hosts.append(host)
-    for step in range(sched.steps):
+    for step in sched.ring_steps:
         _post_receives(hosts, sched, step)
         _record(record, hosts, sched, step)
         kinds = sched.kind_at(step)
@@ -401,20 +404,16 @@ def ring_backward(
                 h.extra.get("lse"),
                 h.extra["delta"],
                 scale=scale,
-                q_pos=h.positions,
-                k_pos=pos[blk.owner],
-                causal=sched.causal and kinds[h.rank] == BlockKind.PARTIAL,
-                q_seg=_segments(seg, h.positions),
-                k_seg=_segments(seg, pos[blk.owner]),
                 row_max=h.extra.get("row_max"),
                 row_sum=h.extra.get("row_sum"),
+                **sched.mask_args(h.rank, blk.owner, kinds[h.rank]),
             )
             h.extra["dq"] += dq
             blk.dk += dk
             blk.dv += dv
         if record is not None:
             record.outputs.append([h.extra["dq"].copy() for h in hosts])
-        # after the last step the payload is (dk, dv) only: one hop brings them to their owner
+        # after the last step the payload is (dk, dv) only: it brings them home to their owner
         _complete_receives(hosts)
     for h in hosts:
         if h.kv_block.owner != h.rank:
@@ -439,6 +438,7 @@ def ring_attention_backward(
     out: np.ndarray | None = None,
     lse: np.ndarray | None = None,
     record: RingRecord | None = None,
+    sliding_window: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients ``(dq, dk, dv)`` of ``sum(dout * ring_attention(q, k, v))`` on the ring.
 
@@ -453,15 +453,13 @@ def ring_attention_backward(
     dout = check_dout(dout, q)
     out, lse = _check_out_lse(out, lse, q)
     record = check_record(record)
-    seq_len = q.shape[-2]
-    fwd = build_schedule(hosts, layout, causal, "forward", seq_len=seq_len, segment_ids=segment_ids)
+    kw = dict(seq_len=q.shape[-2], segment_ids=segment_ids, sliding_window=sliding_window)
+    fwd = build_schedule(hosts, layout, causal, "forward", **kw)
     stats: dict = {}
     if out is None:
         out, lse = ring_forward(q, k, v, fwd, scale, stats=stats)
     check_overflow("attention", out, work_dtype(q.dtype), lse=lse)
-    bwd = build_schedule(
-        hosts, layout, causal, "backward", seq_len=seq_len, segment_ids=segment_ids
-    )
+    bwd = build_schedule(hosts, layout, causal, "backward", **kw)
     grads = ring_backward(q, k, v, dout, out, lse, bwd, scale, record=record, **stats)
     return tuple(checked_result(name, g, q.dtype) for name, g in zip(GRADS, grads, strict=True))
 

@@ -2,8 +2,9 @@
 
 Its rooms, bottom up (each may import the ones before it, never the ones after):
 
-* ``cost``: the counts every room uses: FLOPs of attention, bytes of a block, the overlap
-  threshold ``c >= F / B``;
+* ``cost``: the counts every room uses: the layer's shape (``AttentionShape``), FLOPs of
+  attention, bytes of a block, the overlap threshold ``c >= F / B`` (a device enters only as an
+  argument: ``cost`` imports no other room, ``tests/test_architecture.py`` holds the order);
 * ``machine/``: what one device and its links can do: hardware presets and calibrated profiles,
   clusters of nodes, kernel families and the one function that times an attention call,
   NCCL-like transfers;

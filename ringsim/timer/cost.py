@@ -1,34 +1,129 @@
-"""FLOPs and bytes of one ring step, and the block size above which communication hides.
+"""The counts: an attention layer's shape (``AttentionShape``), the FLOPs and bytes of one ring
+step, and the block size above which communication hides.
+
+The bottom of the timer: it imports no other room of it (a device enters ``overlap_threshold``
+only as an argument, by its rates).
 
 Counting convention: a matmul of ``(m, k) @ (k, n)`` costs ``2 m k n`` FLOPs (one multiply and
 one add per term). Work under a mask is the fraction ``work`` of the ``c x c`` block a kernel
-computes, as given by ``Schedule.work_at`` (exact, or at a tile granularity): the cost model never
-re-derives the mask.
+computes, as given by ``Schedule.work_at`` (exact, or at a tile granularity): the cost model
+never re-derives the mask.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
-from ringsim.checks import (
-    check_bool,
-    check_choice,
-    check_instance,
-    check_positive_int,
-    check_real,
-)
-from ringsim.timer.machine.hardware import Hardware, check_dtype
+from ringsim.checks import check_bool, check_choice, check_positive_int, check_real
+from ringsim.schedule import PASSES, RING_PASSES, Pass
 
+DTYPES = ("bf16", "fp16", "fp32")
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def check_dtype(dtype: object) -> str:
+    return check_choice("dtype", dtype, DTYPES)
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The layer's shape: ``heads`` query heads, ``kv_heads`` key/value heads (``None``: the
+    same, no GQA), ``head_dim``, the element ``dtype``, ``batch`` sequences; ``grad_dtype`` is
+    the dtype of ``dk, dv`` on the wire (default ``dtype``); ``d_model`` and ``ffn`` (defaults
+    ``heads * head_dim`` and ``4 * d_model``) size the projections and MLP of a training step."""
+
+    heads: int = 32
+    kv_heads: int | None = None
+    head_dim: int = 128
+    dtype: str = "bf16"
+    batch: int = 1
+    grad_dtype: str | None = None
+    d_model: int | None = None
+    ffn: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("heads", "head_dim", "batch"):
+            check_positive_int(name, getattr(self, name))
+        kv_heads = self.heads if self.kv_heads is None else self.kv_heads
+        check_positive_int("kv_heads", kv_heads)
+        if self.heads % kv_heads:
+            raise ValueError(
+                f"heads must be a multiple of kv_heads, got heads={self.heads}, kv_heads={kv_heads}"
+            )
+        object.__setattr__(self, "kv_heads", kv_heads)
+        check_dtype(self.dtype)
+        if self.grad_dtype is not None:
+            check_dtype(self.grad_dtype)
+        d_model = self.heads * self.head_dim if self.d_model is None else self.d_model
+        object.__setattr__(self, "d_model", check_positive_int("d_model", d_model))
+        object.__setattr__(
+            self, "ffn", check_positive_int("ffn", 4 * d_model if self.ffn is None else self.ffn)
+        )
+
+    def split(self, ulysses: int) -> AttentionShape:
+        """One of ``ulysses`` head groups of this layer (``H / U`` query heads and ``H_kv / U``
+        key/value heads: the ring groups of a Ulysses x ring grid, ``U`` dividing ``H_kv``)."""
+        return replace(self, heads=self.heads // ulysses, kv_heads=self.kv_heads // ulysses)
+
+    # -- the counts below, for this shape ------------------------------------------------------
+    def flops(
+        self, q_tokens: int, k_tokens: int, *, work: float = 1.0, pass_: str = "forward"
+    ) -> float:
+        """``attention_flops`` of ``q_tokens`` queries on ``k_tokens`` keys of this layer."""
+        h, d, b = self.heads, self.head_dim, self.batch
+        return attention_flops(q_tokens, k_tokens, h, d, work=work, pass_=pass_, batch=b)
+
+    def kv_bytes(self, tokens: int, *, pass_: str = "forward", grad_dtype: str | None = None):
+        """``kv_block_bytes`` of ``tokens`` tokens of this layer's ``k, v`` (backward: and
+        ``dk, dv`` in ``grad_dtype``)."""
+        h, d, e, b = self.kv_heads, self.head_dim, self.dtype, self.batch
+        return kv_block_bytes(tokens, h, d, e, pass_=pass_, batch=b, grad_dtype=grad_dtype)
+
+    def grad_bytes(self, tokens: int, grad_dtype: str | None = None) -> float:
+        """``grad_block_bytes``: ``dk, dv`` of ``tokens`` tokens of this layer."""
+        h, d, e, b = self.kv_heads, self.head_dim, self.dtype, self.batch
+        return grad_block_bytes(tokens, h, d, e, batch=b, grad_dtype=grad_dtype)
+
+    def partial_bytes(self, tokens: int = 1) -> float:
+        """``partial_bytes`` of ``tokens`` query rows of this layer."""
+        return partial_bytes(self.heads, self.head_dim, tokens=tokens, batch=self.batch)
+
+    def projection_flops(self, tokens: int, pass_: str = "forward") -> tuple[float, float]:
+        """``projection_flops`` (q/k/v, output) of ``tokens`` tokens through this layer."""
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        return projection_flops(tokens, self.d_model, h, kv, d, pass_=pass_)
+
+    def ffn_flops(self, tokens: int, pass_: str = "forward") -> float:
+        """``ffn_flops`` of ``tokens`` tokens through this layer's MLP."""
+        return ffn_flops(tokens, self.d_model, self.ffn, pass_=pass_)
+
+    def overlap_threshold(self, hw, *, pass_: str = "forward", include_latency: bool = True):
+        """``overlap_threshold`` of this layer on the device ``hw`` (its own ``grad_dtype``)."""
+        h, kv, d, e, b = self.heads, self.kv_heads, self.head_dim, self.dtype, self.batch
+        return overlap_threshold(
+            hw,
+            heads=h,
+            kv_heads=kv,
+            head_dim=d,
+            dtype=e,
+            pass_=pass_,
+            batch=b,
+            grad_dtype=self.grad_dtype,
+            include_latency=include_latency,
+        )
+
+    def working_set_bytes(self, block_tokens: int, pass_: str = "forward") -> float:
+        """``attention_working_set_bytes`` of a ring host's block of ``block_tokens``."""
+        h, kv, d, e, b = self.heads, self.kv_heads, self.head_dim, self.dtype, self.batch
+        return attention_working_set_bytes(block_tokens, h, kv, d, e, pass_=pass_, batch=b)
+
 
 #: Flash-style backward: recompute S = Q K^T, then dV = P^T dO, dP = dO V^T, dQ = dS K,
 #: dK = dS^T Q: five matmuls against the forward's two, i.e. 2.5 x the forward FLOPs.
 BACKWARD_FACTOR = 2.5
 #: Weight matmuls (projections, FFN) cost 2 x their forward in backward: dX and dW.
 LINEAR_BACKWARD_FACTOR = 2.0
-
-ATTENTION_PASSES = ("forward", "backward", "train-step", "decode")
-BLOCK_PASSES = ("forward", "backward")
 
 
 def _check_pass(pass_: object, allowed: tuple[str, ...]) -> str:
@@ -63,7 +158,7 @@ def attention_flops(
         check_positive_int(name, value)
     check_positive_int("head_dim", head_dim)
     check_positive_int("batch", batch)
-    pass_ = _check_pass(pass_, ATTENTION_PASSES)
+    pass_ = _check_pass(pass_, PASSES)
     factor = {"forward": 1.0, "decode": 1.0, "backward": BACKWARD_FACTOR}
     factor["train-step"] = 1.0 + BACKWARD_FACTOR
     base = 4.0 * q_tokens * k_tokens * head_dim * heads * batch
@@ -96,10 +191,10 @@ def kv_block_bytes(
     check_positive_int("head_dim", head_dim)
     check_positive_int("batch", batch)
     dtype = check_dtype(dtype)
-    pass_ = _check_pass(pass_, BLOCK_PASSES)
+    pass_ = _check_pass(pass_, RING_PASSES)
     elements = 2.0 * block_tokens * kv_heads * head_dim * batch
     total = elements * DTYPE_BYTES[dtype]
-    if pass_ == "backward":
+    if pass_ == Pass.BACKWARD:
         total += elements * DTYPE_BYTES[check_dtype(grad_dtype or dtype)]
     return total
 
@@ -126,8 +221,15 @@ def grad_block_bytes(
     return both - kv_block_bytes(block_tokens, kv_heads, head_dim, dtype, batch=batch)
 
 
+def _check_device(hw: object) -> None:
+    """``hw`` must be a ``Hardware``, asked here by what it offers (its rates), not imported:
+    the counts sit below the machine."""
+    if not callable(getattr(hw, "flops_for", None)) or not hasattr(hw, "link_bandwidth"):
+        raise ValueError(f"hw must be a Hardware (ringsim.get_hardware(name)), got {hw!r}"[:200])
+
+
 def overlap_threshold(
-    hw: Hardware,
+    hw,
     *,
     heads: int,
     kv_heads: int,
@@ -180,8 +282,8 @@ def overlap_threshold(
     ``2 c d h_kv (b + b_grad)`` bytes: at equal dtypes ``c >= 0.8 (F / B) (h_kv / h)``.
     ``batch`` scales both sides alike and only matters through the latency term.
     """
-    check_instance("hw", hw, Hardware, "a Hardware (ringsim.get_hardware(name))")
-    pass_ = _check_pass(pass_, BLOCK_PASSES)
+    _check_device(hw)
+    pass_ = _check_pass(pass_, RING_PASSES)
     check_positive_int("heads", heads)
     check_positive_int("kv_heads", kv_heads)
     include_latency = check_bool("include_latency", include_latency)
@@ -193,7 +295,7 @@ def overlap_threshold(
         )
         / hw.link_bandwidth
     )
-    messages = 2 if pass_ == "backward" else 1
+    messages = 2 if pass_ == Pass.BACKWARD else 1
     latency = messages * hw.link_latency if include_latency else 0.0
     # a fixed cost per block call (hw.block_overhead_s) is compute time too: it offsets latency
     fixed = latency - (hw.block_overhead_s if include_latency else 0.0)
@@ -235,8 +337,8 @@ def projection_flops(
     """``(qkv, out)`` projection FLOPs for ``tokens`` tokens: ``x W_q``, ``x W_k``, ``x W_v``
     (``2 t d_model (h + 2 h_kv) d``) and the output projection ``2 t (h d) d_model``. Backward
     costs ``2 x`` (the input gradient and the weight gradient)."""
-    pass_ = _check_pass(pass_, BLOCK_PASSES)
-    factor = LINEAR_BACKWARD_FACTOR if pass_ == "backward" else 1.0
+    pass_ = _check_pass(pass_, RING_PASSES)
+    factor = LINEAR_BACKWARD_FACTOR if pass_ == Pass.BACKWARD else 1.0
     qkv = 2.0 * tokens * d_model * (heads + 2 * kv_heads) * head_dim
     out = 2.0 * tokens * heads * head_dim * d_model
     return qkv * factor, out * factor
@@ -245,8 +347,8 @@ def projection_flops(
 def ffn_flops(tokens: int, d_model: int, ffn: int, *, pass_: str = "forward") -> float:
     """A two-matrix MLP ``d_model -> ffn -> d_model``: ``2 t d_model ffn`` per matrix; backward
     ``2 x``. (A SwiGLU MLP has three matrices: pass ``ffn = 1.5 x`` its hidden size.)"""
-    pass_ = _check_pass(pass_, BLOCK_PASSES)
-    factor = LINEAR_BACKWARD_FACTOR if pass_ == "backward" else 1.0
+    pass_ = _check_pass(pass_, RING_PASSES)
+    factor = LINEAR_BACKWARD_FACTOR if pass_ == Pass.BACKWARD else 1.0
     return 2.0 * 2.0 * tokens * d_model * ffn * factor
 
 
@@ -284,14 +386,14 @@ def attention_working_set_bytes(
     head_dim = check_positive_int("head_dim", head_dim)
     batch = check_positive_int("batch", batch)
     e = DTYPE_BYTES[check_dtype(dtype)]
-    _check_pass(pass_, ATTENTION_PASSES)
+    _check_pass(pass_, PASSES)
     q_like = c * heads * head_dim * e  # q, out or dout block
     row_stat = c * heads * 4  # one fp32 number per query row and head
     acc = c * heads * head_dim * 4
-    if pass_ == "forward":  # the accumulators are a Partial of c rows
+    if pass_ == Pass.FORWARD:  # the accumulators are a Partial of c rows
         kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="forward", batch=1)
         per_seq = 2 * q_like + partial_bytes(heads, head_dim, tokens=c) + 2 * kv
-    elif pass_ in ("backward", "train-step"):
+    elif pass_ in (Pass.BACKWARD, Pass.TRAIN_STEP):
         kv = kv_block_bytes(c, kv_heads, head_dim, dtype, pass_="backward", batch=1)
         per_seq = 3 * q_like + row_stat + acc + 2 * kv
     else:

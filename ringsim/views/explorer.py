@@ -46,7 +46,7 @@ from ringsim.layouts import layout_names
 from ringsim.numerics.attention import reference_attention, reference_attention_grad
 from ringsim.numerics.ring import RingRecord, ring_attention, ring_attention_backward
 from ringsim.numerics.rounding import relative_error
-from ringsim.schedule import PASSES, build_schedule
+from ringsim.schedule import RING_PASSES, Pass, build_schedule
 from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import overlap_threshold
 from ringsim.timer.engine.result import kv_messages
@@ -107,7 +107,7 @@ def running_rows(hosts: int, layout: str, causal: bool, pass_: str, seed: int = 
     """
     q, k, v, dout = _problem(hosts, seed)
     record = RingRecord()
-    if pass_ == "forward":
+    if pass_ == Pass.FORWARD:
         ring_attention(q, k, v, hosts=hosts, layout=layout, causal=causal, record=record)
         exact = reference_attention(q, k, v, causal=causal)
     else:
@@ -306,12 +306,12 @@ def timeline_entry(config: RingConfig) -> dict:
     span = result.makespan
     kv = kv_messages(tl).get("send") or (tl.send_start, tl.send_end)
     intervals = {"compute": (tl.compute_start, tl.compute_end), "kv": kv}
-    if config.pass_ == "backward":
+    if config.pass_ == Pass.BACKWARD:
         intervals["grad"] = (tl.send_start, tl.send_end)
     # in the page's own units, so that at a step's end every host has done it, to the unit
     ends = [_units(*pair, span)[2] for pair in intervals.values()]
     step_ends = np.max(np.stack(ends), axis=(0, 2))
-    intervals["holds"] = holds(tl, kv if config.pass_ == "backward" else (kv[0], kv[0]))
+    intervals["holds"] = holds(tl, kv if config.pass_ == Pass.BACKWARD else (kv[0], kv[0]))
     figures = {
         "span": span,
         "compute_s": summary["compute_time_s"],
@@ -320,7 +320,7 @@ def timeline_entry(config: RingConfig) -> dict:
         "step_compute_s": np.nanmax(tl.compute_end - tl.compute_start),
         "step_kv_s": np.nanmax(kv[1] - kv[0]),
     }
-    if config.pass_ == "backward":
+    if config.pass_ == Pass.BACKWARD:
         figures["step_grad_s"] = np.nanmax(tl.send_end - tl.send_start)
     entry = {
         **{name: _sig(value, 6) for name, value in figures.items()},
@@ -419,7 +419,7 @@ def strategies_data(hosts: tuple[int, ...] = STRATEGY_HOSTS) -> tuple[dict, list
     seen: dict[str, int] = {}
     for p in hosts:
         for causal in (True, False):
-            for pass_ in PASSES:
+            for pass_ in RING_PASSES:
                 grid = slider_grid(strategy_entry, (p, "zigzag", causal, pass_), entries, seen)
                 index[f"{p}/{'causal' if causal else 'full'}/{pass_}"] = grid
     return index, entries
@@ -437,7 +437,7 @@ def explorer_data(hosts: tuple[int, ...] = HOSTS) -> dict:
         for p in hosts
         for layout in layout_names()
         for causal in (True, False)
-        for pass_ in PASSES
+        for pass_ in RING_PASSES
     ]
     timelines: list[dict] = []
     seen: dict[str, int] = {}
@@ -449,7 +449,7 @@ def explorer_data(hosts: tuple[int, ...] = HOSTS) -> dict:
     return {
         "hosts": list(hosts),
         "layouts": list(layout_names()),
-        "passes": list(PASSES),
+        "passes": list(RING_PASSES),
         "tokens_per_host": TOKENS_PER_HOST,
         "error_floor_log10": math.log10(ERROR_FLOOR),
         "kinds": {"0": "skip", "1": "partial", "2": "full"},
@@ -466,7 +466,7 @@ def explorer_data(hosts: tuple[int, ...] = HOSTS) -> dict:
             "bandwidths": list(BANDWIDTHS),
             "bandwidth_names": {str(b): name for b, name in BANDWIDTH_NAMES.items()},
             "time_units": TIME_UNITS,
-            "thresholds": {p: thresholds(p) for p in PASSES},
+            "thresholds": {p: thresholds(p) for p in RING_PASSES},
         },
         "timing": timing,
         "timelines": timelines,

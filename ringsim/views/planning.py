@@ -1,19 +1,15 @@
 """The planner's figures (``ringsim.timer.studies.planner``): predicted step time against memory
 per GPU, one point per candidate, the usable memory as a wall and the best candidate ringed
-(``plot_plan``); and where the time of the best candidates' steps goes (``plot_breakdown``)."""
+(``plot_plan``: each strategy drawn as its record says, ``ringsim.sharing.drawing``, an
+unknown one with the default marker); and where the time of the best candidates' steps goes
+(``plot_breakdown``)."""
 
 from __future__ import annotations
 
 import os
 
-MARKERS = {"ring": "o", "ulysses": "s", "hybrid": "^", "double-ring": "D", "allgather": "v"}
-COLOURS = {  # Okabe-Ito
-    "ring": "#0072B2",
-    "ulysses": "#E69F00",
-    "hybrid": "#009E73",
-    "double-ring": "#CC79A7",
-    "allgather": "#D55E00",
-}
+from ringsim.sharing import SHARINGS, drawing
+
 PARTS = (  # breakdown key, label, colour (Okabe-Ito and greys)
     ("attention_s", "attention (CP comm. inside)", "#0072B2"),
     ("gemm_s", "GEMMs", "#E69F00"),
@@ -29,8 +25,10 @@ PARTS = (  # breakdown key, label, colour (Okabe-Ito and greys)
 
 def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: str | None = None):
     """Draw ``plan`` (a ``Plan``): x = GB per GPU, y = step time; candidates that do not fit
-    sit right of the memory wall at the bottom (never timed). The legend sits below the
-    axes, never over the points. Returns the figure; writes it to ``path`` if given."""
+    (never timed, so they have no time) sit right of the memory wall in a strip of their own
+    above the axes, never on the time axis, where 0 s would read as the fastest. The legend
+    sits below the axes, never over the points. Returns the figure; writes it to ``path`` if
+    given."""
     from ringsim.views.plots import pyplot, save_figure
 
     plt = pyplot()
@@ -39,15 +37,17 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
     else:
         fig = ax.figure
     unit = "step" if plan.mode == "train" else "forward"
-    for strategy, marker in MARKERS.items():
+    shown = list(SHARINGS) + sorted({c.strategy for c in plan.candidates} - set(SHARINGS))
+    for strategy in shown:  # the known ones in their order, then any other: every one shows
         points = [c for c in plan.candidates if c.strategy == strategy]
         if points:
+            marker, colour = drawing(strategy)
             ax.scatter(
                 [c.bytes_per_host / 1e9 for c in points],
                 [c.step_time_s for c in points],
                 marker=marker,
                 s=14,
-                color=COLOURS[strategy],
+                color=colour,
                 label=f"{strategy} ({len(points)})",
                 alpha=0.45,
                 linewidths=0,
@@ -62,21 +62,44 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
         linewidths=1.5,
         label="best",
     )
-    budget = best.memory_bytes / 1e9
+    budget = best.usable_bytes / 1e9
     ax.axvline(budget, color="black", linestyle="--", linewidth=1)
     ax.set_ylim(0, 1.05 * max(c.step_time_s for c in plan.candidates))
+    pad = 6.0
     if plan.dropped:
-        low = ax.get_ylim()[0]
-        ax.scatter(
+        widest = max(c.bytes_per_host for c in plan.dropped) / 1e9
+        ax.set_xlim(0, max(ax.get_xlim()[1], min(1.05 * widest, 2 * budget)))
+        strip = ax.inset_axes((0.0, 1.02, 1.0, 0.1), sharex=ax)
+        strip.scatter(
             [c.bytes_per_host / 1e9 for c in plan.dropped],
-            [low] * len(plan.dropped),
+            [0.5] * len(plan.dropped),
             marker="x",
             s=12,
             color="grey",
             alpha=0.5,
-            label=f"does not fit ({len(plan.dropped)})",
         )
-        ax.set_xlim(0, min(ax.get_xlim()[1], 2 * budget))
+        strip.axvline(budget, color="black", linestyle="--", linewidth=1)
+        strip.set_ylim(0, 1)
+        strip.set_yticks([])
+        strip.tick_params(labelbottom=False, bottom=False)
+        strip.text(
+            0.01,
+            0.5,
+            f"does not fit ({len(plan.dropped)}): not timed",
+            transform=strip.transAxes,
+            va="center",
+            fontsize=8,
+            color="dimgrey",
+        )
+        pad = 6.0 + 0.12 * fig.get_figheight() * 72 * ax.get_position().height
+        ax.scatter(
+            [],
+            [],
+            marker="x",
+            s=12,
+            color="grey",
+            label=f"does not fit ({len(plan.dropped)}, strip above)",
+        )
     ax.text(
         budget, 0.98, " usable memory", transform=ax.get_xaxis_transform(), va="top", fontsize=9
     )
@@ -86,6 +109,7 @@ def plot_plan(plan, path: str | os.PathLike | None = None, *, ax=None, title: st
         title
         or f"{plan.model}, {plan.seq_len:,} tokens on {plan.hosts} x {plan.cluster.hardware.name}",
         fontsize=11,
+        pad=pad,
     )
     ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
     ax.grid(alpha=0.3)

@@ -474,9 +474,9 @@ def _token_formatter(plain: bool = False):
 def check_figure_path(name: str, path: str | os.PathLike) -> None:
     """Refuse (``ValueError`` naming ``name``) a figure path that cannot be written or whose
     suffix is no format matplotlib writes; call it before the work that makes the figure."""
-    from ringsim.files import FIGURE_FORMATS, check_output_path
+    from ringsim.files import check_output_path, figure_formats
 
-    check_output_path(name, path, suffixes=FIGURE_FORMATS)
+    check_output_path(name, path, suffixes=figure_formats())
 
 
 def save_figure(plt, fig, path, dpi: int = 130):

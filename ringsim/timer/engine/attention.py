@@ -6,7 +6,7 @@ A strategy says *what* each host computes as a plan: the blocks of some ring ste
 seconds: under the ``ideal`` family, the plan's FLOPs at the attention rate (the paper's
 model); under a real family, each kernel call the plan makes (``plan.seconds(config,
 steps)``, with the run's ``StepModel``: the layout's call per block), timed by ``CallTimer``,
-this run's one door to ``ringsim.timer.machine.kernel_model.attention_call_seconds``; the
+this run's one door to ``ringsim.timer.machine.kernel_model.call_seconds``; the
 ring's own steps go through the same door with their merges (``StepModel.seconds``). So
 ``--implementation`` means the same thing for the ring, Ulysses and all-gather, and no
 strategy divides FLOPs by a peak rate itself.
@@ -15,15 +15,15 @@ strategy divides FLOPs by a peak rate itself.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ringsim.grid import heads_per_host
+from ringsim.grid import head_groups
 from ringsim.layouts import KernelCall, get_layout
-from ringsim.schedule import Schedule
-from ringsim.timer.cost import DTYPE_BYTES, attention_flops
-from ringsim.timer.machine.kernel_model import HBM_FRACTION, attention_call_seconds
+from ringsim.schedule import Pass, Schedule
+from ringsim.timer.cost import AttentionShape
+from ringsim.timer.machine.kernel_model import HBM_FRACTION, call_seconds
 
 
 class CallTimer:
@@ -49,30 +49,24 @@ class CallTimer:
         mask: str,
         visible: float | None = None,
         *,
-        heads: int | None = None,
-        kv_heads: int | None = None,
+        shape: AttentionShape | None = None,
     ) -> float:
         """One call of ``q_tokens`` queries on ``k_tokens`` keys under ``mask`` (``visible``: the
-        fraction computed, for ``"documents"``), on ``heads``/``kv_heads`` (default the
-        run's)."""
+        fraction computed, for ``"documents"``), of ``shape`` (default the run's; a Ulysses
+        host's head group is its own)."""
         cfg = self.config
-        heads = cfg.heads if heads is None else heads
-        kv_heads = cfg.kv_heads if kv_heads is None else kv_heads
-        key = (pass_, q_tokens, k_tokens, mask, visible, heads, kv_heads)
+        shape = cfg.shape if shape is None else shape
+        key = (pass_, q_tokens, k_tokens, mask, visible, shape)
         if key not in self.cache:
-            self.cache[key] = attention_call_seconds(
+            self.cache[key] = call_seconds(
                 cfg.family,
-                cfg.hardware,
+                cfg.machine.hardware,
+                shape,
                 q_tokens=q_tokens,
                 k_tokens=k_tokens,
-                heads=heads,
-                kv_heads=kv_heads,
-                head_dim=cfg.head_dim,
-                dtype=cfg.dtype,
                 pass_=pass_,
                 mask=mask,
                 tile=self.tile,
-                batch=cfg.batch,
                 visible=visible if mask == "documents" else None,
                 peak=cfg.attention_rate,
                 lone_cta_speed=self.lone_cta_speed,
@@ -91,24 +85,32 @@ class BlockSteps:
 
     def flops(self, config) -> np.ndarray:
         c = self.schedule.block_tokens
-        block = attention_flops(
-            c, c, config.heads, config.head_dim, pass_=self.schedule.pass_, batch=config.batch
-        )
-        return block * sum((self.schedule.work_at(s) for s in self.steps), np.zeros(config.hosts))
+        block = config.shape.flops(c, c, pass_=self.schedule.pass_)
+        work = sum((self.schedule.work_at(s) for s in self.steps), np.zeros(config.run.hosts))
+        return block * work
 
     def seconds(self, config, steps) -> np.ndarray:
-        total = np.zeros(config.hosts)
+        total = np.zeros(config.run.hosts)
         for s in self.steps:
             total += steps.attention_seconds(self.schedule, s)
         return total
 
 
+def ulysses_shapes(shape: AttentionShape, hosts: int) -> list[AttentionShape]:
+    """Each Ulysses host's share of the layer after the all-to-all: its head group
+    (``ringsim.grid.head_groups``: whole GQA groups, as the exact executor deals them)."""
+    return [
+        replace(shape, heads=q.stop - q.start, kv_heads=kv.stop - kv.start)
+        for q, kv in head_groups(shape.heads, shape.kv_heads, hosts)
+    ]
+
+
 @dataclass(frozen=True)
 class FullSequence:
-    """Every host attends all ``seq_len`` tokens of its own heads (Ulysses after its
-    all-to-all): one ``seq_len x seq_len`` call per host on ``heads_per_host`` query heads and
-    their key/value heads. ``visible`` is the fraction of pairs the mask leaves (the ideal
-    model's count: the contiguous schedule's mean block work)."""
+    """Every host attends all ``seq_len`` tokens of its own head group (Ulysses after its
+    all-to-all, ``ulysses_shapes``): one ``seq_len x seq_len`` call per host. ``visible`` is
+    the fraction of pairs the mask leaves (the ideal model's count: the contiguous schedule's
+    mean block work)."""
 
     seq_len: int
     causal: bool
@@ -116,31 +118,21 @@ class FullSequence:
     pass_: str
 
     def flops(self, config) -> np.ndarray:
+        N = self.seq_len
         return np.array(
             [
-                attention_flops(
-                    self.seq_len,
-                    self.seq_len,
-                    int(h),
-                    config.head_dim,
-                    work=self.visible,
-                    pass_=self.pass_,
-                    batch=config.batch,
-                )
-                for h in heads_per_host(config.heads, config.hosts)
+                shape.flops(N, N, work=self.visible, pass_=self.pass_)
+                for shape in ulysses_shapes(config.shape, config.run.hosts)
             ]
         )
 
     def seconds(self, config, steps) -> np.ndarray:
-        calls = steps.calls
+        calls, N = steps.calls, self.seq_len
         mask = "causal-diagonal" if self.causal else "full"
-        heads = heads_per_host(config.heads, config.hosts)
-        kv_heads = np.maximum(heads_per_host(config.kv_heads, config.hosts), 1)
-        N = self.seq_len
         return np.array(
             [
-                calls.seconds(self.pass_, N, N, mask, heads=int(h), kv_heads=int(kv))
-                for h, kv in zip(heads, kv_heads, strict=True)
+                calls.seconds(self.pass_, N, N, mask, shape=shape)
+                for shape in ulysses_shapes(config.shape, config.run.hosts)
             ]
         )
 
@@ -184,7 +176,7 @@ class GatheredCalls:
             else:
                 total[host] = sum(calls.seconds(pass_, q, k, mask) for q, k, mask, *_ in shapes)
                 keys, ops = sum(call.k_tokens for call in shapes), len(shapes)
-            total[host] += copy_seconds(config, N, keys, ops, backward=pass_ == "backward")
+            total[host] += copy_seconds(config, N, keys, ops, backward=pass_ == Pass.BACKWARD)
         return total
 
 
@@ -193,8 +185,7 @@ def copy_seconds(config, gathered: int, keys: int, calls: int, *, backward: bool
     k and v of ``gathered`` tokens into sequence order and of ``keys`` tokens into each of
     ``calls`` calls' inputs (read + write), plus per call a query chunk and its output; backward
     also zeroes ``gathered`` tokens of ``dk, dv`` and adds ``keys`` tokens into them."""
-    e = DTYPE_BYTES[config.dtype]
-    kv_token = 2 * config.kv_heads * config.head_dim * e * config.batch  # k and v, one token
+    kv_token = config.shape.kv_bytes(1)  # k and v of one token
     nbytes = 2 * kv_token * (gathered + keys)
     ops = 2 + 3 * calls
     if backward:
@@ -207,7 +198,7 @@ def elementwise_seconds(config, nbytes: float, ops: int) -> float:
     """Seconds of ``ops`` elementwise kernels (copies, casts, adds) moving ``nbytes`` over
     one host's HBM, at the family's rule (``ring_steps``: the achieved HBM fraction, a fixed
     cost per kernel); free for a family whose ring merges for free (ideal, the CPU torch)."""
-    family, hbm = config.family, config.hardware.memory_bandwidth
+    family, hbm = config.family, config.machine.hardware.memory_bandwidth
     if family.merge == "none":
         return 0.0
     streamed = nbytes / (hbm * HBM_FRACTION) if hbm > 0 else 0.0

@@ -10,24 +10,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ringsim.schedule import BlockKind, Schedule
-from ringsim.timer.cost import attention_flops, grad_block_bytes, kv_block_bytes
-from ringsim.timer.engine.config import RingConfig
+from ringsim.schedule import BlockKind, Pass, Schedule
+from ringsim.timer.engine.config import Noise, RingConfig
 from ringsim.timer.engine.ring_steps import (
     StepModel,
     gqa_backward_seconds,
     grad_seconds,
     merge_seconds,
 )
-from ringsim.timer.machine.collectives import (
-    ACHIEVED,
-    achieved_p2p,
-    link_model,
-    overlap_efficiency,
-    p2p_seconds,
-)
-from ringsim.timer.machine.families import SMS, arch_of
+from ringsim.timer.machine.collectives import overlap_efficiency, p2p_seconds
 from ringsim.timer.machine.kernel_model import decode_call_seconds
+from ringsim.timer.machine.links import ACHIEVED
 
 
 class HostClock:
@@ -43,34 +36,35 @@ class HostClock:
 
     def __init__(self, config: RingConfig):
         self.config = config
-        self.hosts = config.hosts
-        self.hardware = config.hardware
-        self.amount = config.jitter
-        self.speed = np.ones(self.hosts) if config.speed is None else np.asarray(config.speed)
+        self.hosts = config.run.hosts
+        self.hardware = hw = config.machine.hardware
+        self.amount, speed = config.noise.jitter, config.noise.speed
+        self.speed = np.ones(self.hosts) if speed is None else np.asarray(speed)
         self.seconds_per_flop = 1.0 / (config.attention_rate * self.speed)  # (P,)
         self.linear_seconds_per_flop = 1.0 / (config.linear_rate * self.speed)
         self.family = config.family
-        self.link = link_model(config.hardware) if self.family.collectives else None
-        f = config.overlap_efficiency
-        if f is None and self.link is not None and arch_of(config.hardware) is not None:
-            f = overlap_efficiency(SMS[arch_of(config.hardware)], self.link)
-        self.overlap_f = config.hardware.overlap_efficiency if f is None else f
-        self.rng = np.random.default_rng(config.seed)
+        self.link = hw.link if self.family.collectives else None
+        f = config.kernel.overlap_efficiency
+        if f is None and self.link is not None and hw.arch is not None and hw.arch.sms:
+            f = overlap_efficiency(hw.arch.sms, self.link)
+        self.overlap_f = hw.overlap_efficiency if f is None else f
+        self.rng = np.random.default_rng(config.noise.seed)
         self._steps = None  # the run's StepModel (its calls), made on first use
         self._hop_seconds: dict[tuple, np.ndarray] = {}  # transfer() on the ring's hops
         # the hop of each host to h + 1: one hardware link, or per host on a cluster
-        hw = config.hardware
-        bw, lat = config.hop_bandwidth, config.hop_latency
+        bw, lat = config.machine.hop_bandwidth, config.machine.hop_latency
         self.link_bandwidth = hw.link_bandwidth if bw is None else np.asarray(bw)
         self.link_latency = hw.link_latency if lat is None else np.asarray(lat)
         self.hop_link = self.link
         self._own_hops = None  # hosts whose hop is the machine's own link, when only some are
-        achieved = achieved_p2p(hw) if self.link is not None else None
+        achieved = hw.p2p_bandwidth if self.link is not None else None
         # a hop at the hardware's line rate is the machine's own link (as ``with_hops`` reads
         # it: a double ring's inner ring, a ring inside one node); a shared or NIC hop is not
         own = np.ones(1, bool) if bw is None else np.asarray(bw) == hw.link_bandwidth
         if achieved is not None and own.any():  # NCCL send/recv at its achieved rate here
-            rate = achieved.at(config.kernel.end("p2p_bandwidth"))
+            # never above what NCCL gets of the line (a link replaced without its range)
+            line = self.link.efficiency * hw.link_bandwidth
+            rate = min(achieved.at(config.kernel.end("p2p_bandwidth")), line)
             self.hop_link = ACHIEVED
             if own.all():
                 self.link_bandwidth = rate if bw is None else np.full(self.hosts, rate)
@@ -167,21 +161,21 @@ class Costs:
         self.config = config
         self.clock = HostClock(config)
         self.flops_total = 0.0
-        shape = (config.block_tokens, config.kv_heads, config.head_dim, config.dtype)
-        self.kv_bytes = kv_block_bytes(*shape, batch=config.batch)
-        grad_dtype = config.grad_dtype  # as given, else the ring code's (fp32 accumulators)
-        if config.shape.grad_dtype is None and self.clock.family.grad_wire_dtype is not None:
+        shape, c = config.shape, config.block_tokens
+        self.kv_bytes = shape.kv_bytes(c)
+        grad_dtype = shape.grad_dtype  # as given, else the ring code's (fp32 accumulators)
+        if shape.grad_dtype is None and self.clock.family.grad_wire_dtype is not None:
             grad_dtype = self.clock.family.grad_wire_dtype
-        self.grad_bytes = grad_block_bytes(*shape, batch=config.batch, grad_dtype=grad_dtype)
+        self.grad_bytes = shape.grad_bytes(c, grad_dtype)
         family = self.clock.family
         # ideal, and the calibrated CPU torch family, whose terms are the hardware profile's
         # (HostClock.block applies them, lone-host speed included)
-        self.steps = None if family.ideal or family.name == "torch" else StepModel(config, family)
+        self.steps = None if family.ideal or family.calibrated else StepModel(config, family)
 
     def local(self, flops: float) -> np.ndarray:
         """``(P,)`` durations of a local computation of ``flops`` FLOPs (projections, MLP: the
         linear rate) on every host."""
-        self.flops_total += flops * self.config.hosts
+        self.flops_total += flops * self.config.run.hosts
         return self.clock.compute(flops, linear=True)
 
     def ring_rows(self, schedule: Schedule) -> Callable[[int], tuple]:
@@ -190,9 +184,9 @@ class Costs:
         overlap one blocking message carries ``k, v, dk, dv``, and the last only ``dk, dv``)."""
         cfg, clock = self.config, self.clock
         c = cfg.block_tokens
-        full = attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=schedule.pass_, batch=cfg.batch)
+        full = cfg.shape.flops(c, c, pass_=schedule.pass_)
         full_time = full * clock.seconds_per_flop
-        backward = schedule.pass_ == "backward"
+        backward = schedule.pass_ == Pass.BACKWARD
         last = schedule.steps - 1
 
         def row(s: int) -> tuple:
@@ -200,7 +194,7 @@ class Costs:
             self.flops_total += full * float(work.sum())
             if not backward:
                 main = self.kv_bytes
-            elif cfg.overlap or s == last:
+            elif cfg.run.overlap or s == last:
                 main = self.grad_bytes
             else:
                 main = self.kv_bytes + self.grad_bytes
@@ -211,7 +205,7 @@ class Costs:
             else:  # a real implementation: its calls and the work between them
                 compute = clock.kernel(self.steps.seconds(schedule, s))
             kv, msg = clock.transfer(self.kv_bytes), clock.transfer(main)
-            if cfg.overlap and schedule.payload(s):  # its message travels while it computes
+            if cfg.run.overlap and schedule.payload(s):  # its message travels while it computes
                 if backward:  # the early k, v (the last step sends only dk, dv)
                     if s < last:
                         compute, kv = clock.overlapped(compute, kv)
@@ -225,30 +219,16 @@ class Costs:
 def decode_seconds(config: RingConfig, tokens: int) -> float:
     """Seconds to attend one query to ``tokens`` cached tokens on one host: the larger of the
     FLOP time and the time to stream the cache from memory (decode is memory bound). Under a
-    real kernel family: its call of one query on ``tokens`` keys (``attention_call_seconds``:
+    real kernel family: its call of one query on ``tokens`` keys (``decode_call_seconds``:
     its fixed cost, its rate, its memory floor), not the peak rate."""
-    if not config.family.ideal and config.family.name != "torch":
+    shape, hw = config.shape, config.machine.hardware
+    if not config.family.ideal and not config.family.calibrated:
         return decode_call_seconds(
-            config.family,
-            config.hardware,
-            tokens=tokens,
-            heads=config.heads,
-            kv_heads=config.kv_heads,
-            head_dim=config.head_dim,
-            dtype=config.dtype,
-            batch=config.batch,
-            peak=config.attention_rate,
+            config.family, hw, shape, tokens=tokens, peak=config.attention_rate
         )
-    hw = config.hardware
-    flops = attention_flops(
-        1, tokens, config.heads, config.head_dim, pass_="decode", batch=config.batch
-    )
-    time = flops / config.flops_rate
+    time = shape.flops(1, tokens, pass_="decode") / config.flops_rate
     if hw.memory_bandwidth > 0:
-        cache = kv_block_bytes(
-            tokens, config.kv_heads, config.head_dim, config.dtype, batch=config.batch
-        )
-        time = max(time, cache / hw.memory_bandwidth)
+        time = max(time, shape.kv_bytes(tokens) / hw.memory_bandwidth)
     return time
 
 
@@ -263,31 +243,30 @@ def family_overlap_block(config: RingConfig, pass_: str) -> float:
     and head-dim factor, its fixed cost; no tile or wave terms, so the answer moves smoothly
     with ``c``) and the merge or gradient sums after it, as ``StepModel`` times them. 1 when
     every block hides (e.g. a GQA forward, whose fp32 merge over the query heads outweighs
-    sending the fewer key/value heads). Bisection below the largest power of two that fails."""
-    key = (repr(config.kernel), repr(config.shape), config.hardware.name, config.hosts, pass_)
+    sending the fewer key/value heads). Bisection below the largest power of two that fails.
+    Remembered per (kernel, shape, machine with its hops, hosts, pass): everything it reads;
+    the run's noise is left out (a threshold is no random draw)."""
+    key = (config.kernel, config.shape, config.machine, config.run.hosts, pass_)
     if key not in _OVERLAP_CACHE:
+        config = config.replace(noise=Noise())
         steps, clock = StepModel(config, config.family), HostClock(config)
-        fam, hbm, cfg = steps.family, config.hardware.memory_bandwidth, config
-        shape = dict(heads=cfg.heads, head_dim=cfg.head_dim, batch=cfg.batch)
-        costs_grad = Costs(config).grad_bytes / cfg.block_tokens  # bytes per token of dk, dv
-        curve = fam.curve(cfg.hardware, pass_)
-        rate = cfg.attention_rate
-        if "cpu" not in {arch for arch, _ in fam.curves}:
-            rate *= curve.fraction * curve.head_dim_factor(cfg.head_dim)
+        fam, hbm, shape = steps.family, config.machine.hardware.memory_bandwidth, config.shape
+        costs_grad = Costs(config).grad_bytes / config.block_tokens  # bytes per token of dk, dv
+        curve = fam.curve(config.machine.hardware, pass_)
+        rate = config.attention_rate
+        if not fam.calibrated:
+            rate *= curve.fraction * curve.head_dim_factor(shape.head_dim)
 
         def hides(c: int) -> bool:
-            flops = attention_flops(c, c, cfg.heads, cfg.head_dim, pass_=pass_, batch=cfg.batch)
-            compute = fam.call_overhead_s + flops / rate
-            kv = kv_block_bytes(c, cfg.kv_heads, cfg.head_dim, cfg.dtype, batch=cfg.batch)
-            if pass_ == "forward":
-                compute += merge_seconds(fam, hbm, op="merge", rows=c, **shape)
-                transfer = clock.transfer(kv)[0]
+            compute = fam.call_overhead_s + shape.flops(c, c, pass_=pass_) / rate
+            kv = shape.kv_bytes(c)
+            if pass_ == Pass.FORWARD:
+                compute += merge_seconds(fam, hbm, shape, op="merge", rows=c)
+                transfer = clock.transfer(kv).max()  # the slowest hop, as the run waits
             else:
-                compute += grad_seconds(
-                    fam, hbm, op="accumulate", q_rows=c, kv_rows=c, kv_heads=cfg.kv_heads, **shape
-                )
-                compute += gqa_backward_seconds(fam, hbm, kv_rows=c, kv_heads=cfg.kv_heads, **shape)
-                transfer = clock.transfer(kv)[0] + clock.transfer(costs_grad * c)[0]
+                compute += grad_seconds(fam, hbm, shape, op="accumulate", q_rows=c, kv_rows=c)
+                compute += gqa_backward_seconds(fam, hbm, shape, kv_rows=c)
+                transfer = (clock.transfer(kv) + clock.transfer(costs_grad * c)).max()
             return compute >= transfer
 
         c = 2**24

@@ -13,8 +13,9 @@ Each part checks its own fields on construction (``ValueError`` naming the field
 ``RingConfig`` checks what spans two parts (one speed per host, a family that runs the dtype
 on this hardware) and hands out the ring ``Schedule`` the timer executes. ``RingConfig(...)``
 takes the flat keywords (``hosts=``, ``heads=``, ``implementation=``, ...) and builds the
-parts; every flat name reads back as an attribute (``config.heads``), and ``replace`` copies
-with changes.
+parts; every flat name reads back as an attribute (``config.heads``) for the API's edge (the
+command line, the lessons, a user), while the timer reads by part (``config.shape.heads``,
+``tests/test_architecture.py``); ``replace`` copies with changes.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from ringsim.checks import check_bool, check_positive_int, check_segment_ids
+from ringsim.checks import check_bool, check_choice, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len
-from ringsim.schedule import Schedule, build_schedule
+from ringsim.schedule import PASSES, Pass, Schedule, build_schedule
+from ringsim.timer.cost import AttentionShape
 from ringsim.timer.machine.families import KernelFamily, for_hardware, get_family
-from ringsim.timer.machine.hardware import Hardware, check_dtype
+from ringsim.timer.machine.hardware import Hardware
 from ringsim.timer.machine.ranges import check_assume, end_of
 
-PASSES = ("forward", "backward", "train-step", "decode")
 ENGINES = ("vectorized", "heap")
 
 
@@ -76,14 +77,13 @@ class Run:
 
     def __post_init__(self) -> None:
         hosts = check_positive_int("hosts", self.hosts)
-        if self.pass_ not in PASSES:
-            raise ValueError(f"pass must be one of {', '.join(PASSES)}, got {self.pass_!r}")
+        _put(self, "pass_", Pass(check_choice("pass", self.pass_, PASSES)))
         _put(self, "layout", check_layout(self.layout))
         _put(self, "causal", check_bool("causal", self.causal))
         _put(self, "overlap", check_bool("overlap", self.overlap))
         check_positive_int("seq_len", self.seq_len)
         _put(self, "segment_ids", check_segment_ids(self.segment_ids, self.seq_len))
-        if self.pass_ == "decode":
+        if self.pass_ == Pass.DECODE:
             if self.seq_len % hosts:
                 raise ValueError(
                     f"seq_len must be divisible by hosts = {hosts} (each host holds an equal "
@@ -95,43 +95,23 @@ class Run:
             raise ValueError(f"recompute must be True or False, got {self.recompute!r}")
         _put(self, "recompute", bool(self.recompute))
 
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.compare)
+
+    def __eq__(self, other: object) -> bool:  # the packed documents count too
+        if not isinstance(other, Run):
+            return NotImplemented
+        mine, theirs = self.segment_ids, other.segment_ids
+        if mine is None or theirs is None:
+            return self._fields() == other._fields() and mine is theirs
+        return self._fields() == other._fields() and np.array_equal(mine, theirs)
+
+    def __hash__(self) -> int:  # equal runs have equal fields (the documents stay out)
+        return hash(self._fields())
+
     @property
     def block_tokens(self) -> int:
         return self.seq_len // self.hosts
-
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """The layer's shape: ``heads`` query heads, ``kv_heads`` key/value heads (``None``: the
-    same, no GQA), ``head_dim``, the element ``dtype``, ``batch`` sequences; ``grad_dtype`` is
-    the dtype of ``dk, dv`` on the wire (default ``dtype``); ``d_model`` and ``ffn`` (defaults
-    ``heads * head_dim`` and ``4 * d_model``) size the projections and MLP of a training step."""
-
-    heads: int = 32
-    kv_heads: int | None = None
-    head_dim: int = 128
-    dtype: str = "bf16"
-    batch: int = 1
-    grad_dtype: str | None = None
-    d_model: int | None = None
-    ffn: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("heads", "head_dim", "batch"):
-            check_positive_int(name, getattr(self, name))
-        kv_heads = self.heads if self.kv_heads is None else self.kv_heads
-        check_positive_int("kv_heads", kv_heads)
-        if self.heads % kv_heads:
-            raise ValueError(
-                f"heads must be a multiple of kv_heads, got heads={self.heads}, kv_heads={kv_heads}"
-            )
-        _put(self, "kv_heads", kv_heads)
-        check_dtype(self.dtype)
-        if self.grad_dtype is not None:
-            check_dtype(self.grad_dtype)
-        d_model = self.heads * self.head_dim if self.d_model is None else self.d_model
-        _put(self, "d_model", check_positive_int("d_model", d_model))
-        _put(self, "ffn", check_positive_int("ffn", 4 * d_model if self.ffn is None else self.ffn))
 
 
 @dataclass(frozen=True)
@@ -151,6 +131,16 @@ class Machine:
             hops = getattr(self, name)
             if hops is not None:
                 _put(self, name, _per_value(name, hops, positive=name == "hop_bandwidth"))
+
+    def slowest_hop(self) -> Hardware:
+        """The hardware with the ring's slowest hop as its link (the least bandwidth, the most
+        latency): what a ring step waits for, so what a block must hide."""
+        hw = self.hardware
+        if self.hop_bandwidth is None and self.hop_latency is None:
+            return hw
+        bandwidth = min(self.hop_bandwidth or (hw.link_bandwidth,))
+        latency = max(self.hop_latency or (hw.link_latency,))
+        return hw.with_link(bandwidth, latency)
 
 
 @dataclass(frozen=True)
@@ -208,7 +198,9 @@ class Noise:
             _put(self, "speed", _per_value("speed", self.speed, positive=True))
         _put(self, "jitter", _check_real("jitter", self.jitter))
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.seed < 0:  # NumPy's generator takes none below 0
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
 
 
 PARTS: dict[str, type] = {
@@ -230,7 +222,8 @@ class RingConfig:
     Build it from flat keywords, ``RingConfig(hosts=8, seq_len=65536, hardware=hw,
     heads=32, layout="zigzag", causal=True, implementation="fa2")``, or from parts,
     ``RingConfig(run=Run(8, 65536), machine=Machine(hw))`` (parts not given take their
-    defaults); read ``config.run.hosts`` or ``config.hosts`` alike. Immutable and hashable;
+    defaults); read ``config.run.hosts`` (the timer's way) or ``config.hosts`` alike. Immutable
+    and hashable;
     ``replace(**changes)`` takes flat keywords or whole parts."""
 
     __slots__ = ("family", *PARTS)
@@ -290,8 +283,7 @@ class RingConfig:
                 f"dtype {dtype!r} is not run by implementation {family.name!r} "
                 f"(it runs: {', '.join(family.dtypes)})"
             )
-        if not family.ideal and family.curves and "cpu" not in {a for a, _ in family.curves}:
-            family.curve(hardware, "forward")  # refuses hardware without a curve
+        family.check_runs_on(hardware)  # torch's CPU block on a GPU, a GPU family on a TPU, ...
         object.__setattr__(self, "family", for_hardware(family, hardware))
 
     def __setattr__(self, name: str, value: object) -> None:

@@ -87,6 +87,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ringsim.schedule import Pass
+
 Emit = Callable[..., None]
 """``emit(cs, ce, ss, se, ks, ke)``: one finished row, ``(P,)`` each; ``ss``/``se`` (``ks``/``ke``)
 are ``None`` in a row whose hosts send nothing (no early ``k, v``). The arrays are the engine's
@@ -119,7 +121,7 @@ def _ring_vectorized(schedule, row, overlap, ready, link_free, emit: Emit) -> No
     two padded rows per quantity (``O(P)`` memory whatever the number of steps)."""
     P, steps = schedule.hosts, schedule.steps
     me, nxt, prv = slice(1, P + 1), slice(2, P + 2), slice(0, P)  # host h, h + 1, h - 1
-    backward = schedule.pass_ == "backward"
+    backward = schedule.pass_ == Pass.BACKWARD
     early_kv = backward and overlap
     mx = np.maximum
     rows = [{k: np.full(P + 2, np.nan) for k in ("ce", "ss", "se", "ke")} for _ in range(2)]
@@ -180,7 +182,7 @@ class _HeapRing:
     def __init__(self, schedule, row, overlap, ready, link_free, out: dict[str, np.ndarray]):
         self.sched, self.overlap, self.out = schedule, overlap, out
         self.P, self.S = schedule.hosts, schedule.steps
-        self.backward = schedule.pass_ == "backward"
+        self.backward = schedule.pass_ == Pass.BACKWARD
         self.early_kv = self.backward and overlap
         rows = [row(s) for s in range(self.S)]
         shape = (self.S, self.P)
@@ -297,7 +299,7 @@ def _ring_heap(schedule, row, overlap, ready, link_free, emit: Emit) -> None:
     P, S = schedule.hosts, schedule.steps
     out = {name: np.full((S, P), np.nan) for name in ("cs", "ce", "ss", "se", "ks", "ke")}
     _HeapRing(schedule, row, overlap, ready, link_free, out).run()
-    early_kv = schedule.pass_ == "backward" and overlap
+    early_kv = schedule.pass_ == Pass.BACKWARD and overlap
     for s in range(S):
         sends = bool(schedule.payload(s))
         kv = early_kv and sends and s < S - 1

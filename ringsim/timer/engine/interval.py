@@ -15,8 +15,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ringsim.timer.machine.collectives import achieved_p2p
-from ringsim.timer.machine.families import arch_of
+from ringsim.schedule import RING_PASSES
 
 
 @dataclass(frozen=True)
@@ -34,16 +33,16 @@ class Interval:
 
 def live_ranges(config) -> tuple[str, ...]:
     """The ranges a run of ``config`` depends on (none under ``ideal``)."""
-    family, hw = config.family, config.hardware
+    family, hw = config.family, config.machine.hardware
     if family.ideal:
         return ()
     names = []
-    if family.collectives and config.hop_bandwidth is None and achieved_p2p(hw) is not None:
+    if family.collectives and config.machine.hop_bandwidth is None and hw.p2p_bandwidth is not None:
         names.append("p2p_bandwidth")
-    if family.host_call_s is not None and config.hosts > 1:
+    if family.host_call_s is not None and config.run.hosts > 1:
         names.append("host_call_s")
-    if family.lone_cta_speed is not None and arch_of(hw) is not None:
-        if any(family.launch(hw, p).ctas_per_sm > 1 for p in ("forward", "backward")):
+    if family.lone_cta_speed is not None and hw.arch is not None and hw.arch.sms:
+        if any(family.launch(hw, p).ctas_per_sm > 1 for p in RING_PASSES):
             names.append("lone_cta_speed")
     return tuple(names)
 

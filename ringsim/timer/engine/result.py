@@ -13,15 +13,14 @@ finish: more block events than the timer handles, or more memory than the machin
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ringsim.checks import physical_memory
 from ringsim.masks import documents_are_runs
-from ringsim.schedule import Schedule
-from ringsim.timer.cost import attention_working_set_bytes, kv_block_bytes, overlap_threshold
+from ringsim.schedule import Pass, Schedule
 from ringsim.timer.engine.clock import decode_seconds, family_overlap_block
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.timeline import Timeline
@@ -190,7 +189,7 @@ class SimResult:
         span = self.makespan
         if span == 0:
             return 0.0
-        return float(1.0 - self._stats().compute_busy.sum() / (self.config.hosts * span))
+        return float(1.0 - self._stats().compute_busy.sum() / (self.config.run.hosts * span))
 
     def summary(self) -> dict:
         """The JSON figures of ``ringsim simulate`` (keys fixed by DESIGN.md, plus a few)."""
@@ -198,19 +197,19 @@ class SimResult:
         total = self.makespan
         compute = float(self._stats().compute_busy.max())
         result = {
-            "hosts": cfg.hosts,
-            "seq_len": cfg.seq_len,
+            "hosts": cfg.run.hosts,
+            "seq_len": cfg.run.seq_len,
             "block_tokens": cfg.block_tokens,
-            "layout": cfg.layout,
-            "causal": cfg.causal,
-            "overlap": cfg.overlap,
-            "pass": cfg.pass_,
-            "hardware": cfg.hardware.name,
-            "dtype": cfg.dtype,
-            "heads": cfg.heads,
-            "kv_heads": cfg.kv_heads,
-            "head_dim": cfg.head_dim,
-            "batch": cfg.batch,
+            "layout": cfg.run.layout,
+            "causal": cfg.run.causal,
+            "overlap": cfg.run.overlap,
+            "pass": cfg.run.pass_,
+            "hardware": cfg.machine.hardware.name,
+            "dtype": cfg.shape.dtype,
+            "heads": cfg.shape.heads,
+            "kv_heads": cfg.shape.kv_heads,
+            "head_dim": cfg.shape.head_dim,
+            "batch": cfg.shape.batch,
             "total_time_s": total,
             "compute_time_s": compute,
             "exposed_comm_s": total - compute,
@@ -222,15 +221,13 @@ class SimResult:
             "engine": self.engine,
             "events": self._stats().events,
         }
-        if cfg.pass_ == "decode":
-            single = decode_seconds(cfg, cfg.seq_len)
-            cache = kv_block_bytes(
-                cfg.seq_len, cfg.kv_heads, cfg.head_dim, cfg.dtype, batch=cfg.batch
-            )
+        if cfg.run.pass_ == Pass.DECODE:
+            single = decode_seconds(cfg, cfg.run.seq_len)
+            cache = cfg.shape.kv_bytes(cfg.run.seq_len)
             result["single_device_time_s"] = single
             result["speedup_vs_single_device"] = single / total if total > 0 else math.inf
             result["cache_bytes_total"] = cache
-            result["cache_fits_one_device"] = bool(cache <= cfg.hardware.memory_bytes)
+            result["cache_fits_one_device"] = bool(cache <= cfg.machine.hardware.memory_bytes)
         return result
 
 
@@ -266,27 +263,20 @@ def min_block_for_overlap(config: RingConfig) -> float | None:
     """``overlap_threshold`` for the config's pass, latency included, for a full block (a causal
     zigzag or striped ring needs about twice it); a training step takes the larger of forward
     and backward; ``None`` for decode, where no block moves. Under a real kernel family the
-    family's own step against its own transfer (``family_overlap_block``), not peak rates."""
-    if config.pass_ == "decode":
+    family's own step against its own transfer (``family_overlap_block``), not peak rates. On
+    a cluster (per-host hops) the slowest hop decides, as in the run: a ring step waits for it."""
+    if config.run.pass_ == Pass.DECODE:
         return None
-    passes = ("forward", "backward") if config.pass_ == "train-step" else (config.pass_,)
-    if not config.family.ideal and config.family.name != "torch":
+    passes = config.run.pass_.rings
+    if not config.family.ideal and not config.family.calibrated:
         return max(family_overlap_block(config, p) for p in passes)
-    kw = dict(
-        heads=config.heads,
-        kv_heads=config.kv_heads,
-        head_dim=config.head_dim,
-        dtype=config.dtype,
-        batch=config.batch,
-        grad_dtype=config.grad_dtype,
-    )
-    return max(overlap_threshold(config.hardware, pass_=p, **kw) for p in passes)
+    hw = config.machine.slowest_hop()
+    return max(config.shape.overlap_threshold(hw, pass_=p) for p in passes)
 
 
 def memory_per_host_bytes(config: RingConfig) -> float:
     """The attention layer's working set on one ring host (``cost.attention_working_set_bytes``)."""
-    args = (config.block_tokens, config.heads, config.kv_heads, config.head_dim, config.dtype)
-    return float(attention_working_set_bytes(*args, pass_=config.pass_, batch=config.batch))
+    return float(config.shape.working_set_bytes(config.block_tokens, config.run.pass_))
 
 
 MAX_BLOCK_EVENTS = 2**33
@@ -296,9 +286,9 @@ in ~2^33 block events; a million hosts (2^40 per pass) would take days, so they 
 
 def timeline_bytes(config: RingConfig, rows: int) -> int:
     """Bytes of a run's kept timeline: ``rows x (P + 1)`` float64 per kept array."""
-    P = config.hosts
-    arrays = 6 if config.overlap and config.pass_ in ("backward", "train-step") else 4
-    extra = 2 * rows * P * 8 if config.pass_ == "decode" else 0  # decode's own receive rows
+    P = config.run.hosts
+    arrays = 6 if config.run.overlap and config.run.pass_.has_backward else 4
+    extra = 2 * rows * P * 8 if config.run.pass_ == Pass.DECODE else 0  # decode's own receive rows
     return rows * (P + 1) * 8 * arrays + extra
 
 
@@ -307,21 +297,22 @@ def run_bytes(config: RingConfig, rows: int, *, keep: bool, engine: str) -> int:
     ``(P,)`` vectors), the kept timeline, the heap oracle's per-event state, and for packed
     documents the ``(P, P)`` work tables and one ``c x c`` mask at a time (a few ``(c,)``
     vectors where each document is one run of tokens: ``masks.documents_are_runs``)."""
-    P, c = config.hosts, config.block_tokens
+    P, c = config.run.hosts, config.block_tokens
     need = 64 * 8 * P
     if keep:
         need += timeline_bytes(config, rows)
     if engine == "heap":
         need += rows * P * 256  # 9 float and 8 bool arrays, two queued tuples per cell
-    if config.segment_ids is not None:
-        runs = documents_are_runs(config.segment_ids)
+    if config.run.segment_ids is not None:
+        runs = documents_are_runs(config.run.segment_ids)
         need += 16 * P * P + (128 * c if runs else 3 * c * c)
     return need
 
 
 def memory_budget() -> int:
-    """This machine's physical memory in bytes (what ``check_fits`` compares with)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """The memory this process may use (``ringsim.checks.physical_memory``: the machine's, or
+    its address-space cap), what ``check_fits`` compares with."""
+    return physical_memory()
 
 
 def _gib(nbytes: float) -> str:
@@ -334,7 +325,7 @@ def _gib(nbytes: float) -> str:
 def check_fits(config: RingConfig, rows: int, *, keep: bool, engine: str) -> None:
     """Refuse (``ValueError``) a run with more than ``MAX_BLOCK_EVENTS`` block events, or that
     needs more memory than ``memory_budget()``, saying what it would need."""
-    P, cells = config.hosts, rows * config.hosts
+    P, cells = config.run.hosts, rows * config.run.hosts
     timeline = timeline_bytes(config, rows)
     if cells > MAX_BLOCK_EVENTS:
         raise ValueError(
@@ -346,10 +337,34 @@ def check_fits(config: RingConfig, rows: int, *, keep: bool, engine: str) -> Non
     if need > budget:
         what = "with its timeline (kept for a plot or a trace) " if keep else ""
         raise ValueError(
-            f"hosts={P}, seq_len={config.seq_len}: the {engine} timer {what}would need "
+            f"hosts={P}, seq_len={config.run.seq_len}: the {engine} timer {what}would need "
             f"{_gib(need)}, more than this machine's {_gib(budget)} of memory"
             + (f"; without the timeline it needs {_gib(need - timeline)}" if keep else "")
         )
+
+
+class TimesOutOfRange(ValueError):
+    """A run's time left float64's range: the rates or latencies it was given are extreme."""
+
+
+def check_finite_makespan(config: RingConfig, makespan: float) -> None:
+    """Refuse (``TimesOutOfRange``, a ``ValueError``) a run whose time left float64's range:
+    finite inputs so extreme (``hop_latency=(1e308,) * P``, a subnormal bandwidth) that a sum
+    overflowed. The message names the run's fields that can do that."""
+    if np.isfinite(makespan):
+        return
+    machine, noise, hw = config.machine, config.noise, config.machine.hardware
+    fields = {
+        "hop_latency": machine.hop_latency,
+        "hop_bandwidth": machine.hop_bandwidth,
+        "speed": noise.speed,
+        "jitter": noise.jitter or None,
+    }
+    given = [f"{name}={value!r}" for name, value in fields.items() if value is not None]
+    given.append(f"hardware {hw.name!r}: link {hw.link_bandwidth:.3g} B/s, {hw.link_latency:.3g} s")
+    raise TimesOutOfRange(
+        f"the run's times overflow float64 (makespan {makespan}): check {'; '.join(given)}"[:400]
+    )
 
 
 @dataclass

@@ -46,13 +46,16 @@ from __future__ import annotations
 import numpy as np
 
 from ringsim.layouts import KernelCall, get_layout
-from ringsim.schedule import Schedule
+from ringsim.schedule import Pass, Schedule
+from ringsim.timer.cost import AttentionShape
 from ringsim.timer.engine.attention import CallTimer
 from ringsim.timer.machine.families import KernelFamily, for_hardware
 from ringsim.timer.machine.kernel_model import HBM_FRACTION
 
 FORWARD_BYTES = {"first": 6, "merge": 38, "slice": 8, "final": 6}
 FUSED_FORWARD_BYTES = {"first": 6, "merge": 10, "slice": 0, "final": 6}
+MERGE_BYTES = {"torch": FORWARD_BYTES, "fused": FUSED_FORWARD_BYTES}
+"""Bytes per element of each forward op, by ``KernelFamily.merge``."""
 FORWARD_KERNELS = {"first": 2, "merge": 9, "slice": 2, "final": 2}
 GRAD_BYTES = {"first": 6, "accumulate": 10, "final": 6}
 HOST_CALLS = {
@@ -75,7 +78,7 @@ def host_calls(pass_: str, call: KernelCall | None, c: int, *, first: bool, last
     no ``k, v`` travel after it."""
     n = HOST_CALLS
     calls = 0 if last else n["transfer"]
-    if pass_ == "backward":
+    if pass_ == Pass.BACKWARD:
         calls += n["grad_transfer"] + (n["final"] + n["final_wait"] if last else 0)
     elif last:
         calls += n["final"]
@@ -85,34 +88,28 @@ def host_calls(pass_: str, call: KernelCall | None, c: int, *, first: bool, last
         if first:
             calls += n["first"]
         else:
-            calls += n["merge" if pass_ == "forward" else "accumulate"]
+            calls += n["merge" if pass_ == Pass.FORWARD else "accumulate"]
             calls += n["slice"] if sliced else 0
     return calls
 
 
 def merge_seconds(
-    family: KernelFamily,
-    memory_bandwidth: float,
-    *,
-    op: str,
-    rows: int,
-    heads: int,
-    head_dim: int,
-    batch: int = 1,
+    family: KernelFamily, memory_bandwidth: float, shape: AttentionShape, *, op: str, rows: int
 ) -> float:
     """Seconds of one forward merge op (``"first"``, ``"merge"``, ``"slice"`` (a sliced merge:
-    the merge and its copy back) or ``"final"``) over ``rows`` query rows, on one host whose
-    HBM streams ``memory_bandwidth`` bytes/s (0: not modelled, only the launch costs count)."""
+    the merge and its copy back) or ``"final"``) over ``rows`` query rows of ``shape``'s query
+    heads, on one host whose HBM streams ``memory_bandwidth`` bytes/s (0: not modelled, only
+    the launch costs count)."""
     if family.merge == "none":
         return 0.0
-    table = FORWARD_BYTES if family.merge == "torch" else FUSED_FORWARD_BYTES
+    table = MERGE_BYTES[family.merge]
     if op not in table:
         raise ValueError(f"op must be one of {', '.join(table)}, got {op!r}")
     per_element = table[op] + (table["merge"] if op == "slice" else 0)
     kernels = FORWARD_KERNELS[op] + (FORWARD_KERNELS["merge"] if op == "slice" else 0)
     if family.merge == "fused":
         kernels = 1
-    elements = float(batch) * rows * heads * head_dim
+    elements = float(shape.batch) * rows * shape.heads * shape.head_dim
     launches = kernels * family.elementwise_overhead_s
     return _stream(per_element * elements, memory_bandwidth) + launches
 
@@ -120,31 +117,31 @@ def merge_seconds(
 def grad_seconds(
     family: KernelFamily,
     memory_bandwidth: float,
+    shape: AttentionShape,
     *,
     op: str,
     q_rows: int,
     kv_rows: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    batch: int = 1,
 ) -> float:
     """Seconds of one backward op (``"first"``, ``"accumulate"``, ``"final"``) on ``dq``
-    (``q_rows x heads``) and ``dk, dv`` (``kv_rows x kv_heads`` each)."""
+    (``q_rows`` x the query heads) and ``dk, dv`` (``kv_rows`` x the key/value heads each)."""
     if family.merge == "none":
         return 0.0
     if op not in GRAD_BYTES:
         raise ValueError(f"op must be one of {', '.join(GRAD_BYTES)}, got {op!r}")
-    elements = float(batch) * head_dim * (q_rows * heads + 2 * kv_rows * kv_heads)
+    heads = q_rows * shape.heads + 2 * kv_rows * shape.kv_heads
+    elements = float(shape.batch) * shape.head_dim * heads
     return _stream(GRAD_BYTES[op] * elements, memory_bandwidth) + 3 * family.elementwise_overhead_s
 
 
-def gqa_backward_seconds(family, memory_bandwidth, *, kv_rows, heads, kv_heads, head_dim, batch=1):
-    """flash-attn 2's GQA backward writes ``dk, dv`` for all ``heads`` (bf16) and sums them per
-    kv head afterwards: the extra read and write of ``2 x kv_rows x heads x head_dim``."""
-    if not family.gqa_expand_backward or heads == kv_heads:
+def gqa_backward_seconds(
+    family: KernelFamily, memory_bandwidth: float, shape: AttentionShape, *, kv_rows: int
+) -> float:
+    """flash-attn 2's GQA backward writes ``dk, dv`` for all query heads (bf16) and sums them
+    per kv head afterwards: the extra read and write of ``2 x kv_rows x heads x head_dim``."""
+    if not family.gqa_expand_backward or shape.heads == shape.kv_heads:
         return 0.0
-    extra = 2 * 2 * 2.0 * batch * kv_rows * heads * head_dim
+    extra = 2 * 2 * 2.0 * shape.batch * kv_rows * shape.heads * shape.head_dim
     return _stream(extra, memory_bandwidth) + 2 * family.elementwise_overhead_s
 
 
@@ -154,11 +151,11 @@ def _stream(nbytes: float, memory_bandwidth: float) -> float:
 
 class StepModel:
     """Per-host seconds of each ring step of one run under a kernel family: the call its
-    layout makes (``attention_call_seconds``) plus the work between calls. Durations are
+    layout makes (``kernel_model.call_seconds``) plus the work between calls. Durations are
     computed once per distinct (kind, relation, work, first, last) and shared."""
 
     def __init__(self, config, family: KernelFamily):
-        self.config, self.family = config, for_hardware(family, config.hardware)
+        self.config, self.family = config, for_hardware(family, config.machine.hardware)
         self.cache: dict[tuple, float] = {}
         self.calls = CallTimer(config)
         host = self.family.host_call_s
@@ -215,39 +212,34 @@ class StepModel:
         """``(q, k, mask, visible, sliced)`` of the call a host makes, or ``None`` (skipped):
         the layout's answer (``Layout.step_call``)."""
         cfg = self.config
-        documents = cfg.segment_ids is not None
-        layout = get_layout(cfg.layout)
+        documents = cfg.run.segment_ids is not None
+        layout = get_layout(cfg.run.layout)
         return layout.step_call(
-            kind, relation, work, cfg.block_tokens, causal=cfg.causal, documents=documents
+            kind, relation, work, cfg.block_tokens, causal=cfg.run.causal, documents=documents
         )
 
     def _cell(self, pass_: str, kind, relation, work, first: bool, last: bool) -> float:
         cfg, fam = self.config, self.family
-        hbm = cfg.hardware.memory_bandwidth
-        shape = dict(heads=cfg.heads, head_dim=cfg.head_dim, batch=cfg.batch)
+        hbm, shape = cfg.machine.hardware.memory_bandwidth, cfg.shape
         call = self.call(kind, relation, work)
         total = 0.0
         if call is not None:
             q, k, mask, visible, sliced = call
             total += self.calls.seconds(pass_, q, k, mask, visible)
-            if pass_ == "forward":
+            if pass_ == Pass.FORWARD:
                 op = "first" if first else ("slice" if sliced else "merge")
-                total += merge_seconds(fam, hbm, op=op, rows=q, **shape)
+                total += merge_seconds(fam, hbm, shape, op=op, rows=q)
             else:
                 op = "first" if first else "accumulate"
-                total += grad_seconds(
-                    fam, hbm, op=op, q_rows=q, kv_rows=k, kv_heads=cfg.kv_heads, **shape
-                )
-                total += gqa_backward_seconds(fam, hbm, kv_rows=k, kv_heads=cfg.kv_heads, **shape)
+                total += grad_seconds(fam, hbm, shape, op=op, q_rows=q, kv_rows=k)
+                total += gqa_backward_seconds(fam, hbm, shape, kv_rows=k)
         c = cfg.block_tokens
         if last:
-            if pass_ == "forward":
-                total += merge_seconds(fam, hbm, op="final", rows=c, **shape)
+            if pass_ == Pass.FORWARD:
+                total += merge_seconds(fam, hbm, shape, op="final", rows=c)
             else:
-                total += grad_seconds(
-                    fam, hbm, op="final", q_rows=c, kv_rows=c, kv_heads=cfg.kv_heads, **shape
-                )
-        if self.host_call_s and cfg.hosts > 1:  # the host issues the step's calls
+                total += grad_seconds(fam, hbm, shape, op="final", q_rows=c, kv_rows=c)
+        if self.host_call_s and cfg.run.hosts > 1:  # the host issues the step's calls
             calls = host_calls(pass_, call, c, first=first, last=last)
             total = max(total, calls * self.host_call_s)
         return total

@@ -20,45 +20,58 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.checks import check_choice
-from ringsim.schedule import Schedule
-from ringsim.timer.cost import attention_flops, ffn_flops, partial_bytes, projection_flops
+from ringsim.schedule import RING_PASSES, Pass, Schedule
 from ringsim.timer.engine.clock import Costs, decode_seconds
 from ringsim.timer.engine.config import ENGINES, RingConfig
 from ringsim.timer.engine.engines import RING_ENGINES
-from ringsim.timer.engine.result import Recorder, SimResult, check_fits, timeline_bytes
+from ringsim.timer.engine.result import (
+    Recorder,
+    SimResult,
+    check_finite_makespan,
+    check_fits,
+    timeline_bytes,
+)
 
 
 @dataclass
 class _Phase:
+    """One phase of a pass: its timeline rows, counted up front and labelled only when a
+    timeline is kept (a label per ring step of a huge ring would cost gigabytes before the
+    size check could refuse it)."""
+
     kind: str  # "ring" | "local" | "decode"
-    labels: list[str]
+    names: list[str]  # the labels; a ring phase (one with a schedule): a prefix per step
     schedule: Schedule | None = None
     flops: float = 0.0
 
     @property
     def rows(self) -> int:
-        return len(self.labels)
+        return len(self.names) if self.schedule is None else self.schedule.steps
+
+    @property
+    def labels(self) -> list[str]:
+        if self.schedule is None:
+            return self.names
+        return [f"{self.names[0]}{s}" for s in range(self.rows)]
 
 
 def _ring_phase(schedule: Schedule, prefix: str) -> _Phase:
-    return _Phase("ring", [f"{prefix}{s}" for s in range(schedule.steps)], schedule)
+    return _Phase("ring", [prefix], schedule)
 
 
 def _phases(config: RingConfig) -> list[_Phase]:
-    if config.pass_ == "decode":
-        rounds = math.ceil(math.log2(config.hosts)) if config.hosts > 1 else 0
+    if config.run.pass_ == Pass.DECODE:  # ceil(log2 P) rounds: a few dozen labels at most
+        rounds = math.ceil(math.log2(config.run.hosts)) if config.run.hosts > 1 else 0
         return [_Phase("decode", ["partial"] + [f"merge {r}" for r in range(rounds)])]
-    if config.pass_ in ("forward", "backward"):
+    if config.run.pass_ in RING_PASSES:
         return [_ring_phase(config.schedule(), "")]
     # A transformer block's training step, per host on its c tokens:
     #   fwd: q/k/v projections -> ring attention -> output projection + MLP
     #   bwd: MLP + output projection -> ring attention backward -> q/k/v projections
-    tokens = config.block_tokens * config.batch
-    dims = (config.d_model, config.heads, config.kv_heads, config.head_dim)
-    qkv_f, out_f = projection_flops(tokens, *dims)
-    qkv_b, out_b = projection_flops(tokens, *dims, pass_="backward")
-    mlp_f = ffn_flops(tokens, config.d_model, config.ffn)
-    mlp_b = ffn_flops(tokens, config.d_model, config.ffn, pass_="backward")
+    shape, tokens = config.shape, config.block_tokens * config.shape.batch
+    qkv_f, out_f = shape.projection_flops(tokens)
+    qkv_b, out_b = shape.projection_flops(tokens, "backward")
+    mlp_f, mlp_b = shape.ffn_flops(tokens), shape.ffn_flops(tokens, "backward")
     forward = [
         _Phase("local", ["qkv-proj"], flops=qkv_f),
         _ring_phase(config.schedule("forward"), "fwd "),
@@ -72,7 +85,7 @@ def _phases(config: RingConfig) -> list[_Phase]:
     ]
     return (
         forward
-        + (recompute if config.recompute else [])
+        + (recompute if config.run.recompute else [])
         + [
             _Phase("local", ["mlp+o-proj bwd"], flops=mlp_b + out_b),
             _ring_phase(config.schedule("backward"), "bwd "),
@@ -86,14 +99,12 @@ def _decode(config: RingConfig, costs: Costs, ready, rec: Recorder, rows: int) -
     ``k 2^(r+1)`` receives the partial of ``k 2^(r+1) + 2^r`` and merges it into its own (the
     same tree as ``ringsim.numerics.decode.tree_merge``). One code path serves both engines:
     the rounds are a handful of independent transfers."""
-    P, clock = config.hosts, costs.clock
+    P, clock, shape = config.run.hosts, costs.clock, config.shape
     # memory bound, so not clock.compute(flops): the speed factor scales the whole scan
     partial = clock.jitter(decode_seconds(config, config.block_tokens) / clock.speed)
-    costs.flops_total += P * attention_flops(
-        1, config.block_tokens, config.heads, config.head_dim, batch=config.batch
-    )
-    merge_flops = 5.0 * config.batch * config.heads * (config.head_dim + 2)
-    message = partial_bytes(config.heads, config.head_dim, batch=config.batch)
+    costs.flops_total += P * shape.flops(1, config.block_tokens)
+    merge_flops = 5.0 * shape.batch * shape.heads * (shape.head_dim + 2)
+    message = shape.partial_bytes()
     done = ready + partial
     rec.row(ready, done.copy(), dense=False)
     for r in range(rows - 1):
@@ -135,32 +146,41 @@ def simulate(
     if keep_timeline is not None and not isinstance(keep_timeline, bool | np.bool_):
         raise ValueError(f"keep_timeline must be True, False or None, got {keep_timeline!r}")
     phases = _phases(config)
-    rows, P = sum(p.rows for p in phases), config.hosts
+    rows, P = sum(p.rows for p in phases), config.run.hosts
     if keep_timeline is None:
         keep_timeline = timeline_bytes(config, rows) <= KEEP_TIMELINE_BYTES
     check_fits(config, rows, keep=keep_timeline, engine=engine)
-    early_kv = config.overlap and config.pass_ in ("backward", "train-step")
+    early_kv = config.run.overlap and config.run.pass_.has_backward
     rec = Recorder(P, rows, keep=keep_timeline, early_kv=early_kv)
     costs = Costs(config)
     ready = np.zeros(P)
     schedule = None
-    for phase in phases:
-        if phase.kind == "local":
-            ready = _local(costs, phase, ready, rec)
-        elif phase.kind == "decode":
-            _decode(config, costs, ready, rec, phase.rows)
-        else:
-            schedule = phase.schedule
-            if config.hardware.pass_overhead_s:
-                ready = ready + config.hardware.pass_overhead_s / costs.clock.speed
-            ready, sent = _ring(engine, schedule, costs, config.overlap, ready, rec)
-            if schedule.pass_ == "backward" and P > 1:  # dk, dv must be home before use
-                ready = np.maximum(ready, sent[schedule.recv_from])
-    result = SimResult(config, None, schedule, costs.flops_total, engine, rec.stats())
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, by name
+        for phase in phases:
+            if phase.kind == "local":
+                ready = _local(costs, phase, ready, rec)
+            elif phase.kind == "decode":
+                _decode(config, costs, ready, rec, phase.rows)
+            else:
+                schedule = phase.schedule
+                if config.machine.hardware.pass_overhead_s:
+                    ready = ready + config.machine.hardware.pass_overhead_s / costs.clock.speed
+                ready, sent = _ring(engine, schedule, costs, config.run.overlap, ready, rec)
+                if schedule.pass_ == Pass.BACKWARD and P > 1:  # dk, dv must be home before use
+                    ready = np.maximum(ready, sent[schedule.recv_from])
+        stats = rec.stats()
+    check_finite_makespan(config, stats.makespan)
+    result = SimResult(config, None, schedule, costs.flops_total, engine, stats)
     if keep_timeline:
-        meta = {"pass": config.pass_, "engine": engine, "hardware": config.hardware.name}
+        meta = {
+            "pass": config.run.pass_,
+            "engine": engine,
+            "hardware": config.machine.hardware.name,
+        }
         if early_kv:
-            backward = [p.schedule is not None and p.schedule.pass_ == "backward" for p in phases]
+            backward = [
+                p.schedule is not None and p.schedule.pass_ == Pass.BACKWARD for p in phases
+            ]
             meta["grad_rows"] = np.repeat(backward, [p.rows for p in phases])
         result.timeline = rec.timeline([label for p in phases for label in p.labels], meta)
     else:

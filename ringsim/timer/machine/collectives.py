@@ -15,131 +15,26 @@ for free. NCCL does neither:
   compute kernels beside it. While a transfer runs, compute goes at ``1 - channels / SMs`` of
   its rate: in the timer's overlap rule (``HostClock.overlapped``: both stretched by
   ``(1 - f) min(compute, transfer)``) that is ``f = 1 - channels / SMs``
-  (``overlap_efficiency``).
-
+  (``overlap_efficiency``);
 * **achieved point-to-point bandwidth**: what NCCL's send/recv between two GPUs reaches is well
   below the line rate and below the collectives' bus bandwidth, and differs from machine to
   machine (message size, NCCL version, channels): a machine property known only as a range
-  (``achieved_p2p``, a ``ringsim.timer.machine.ranges.Range`` per preset), which a ring's hop
+  (``Hardware.p2p_bandwidth``, a ``ringsim.timer.machine.ranges.Range``), which a ring's hop
   transfers use in place of ``efficiency x`` the line rate.
 
-Every function takes plain numbers (bytes, bytes/s, seconds), so a topology
+The link kinds and their terms (``LinkModel``: NVLink, InfiniBand, PCIe, ...) are in
+``ringsim.timer.machine.links``; a ``Hardware`` names its own (``Hardware.link``). Every
+function here takes plain numbers (bytes, bytes/s, seconds) and a ``LinkModel``, so a topology
 (``ringsim.timer.machine.topology``) can hand in each hop's own link.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim.timer.machine.hardware import Hardware
-from ringsim.timer.machine.ranges import Range, middle
-
-
-@dataclass(frozen=True)
-class LinkModel:
-    """How NCCL uses one kind of link: ``efficiency`` of the line rate for large messages,
-    ``ll_efficiency`` below ``ll_threshold`` bytes, ``channels`` SMs its kernel occupies."""
-
-    name: str
-    efficiency: float
-    ll_threshold: float = 16384.0
-    ll_efficiency: float = 0.5
-    channels: int = 4
-    source: str = ""
-
-    def __post_init__(self) -> None:
-        for attr in ("efficiency", "ll_efficiency"):
-            value = getattr(self, attr)
-            if not 0.0 < value <= 1.0:
-                raise ValueError(f"{attr} must be in (0, 1], got {value!r}")
-        if self.ll_threshold < 0:
-            raise ValueError(f"ll_threshold must be >= 0, got {self.ll_threshold!r}")
-        if isinstance(self.channels, bool) or not isinstance(self.channels, int):
-            raise ValueError(f"channels must be a non-negative integer, got {self.channels!r}")
-        if self.channels < 0:
-            raise ValueError(f"channels must be a non-negative integer, got {self.channels!r}")
-
-
-_CHANNELS = (
-    "channels: estimate, NCCL splits its p2p channels (32) over the peers of an 8-GPU "
-    "communicator, ~4 thread blocks per peer; not measured here"
-)
-NVLINK = LinkModel(
-    "nvlink",
-    0.8,
-    source="NCCL over NVLink reaches ~80% of line rate: H100 ~370 of 450 GB/s "
-    "(NVIDIA/nccl-tests#212, maintainer), A100 ~230 of 300 (NVIDIA/nccl-tests#149), H800 160 of "
-    "200 GB/s (deepseek-ai/DeepSeek-V3#28); LL below NCCL_P2P_LL_THRESHOLD = 16 KiB (NCCL "
-    f"environment docs) at half the link; {_CHANNELS}",
-)
-INFINIBAND = LinkModel(
-    "infiniband",
-    0.9,
-    channels=2,
-    source="estimate: NCCL over one NIC per GPU reaches ~90% of the port's rate; 2 thread "
-    "blocks per net peer (NCCL_NCHANNELS_PER_NET_PEER default 2, NCCL environment docs)",
-)
-IDEAL = LinkModel(
-    "ideal",
-    1.0,
-    ll_threshold=0.0,
-    ll_efficiency=1.0,
-    channels=0,
-    source="the ideal link: line rate, no SMs taken",
-)
-
-
-_HOPPER_P2P = (
-    "NVIDIA/nccl-tests#268: sendrecv_perf between 2 NVLink H100s reaches ~80 GB/s at the "
-    "default sizes, rising to a ~180 GB/s plateau for messages up to 4 GB (nvbandwidth on "
-    "the same pair: 260 GB/s)"
-)
-ACHIEVED_P2P: dict[str, Range] = {
-    "h100-nvlink": Range(80e9, middle(80e9, 180e9), 180e9, "low", _HOPPER_P2P),
-    "h200-nvlink": Range(
-        80e9, middle(80e9, 180e9), 180e9, "low", f"{_HOPPER_P2P}; NVLink4 as the H100's"
-    ),
-    "h800-nvlink": Range(
-        80e9,
-        middle(80e9, 160e9),
-        160e9,
-        "low",
-        f"{_HOPPER_P2P}; the high end capped by the H800's link: ~160 of 200 GB/s one-way "
-        "measured by DeepSeek (deepseek-ai/DeepSeek-V3#28)",
-    ),
-    "a100-nvlink": Range(
-        72e9,
-        middle(72e9, 230e9),
-        230e9,
-        "low",
-        "NVIDIA/nccl-tests#331: sendrecv_perf between 2 A100s over NVLink3 tops at 72 GB/s; "
-        "high end the collective bus bandwidth of an 8xA100 NVSwitch box, ~230 GB/s "
-        "(all_reduce_perf busbw, NVIDIA/nccl-tests#149), which point-to-point does not exceed",
-    ),
-}
-"""Achieved NCCL send/recv bytes/s on one ring hop, by hardware preset (NVLink presets; the
-others keep ``efficiency x`` the line rate)."""
-
-ACHIEVED = LinkModel(
-    "achieved p2p",
-    1.0,
-    source="NCCL send/recv at a measured achieved bandwidth (ACHIEVED_P2P): no further "
-    "protocol efficiency on large messages; LL below 16 KiB at half of it; channels as NVLink",
-)
-
-
-def achieved_p2p(hardware: Hardware) -> Range | None:
-    """The achieved send/recv bandwidth range of ``hardware`` (``None``: not known; its hops
-    move at ``link_model(hardware).efficiency`` of the line rate)."""
-    return ACHIEVED_P2P.get(hardware.name)
-
-
-def link_model(hardware: Hardware) -> LinkModel:
-    """The NCCL link model of a preset: InfiniBand for ``*-ib``, else NVLink."""
-    return INFINIBAND if hardware.name.endswith("-ib") else NVLINK
+from ringsim.timer.machine.links import NVLINK, LinkModel
 
 
 def p2p_seconds(

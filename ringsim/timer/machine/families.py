@@ -7,6 +7,12 @@ whether its transfers behave like NCCL. The GPU curves come from **single-GPU ke
 benchmarks** (the FlashAttention-2 and -3 papers' figures; each ``Curve.source`` names its
 figure), never from a ring measurement; ``ideal`` is the Ring Attention paper's model and
 ``torch`` the CPU fallback, calibrated by ``ringsim calibrate``.
+
+A family says where it runs and what it models, and the rest of the code asks it: it runs on a
+device whose chip (``Hardware.arch``) it has a curve for (``runs_on``, ``check_runs_on``: the
+ideal model runs anywhere, the CPU torch block only on a CPU), and it is the paper's model
+(``ideal``), a kernel timed from its published curves, or a block calibrated on the machine
+itself whose terms are the hardware profile's (``calibrated``).
 """
 
 from __future__ import annotations
@@ -16,16 +22,12 @@ import math
 from dataclasses import dataclass, field
 
 from ringsim.checks import check_choice
+from ringsim.timer.machine.arch import CPU
 from ringsim.timer.machine.hardware import Hardware
 from ringsim.timer.machine.ranges import Range, middle
 
 MERGES = ("none", "torch", "fused")
 LOOPS = ("keys", "queries")
-
-#: GPU architecture of a hardware preset, by the preset's name prefix.
-ARCH_OF_PREFIX = {"a100": "ampere", "h100": "hopper", "h800": "hopper", "h200": "hopper"}
-#: Streaming multiprocessors: A100 108, H100/H800/H200 SXM 132 (NVIDIA A100 and H100 whitepapers).
-SMS = {"ampere": 108, "hopper": 132}
 
 _FA2_A100 = "FlashAttention-2 paper (arXiv 2307.08691) Fig. 4, A100 80GB SXM4, fwd+bwd"
 _FA3_FIG5 = "FlashAttention-3 paper (arXiv 2407.08608) Fig. 5, H100 80GB SXM5, bf16 forward"
@@ -128,47 +130,71 @@ class KernelFamily:
     host_call_s: Range | None = None
     grad_wire_dtype: str | None = None
 
+    def __hash__(self) -> int:  # the generated hash would hash the curves dict
+        return hash((self.name, self.tile, self.call_overhead_s, self.merge))
+
     @property
     def ideal(self) -> bool:
+        """The Ring Attention paper's model: FLOPs at the peak rate, nothing else."""
         return self.name == "ideal"
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """The architectures this family has curves for (``Arch.name``)."""
+        return tuple(sorted({arch for arch, _ in self.curves}))
+
+    def runs_on(self, hardware: Hardware) -> bool:
+        """Whether this family can time a call on ``hardware``: the ideal model anywhere, a
+        real one where it has a curve for the device's chip (``hardware.arch``)."""
+        if self.ideal:
+            return True
+        return hardware.arch is not None and hardware.arch.name in self.archs
+
+    def check_runs_on(self, hardware: Hardware, *, label: str = "") -> None:
+        """``ValueError`` naming this family (as ``label``, e.g. a flag), the device's chip and
+        the families that do run there, unless ``runs_on(hardware)``."""
+        if self.runs_on(hardware):
+            return
+        arch = "unknown" if hardware.arch is None else hardware.arch.name
+        there = [name for name, f in KERNELS.items() if f.runs_on(hardware)]
+        what = "calibrated block" if self.calibrated else "published curve"
+        label = label or f"implementation {self.name!r}"
+        raise ValueError(
+            f"{label} does not run on hardware {hardware.name!r}: it has no {what} for its "
+            f"architecture ({arch}; it has: {', '.join(self.archs)}); implementations that run "
+            f"there: {', '.join(there)}"
+        )
 
     def launch(self, hardware: Hardware, pass_: str) -> Launch:
         """The ``Launch`` of this family's kernel for ``pass_`` on ``hardware``."""
-        own = self.launches.get((arch_of(hardware), pass_))
+        arch = None if hardware.arch is None else hardware.arch.name
+        own = self.launches.get((arch, pass_))
         return own if own is not None else Launch(self.tile)
 
     def curve(self, hardware: Hardware, pass_: str) -> Curve:
-        """The curve of this family on ``hardware`` (by its architecture) for ``pass_``."""
-        if "cpu" in {arch for arch, _ in self.curves}:
-            return self.curves[("cpu", pass_)]
-        arch = arch_of(hardware)
-        if (arch, pass_) not in self.curves:
-            known = sorted({a for a, _ in self.curves})
-            raise ValueError(
-                f"implementation {self.name!r} has no published curve for hardware "
-                f"{hardware.name!r} (architecture {arch}); it has: {', '.join(known)}"
-            )
-        return self.curves[(arch, pass_)]
+        """The curve of this family on ``hardware`` (by its chip) for ``pass_``."""
+        self.check_runs_on(hardware)
+        return self.curves[(hardware.arch.name, pass_)]
 
 
 def split_count(ctas: int, sms: int, key_tiles: int, max_splits: int = 128) -> int:
     """How many parts FA2 splits a forward call's keys into (``flash_api.cpp``
     ``num_splits_heuristic``): none (1) when its ``ctas`` (64-row query tiles x heads x batch)
     fill 80% of ``2 x sms`` slots; else the fewest splits whose wave efficiency
-    ``n / ceil(n)`` (``n = ctas x splits / (2 sms)`` waves) is within 85% of the best."""
+    ``n / ceil(n)`` (``n = ctas x splits / (2 sms)`` waves) is within 85% of the best. Only an
+    *eligible* count competes, one that changes the key tiles per split (12 splits of 64 tiles
+    are 11 of 6): FA2 scores the others 0, so the best is among the eligible ones (Dao-AILab/
+    flash-attention ``csrc/flash_attn/flash_api.cpp`` @ 0251105, ``num_splits_heuristic``)."""
     slots = 2 * sms
     if ctas >= 0.8 * slots:
         return 1
     top = min(max_splits, slots, key_tiles)
-    eff = [(ctas * n / slots) / math.ceil(ctas * n / slots) for n in range(1, top + 1)]
-    best = max(eff)
-    eligible = lambda n: n == 1 or -(-key_tiles // n) != -(-key_tiles // (n - 1))
-    return next(n for n in range(1, top + 1) if eligible(n) and eff[n - 1] >= 0.85 * best)
-
-
-def arch_of(hardware: Hardware) -> str | None:
-    """``"ampere"``/``"hopper"`` for a GPU preset (by name prefix), else ``None``."""
-    return ARCH_OF_PREFIX.get(hardware.name.split("-")[0].lower())
+    eligible = [
+        n for n in range(1, top + 1) if n == 1 or -(-key_tiles // n) != -(-key_tiles // (n - 1))
+    ]
+    eff = {n: (ctas * n / slots) / math.ceil(ctas * n / slots) for n in eligible}
+    best = max(eff.values())
+    return next((n for n in eligible if eff[n] >= 0.85 * best), 1)
 
 
 def _hd(**factors: float) -> dict[int, float]:
@@ -403,7 +429,7 @@ def torch_family(
     return KernelFamily(
         "torch",
         "the CPU torch block (calibrated by `ringsim calibrate`)",
-        {("cpu", "forward"): curve, ("cpu", "backward"): curve},
+        {(CPU.name, "forward"): curve, (CPU.name, "backward"): curve},
         tile=(128, 128),
         call_overhead_s=call_overhead_s,
         dtypes=("bf16", "fp16", "fp32"),

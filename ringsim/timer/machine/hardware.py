@@ -1,4 +1,4 @@
-"""What one host of the ring can do: FLOP rate, link bandwidth and latency, memory.
+"""What one host of the ring is and can do: its chip, FLOP rate, link and its kind, memory.
 
 Rates are **peak dense** numbers by default (``efficiency=1.0``), as in the Ring Attention
 paper's Table 2, so the overlap thresholds here can be set beside the paper's. Multiply by an
@@ -6,12 +6,20 @@ achieved fraction (``efficiency``) to model a real kernel. Link bandwidth is **p
 in a unidirectional ring each host only sends to one neighbour and receives from the other, so
 the one-way rate is what bounds a transfer.
 
+What a device *is* is a field, never read from its name: its chip (``arch``: SM count, compute
+capability, fp8; ``ringsim.timer.machine.arch``), the kind of its link (``link``: NVLink,
+InfiniBand, PCIe, ICI; ``ringsim.timer.machine.links``) and the point-to-point bandwidth NCCL
+achieves on it (``p2p_bandwidth``, a range). So ``dataclasses.replace(hw, memory_bytes=...)``
+keeps every prediction, and a new device is one ``Hardware`` entry below, or one JSON file of
+the same fields (``load_profile``; ``--hardware my-gpu.json`` on the command line).
+
 A calibrated profile (FLOP/s and bandwidth measured on this machine by the real backend) is
-saved with ``save_profile`` as JSON under ``results/``; the newest ``results/cpu-profile*.json``
-becomes the profile ``cpu-calibrated``. Calibrated profiles are read on first use
-(``calibrated_profiles``: ``import ringsim`` scans nothing) and are not ``PRESETS``: a preset
-states peak rates for every dtype of the paper's comparison, while a calibrated profile knows
-only the dtype it was measured at. ``get_hardware`` finds both.
+saved with ``save_profile`` as JSON of the same schema under ``results/``; the newest
+``results/cpu-profile*.json`` becomes the profile ``cpu-calibrated``. Calibrated profiles are
+read on first use (``calibrated_profiles``: ``import ringsim`` scans nothing) and are not
+``PRESETS``: a preset states peak rates for every dtype of the paper's comparison, while a
+calibrated profile knows only the dtype it was measured at. ``get_hardware`` finds both, and a
+hardware file by its path.
 """
 
 from __future__ import annotations
@@ -21,13 +29,14 @@ import math
 import numbers
 import re
 import sys
-from dataclasses import MISSING, asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, field, replace
 from pathlib import Path
 
-from ringsim.checks import check_choice
 from ringsim.files import read_json_object, write_json
-
-DTYPES = ("bf16", "fp16", "fp32")
+from ringsim.timer.cost import check_dtype
+from ringsim.timer.machine.arch import AMPERE, BLACKWELL, HOPPER, TPU, Arch, get_arch
+from ringsim.timer.machine.links import ICI, IDEAL, INFINIBAND, NVLINK, LinkModel, get_link
+from ringsim.timer.machine.ranges import Range, middle
 
 
 def _check_rate(name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -45,10 +54,6 @@ def _check_rate(name: str, value: object, *, allow_zero: bool = False) -> float:
             f"{value!r}: a subnormal rate makes every time computed from it infinite"
         )
     return value
-
-
-def check_dtype(dtype: object) -> str:
-    return check_choice("dtype", dtype, DTYPES)
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,17 @@ class Hardware:
 
     ``ringsim.timer.simulate`` applies the first, ``HostClock.block`` the
     next three and ``HostClock.overlapped`` the last (which only a run with
-    ``overlap`` reads; ``ringsim.timer.cost.overlap_threshold`` assumes ``f = 1``)."""
+    ``overlap`` reads; ``ringsim.timer.cost.overlap_threshold`` assumes ``f = 1``).
+
+    What the device is: ``arch`` its chip (an ``Arch``, a name of ``ARCHS`` or a dict of its
+    fields; ``None``: unknown, so no real kernel family runs on it), ``link`` the kind of its
+    link (a ``LinkModel`` or a name of ``LINKS``; how NCCL uses it), ``p2p_bandwidth`` the
+    bytes/s NCCL's send/recv achieves between two of them (a ``Range``, or ``None``: not
+    measured, the link kind's efficiency applies), ``sustained_clock`` the clock a training step
+    holds under its power cap over the clock its peaks are quoted at (a ``Range``, or ``None``:
+    not sourced for it; ``ringsim.timer.step.uncertainty`` says what a step assumes then).
+    ``device`` names the product a profile was measured on, ``saved`` when it was written (both
+    empty for a preset)."""
 
     name: str
     flops: dict[str, float]
@@ -97,8 +112,21 @@ class Hardware:
     masked_speed: float = 1.0
     solo_speed: float = 1.0
     overlap_efficiency: float = 1.0
+    arch: Arch | None = None
+    link: LinkModel = IDEAL
+    p2p_bandwidth: Range | None = None
+    sustained_clock: Range | None = None
+    device: str = ""
+    saved: str = field(default="", compare=False)  # when, not what: two saves are one device
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "arch", get_arch(self.arch))
+        object.__setattr__(self, "link", get_link(self.link))
+        for name in ("p2p_bandwidth", "sustained_clock"):
+            object.__setattr__(self, name, _range_or_none(name, getattr(self, name)))
+        for text in ("name", "source", "device", "saved"):
+            if not isinstance(getattr(self, text), str):
+                raise ValueError(f"{text} must be a string, got {getattr(self, text)!r}")
         if not isinstance(self.flops, dict) or not self.flops:
             raise ValueError(f"flops must be a non-empty dict dtype -> FLOP/s, got {self.flops!r}")
         for key, rate in self.flops.items():
@@ -120,6 +148,9 @@ class Hardware:
         if eff > 1:
             raise ValueError(f"efficiency must be in (0, 1], got {eff!r}")
 
+    def __hash__(self) -> int:  # the generated hash would hash the flops dict
+        return hash((self.name, tuple(sorted(self.flops.items())), self.link_bandwidth))
+
     def flops_for(self, dtype: str) -> float:
         """Effective FLOP/s for ``dtype``: peak times ``efficiency``."""
         dtype = check_dtype(dtype)
@@ -130,141 +161,265 @@ class Hardware:
             )
         return self.flops[dtype] * self.efficiency
 
+    def check_fp8(self, what: str) -> None:
+        """``ValueError`` (``what`` needs fp8 tensor cores) unless this device's chip has them
+        (``Arch.fp8``): the one place fp8 is allowed or refused."""
+        if self.arch is None or not self.arch.fp8:
+            chip = "unknown" if self.arch is None else self.arch.name
+            raise ValueError(f"{what} needs fp8 tensor cores; {self.name} (chip: {chip}) has none")
 
-def _preset(name, bf16, fp32, bandwidth, latency, memory, hbm, source) -> Hardware:
-    flops = {"bf16": bf16, "fp16": bf16, "fp32": fp32}
-    return Hardware(name, flops, bandwidth, latency, memory, 1.0, source, hbm)
+    def with_link(self, bandwidth: float | None = None, latency: float | None = None) -> Hardware:
+        """This device on another link (``bandwidth`` bytes/s, ``latency`` s; ``None`` keeps
+        its own): the achieved point-to-point range, measured on its own link, no longer
+        applies (``p2p_bandwidth=None``: the link kind's efficiency times the new rate)."""
+        changes: dict[str, object] = {"p2p_bandwidth": None}
+        if bandwidth is not None:
+            changes["link_bandwidth"] = bandwidth
+        if latency is not None:
+            changes["link_latency"] = latency
+        return replace(self, **changes)
 
+
+def _range_or_none(name: str, value: object) -> Range | None:
+    """``value`` as a ``Range`` (one as is, or a dict of its fields, as a file writes it), or
+    ``None``; else a ``ValueError`` naming ``name``."""
+    if isinstance(value, dict):
+        try:
+            value = Range(**value)
+        except TypeError as err:
+            raise ValueError(f"{name}: {err}") from None
+    if value is not None and not isinstance(value, Range):
+        raise ValueError(f"{name} must be a Range or None, got {value!r}")
+    return value
+
+
+def dense(bf16: float, fp32: float) -> dict[str, float]:
+    """Peak dense FLOP/s per dtype of a GPU whose fp16 tensor-core rate equals its bf16 one."""
+    return {"bf16": bf16, "fp16": bf16, "fp32": fp32}
+
+
+MIB = 2.0**20  # bytes (a float: memory sizes are rates' peers in every formula)
+A100_80GB_BYTES = 81920 * MIB
+"""A100 80GB (SXM and PCIe): 81920 MiB = 85.9e9 bytes, not the marketed 80e9 (nvidia-smi's
+memory.total, what the driver exposes; modal-labs/modal-client PR #2797 lists it per GPU)."""
+H100_80GB_BYTES = 81559 * MIB
+"""H100 SXM 80GB HBM3: 81559 MiB = 85.5e9 bytes (nvidia-smi in NVIDIA/nccl issue #1264 and
+modal-labs/modal-client PR #2797); the H800 SXM carries the same HBM3 stack."""
+H200_BYTES = 143771 * MIB
+"""H200 SXM 141GB HBM3e: 143771 MiB = 150.8e9 bytes (nvidia-smi of 8 x H200 SXM nodes in
+public logs); the marketed 141 GB is the rounded GiB figure (140.4 GiB)."""
+B200_BYTES = 183359 * MIB
+"""B200 SXM: 183359 MiB = 192.3e9 bytes (nvidia-smi of a B200 in a public log); DGX B200 lists
+180 GB per GPU (1,440 GB for 8)."""
+
+_HOPPER_P2P = (
+    "NVIDIA/nccl-tests#268: sendrecv_perf between 2 NVLink H100s reaches ~80 GB/s at the "
+    "default sizes, rising to a ~180 GB/s plateau for messages up to 4 GB (nvbandwidth on "
+    "the same pair: 260 GB/s)"
+)
+HOPPER_P2P = Range(80e9, middle(80e9, 180e9), 180e9, "low", _HOPPER_P2P)
+"""Achieved NCCL send/recv bytes/s between two NVLink4 Hoppers (H100, H200)."""
+
+H100_SXM_CLOCK = Range(
+    1.59 / 1.83,
+    1.0,
+    1.0,
+    "low",
+    "estimate: a training step's sustained clock over the clock the H100 SXM's dense tensor "
+    "peaks are quoted at (989.4 TFLOP/s bf16 = 528 tensor cores x 1,024 FLOP x 1.83 GHz; "
+    "NVIDIA H100 datasheet peaks; G. Lockwood's H100 notes, glennklockwood.com/garden/"
+    "processors/h100: '1.83 GHz (low precision)'). High end and point: the clock the published "
+    "GEMM and attention benchmarks ran at (no source gives a lower sustained clock for a "
+    "training step); low end: the base clock, the floor under the 700 W cap (TechPowerUp GPU "
+    "database, H100 SXM5 80 GB: base 1,590 MHz, boost 1,980 MHz)",
+)
+"""The H100 SXM's sustained clock over its quoted one (``Hardware.sustained_clock``)."""
 
 _BUILTIN = [
-    _preset(
-        "a100-nvlink",
-        312e12,
-        19.5e12,
-        300e9,
-        5e-6,
-        80e9,
-        2.039e12,
-        "A100 SXM 80GB: 312 TFLOP/s dense bf16, 19.5 fp32 (NVIDIA datasheet); NVLink3 600 GB/s "
-        "total = 300 GB/s per direction (Ring Attention paper, Table 2); ~5 us p2p latency",
+    Hardware(
+        name="a100-nvlink",
+        arch=AMPERE,
+        flops=dense(bf16=312e12, fp32=19.5e12),
+        memory_bytes=A100_80GB_BYTES,
+        memory_bandwidth=2.039e12,
+        link=NVLINK,
+        link_bandwidth=300e9,
+        link_latency=5e-6,
+        p2p_bandwidth=Range(
+            72e9,
+            middle(72e9, 230e9),
+            230e9,
+            "low",
+            "NVIDIA/nccl-tests#331: sendrecv_perf between 2 A100s over NVLink3 tops at 72 GB/s; "
+            "high end the collective bus bandwidth of an 8xA100 NVSwitch box, ~230 GB/s "
+            "(all_reduce_perf busbw, NVIDIA/nccl-tests#149), which point-to-point does not "
+            "exceed",
+        ),
+        source="A100 SXM 80GB: 312 TFLOP/s dense bf16, 19.5 fp32 (NVIDIA datasheet); NVLink3 "
+        "600 GB/s total = 300 GB/s per direction (Ring Attention paper, Table 2); ~5 us p2p "
+        "latency"
+        "; memory 81920 MiB, as nvidia-smi reports it",
     ),
-    _preset(
-        "a100-ib",
-        312e12,
-        19.5e12,
-        12.5e9,
-        5e-6,
-        80e9,
-        2.039e12,
-        "A100 SXM 80GB: 312 TFLOP/s dense bf16 (datasheet); InfiniBand 100 Gb/s = 12.5 GB/s per "
-        "GPU per direction (Ring Attention paper, Table 2); ~5 us latency",
+    Hardware(
+        name="a100-ib",
+        arch=AMPERE,
+        flops=dense(bf16=312e12, fp32=19.5e12),
+        memory_bytes=A100_80GB_BYTES,
+        memory_bandwidth=2.039e12,
+        link=INFINIBAND,
+        link_bandwidth=12.5e9,
+        link_latency=5e-6,
+        source="A100 SXM 80GB: 312 TFLOP/s dense bf16 (datasheet); InfiniBand 100 Gb/s = 12.5 "
+        "GB/s per GPU per direction (Ring Attention paper, Table 2); ~5 us latency"
+        "; memory 81920 MiB, as nvidia-smi reports it",
     ),
-    _preset(
-        "h100-nvlink",
-        989e12,
-        67e12,
-        450e9,
-        5e-6,
-        80e9,
-        3.35e12,
-        "H100 SXM 80GB: 989 TFLOP/s dense bf16, 67 fp32 (NVIDIA datasheet); NVLink4 900 GB/s "
-        "total = 450 GB/s per direction; ~5 us p2p latency",
+    Hardware(
+        name="h100-nvlink",
+        arch=HOPPER,
+        flops=dense(bf16=989e12, fp32=67e12),
+        memory_bytes=H100_80GB_BYTES,
+        memory_bandwidth=3.35e12,
+        link=NVLINK,
+        link_bandwidth=450e9,
+        link_latency=5e-6,
+        p2p_bandwidth=HOPPER_P2P,
+        sustained_clock=H100_SXM_CLOCK,
+        source="H100 SXM 80GB: 989 TFLOP/s dense bf16, 67 fp32 (NVIDIA datasheet); NVLink4 900 "
+        "GB/s total = 450 GB/s per direction; ~5 us p2p latency"
+        "; memory 81559 MiB, as nvidia-smi reports it",
     ),
-    _preset(
-        "h200-nvlink",
-        989e12,
-        67e12,
-        450e9,
-        5e-6,
-        141e9,
-        4.8e12,
-        "H200 SXM 141GB: 989 TFLOP/s dense bf16 (same GH100 die as H100), HBM3e 4.8 TB/s "
-        "(datasheet); NVLink4 450 GB/s per direction; ~5 us p2p latency",
+    Hardware(
+        name="h200-nvlink",
+        arch=HOPPER,
+        flops=dense(bf16=989e12, fp32=67e12),
+        memory_bytes=H200_BYTES,
+        memory_bandwidth=4.8e12,
+        link=NVLINK,
+        link_bandwidth=450e9,
+        link_latency=5e-6,
+        p2p_bandwidth=replace(HOPPER_P2P, source=f"{_HOPPER_P2P}; NVLink4 as the H100's"),
+        source="H200 SXM 141GB: 989 TFLOP/s dense bf16 (same GH100 die as H100), HBM3e 4.8 TB/s "
+        "(datasheet); NVLink4 450 GB/s per direction; ~5 us p2p latency"
+        "; memory 143771 MiB, as nvidia-smi reports it",
     ),
-    _preset(
-        "h200-ib",
-        989e12,
-        67e12,
-        50e9,
-        5e-6,
-        141e9,
-        4.8e12,
-        "H200 SXM 141GB: 989 TFLOP/s dense bf16 (datasheet); one ConnectX-7 NDR 400 Gb/s = "
-        "50 GB/s per GPU per direction; ~5 us latency",
+    Hardware(
+        name="h200-ib",
+        arch=HOPPER,
+        flops=dense(bf16=989e12, fp32=67e12),
+        memory_bytes=H200_BYTES,
+        memory_bandwidth=4.8e12,
+        link=INFINIBAND,
+        link_bandwidth=50e9,
+        link_latency=5e-6,
+        source="H200 SXM 141GB: 989 TFLOP/s dense bf16 (datasheet); one ConnectX-7 NDR 400 Gb/s "
+        "= 50 GB/s per GPU per direction; ~5 us latency"
+        "; memory 143771 MiB, as nvidia-smi reports it",
     ),
-    _preset(
-        "h800-nvlink",
-        989e12,
-        67e12,
-        200e9,
-        5e-6,
-        80e9,
-        3.35e12,
-        "H800 SXM 80GB: the H100 SXM die, 989 TFLOP/s dense bf16, HBM3 3.35 TB/s; NVLink cut to "
-        "400 GB/s total = 200 GB/s per direction (DeepEP issue #16 and DeepSeek-V3 issue #28, "
-        "maintainers; DeepSeek measures ~160 GB/s one-way); ~5 us p2p latency",
+    Hardware(
+        name="h800-nvlink",
+        arch=HOPPER,
+        flops=dense(bf16=989e12, fp32=67e12),
+        memory_bytes=H100_80GB_BYTES,
+        memory_bandwidth=3.35e12,
+        link=NVLINK,
+        link_bandwidth=200e9,
+        link_latency=5e-6,
+        p2p_bandwidth=Range(
+            80e9,
+            middle(80e9, 160e9),
+            160e9,
+            "low",
+            f"{_HOPPER_P2P}; the high end capped by the H800's link: ~160 of 200 GB/s one-way "
+            "measured by DeepSeek (deepseek-ai/DeepSeek-V3#28)",
+        ),
+        source="H800 SXM 80GB: the H100 SXM die, 989 TFLOP/s dense bf16, HBM3 3.35 TB/s; NVLink "
+        "cut to 400 GB/s total = 200 GB/s per direction (DeepEP issue #16 and DeepSeek-V3 issue "
+        "#28, maintainers; DeepSeek measures ~160 GB/s one-way); ~5 us p2p latency"
+        "; memory 81559 MiB, as nvidia-smi reports it",
     ),
-    _preset(
-        "tpu-v3",
-        123e12,
-        123e12 / 6,
-        112e9,
-        2e-6,
-        32e9,
-        900e9,
-        "TPU v3: 123 TFLOP/s bf16 per chip, 32 GiB HBM2 at 900 GB/s (Google Cloud docs; the Ring "
-        "Attention paper's Table 2 lists 16 GB, one TensorCore's half); ICI 112 GB/s one-way as "
-        "in that Table 2; fp32 ~ bf16/6 (estimate, as tpu-v4)",
+    Hardware(
+        name="b200-nvlink",
+        arch=BLACKWELL,
+        flops=dense(bf16=2.25e15, fp32=80e12),
+        memory_bytes=B200_BYTES,
+        memory_bandwidth=8e12,
+        link=NVLINK,
+        link_bandwidth=900e9,
+        link_latency=5e-6,
+        source="B200 SXM (HGX, 1000 W): 2.25 PFLOP/s dense bf16/fp16, 80 TFLOP/s fp32 (NVIDIA "
+        "HGX B200 specifications, as tabulated at glennklockwood.com/garden/processors/B200); "
+        "DGX B200: 1,440 GB HBM3e at 64 TB/s for 8 GPUs = 180 GB and 8 TB/s each (NVIDIA DGX B200 "
+        "datasheet); NVLink5 1.8 TB/s total = 900 GB/s per direction; ~5 us p2p latency (as "
+        "NVLink4); no published FlashAttention "
+        "curve on Blackwell yet: the ideal model only",
     ),
-    _preset(
-        "tpu-v4",
-        275e12,
-        275e12 / 6,
-        268e9,
-        2e-6,
-        32e9,
-        1.2e12,
-        "TPU v4: 275 TFLOP/s bf16, 32 GB HBM 1.2 TB/s (Google Cloud docs); ICI 268 GB/s one-way "
-        "as in the Ring Attention paper, Table 2; fp32 ~ bf16/6 (6-pass bf16 matmul, estimate)",
+    Hardware(
+        name="tpu-v3",
+        arch=TPU,
+        flops={"bf16": 123e12, "fp16": 123e12, "fp32": 123e12 / 6},
+        memory_bytes=32e9,
+        memory_bandwidth=900e9,
+        link=ICI,
+        link_bandwidth=112e9,
+        link_latency=2e-6,
+        source="TPU v3: 123 TFLOP/s bf16 per chip, 32 GiB HBM2 at 900 GB/s (Google Cloud docs; "
+        "the Ring Attention paper's Table 2 lists 16 GB, one TensorCore's half); ICI 112 GB/s "
+        "one-way as in that Table 2; fp32 ~ bf16/6 (estimate, as tpu-v4)",
     ),
-    _preset(
-        "tpu-v5e",
-        197e12,
-        197e12 / 6,
-        186e9,
-        2e-6,
-        16e9,
-        819e9,
-        "TPU v5e: 197 TFLOP/s bf16, 16 GB HBM 819 GB/s (Google Cloud docs); ICI ~186 GB/s "
+    Hardware(
+        name="tpu-v4",
+        arch=TPU,
+        flops={"bf16": 275e12, "fp16": 275e12, "fp32": 275e12 / 6},
+        memory_bytes=32e9,
+        memory_bandwidth=1.2e12,
+        link=ICI,
+        link_bandwidth=268e9,
+        link_latency=2e-6,
+        source="TPU v4: 275 TFLOP/s bf16, 32 GB HBM 1.2 TB/s (Google Cloud docs); ICI 268 GB/s "
+        "one-way as in the Ring Attention paper, Table 2; fp32 ~ bf16/6 (6-pass bf16 matmul, "
+        "estimate)",
+    ),
+    Hardware(
+        name="tpu-v5e",
+        arch=TPU,
+        flops={"bf16": 197e12, "fp16": 197e12, "fp32": 197e12 / 6},
+        memory_bytes=16e9,
+        memory_bandwidth=819e9,
+        link=ICI,
+        link_bandwidth=186e9,
+        link_latency=2e-6,
+        source="TPU v5e: 197 TFLOP/s bf16, 16 GB HBM 819 GB/s (Google Cloud docs); ICI ~186 GB/s "
         "one-way (paper-style estimate); fp32 ~ bf16/6 (estimate)",
     ),
 ]
+"""The presets, one keyword entry each: a new device is one more entry (or one JSON file of
+the same fields, ``load_profile``)."""
 
 RESULTS_DIR = Path(__file__).resolve().parents[3] / "results"
 
 
 PROFILE_GLOB = "cpu-profile*.json"  # the files that become ``cpu-calibrated``
-SAVED_KEY = "saved"  # when the profile was written (ISO date-time); not a ``Hardware`` field
 
 
 def save_profile(hw: Hardware, path: str | Path) -> None:
-    """Write ``hw`` as JSON (the fields of ``Hardware`` and the ``saved`` date-time) to
-    ``path``, atomically: a temporary file renamed over ``path``, so a reader (or a crash
-    half-way) never leaves half a profile."""
+    """Write ``hw`` as JSON (the fields of ``Hardware``, ``saved`` set to now) to ``path``,
+    atomically: a temporary file renamed over ``path``, so a reader (or a crash half-way)
+    never leaves half a profile. A preset written so is a hardware file too."""
     from datetime import datetime
 
-    data = {**asdict(hw), SAVED_KEY: datetime.now().isoformat(timespec="seconds")}
-    write_json(path, data, sort_keys=True)
+    saved = replace(hw, saved=datetime.now().isoformat(timespec="seconds"))
+    write_json(path, asdict(saved), sort_keys=True)
 
 
 def load_profile(path: str | Path) -> Hardware:
-    """Read a profile written by ``save_profile``; a bad file (unreadable, empty, truncated, not
-    an object, unknown or missing fields, a bad value) is a ``ValueError`` naming it and the
-    cause. Fields added to ``Hardware`` later (with defaults) may be missing: older profiles
-    load."""
+    """Read a hardware file: a profile written by ``save_profile`` (``ringsim calibrate``, the
+    GPU check) or a device written by hand with the same fields (``arch`` and ``link`` may
+    name an entry of ``ARCHS``/``LINKS`` or give its fields). A bad file (unreadable, empty,
+    truncated, not an object, unknown or missing fields, a bad value) is a ``ValueError``
+    naming it and the cause. Fields added to ``Hardware`` later (with defaults) may be
+    missing: older profiles load."""
     path = Path(path)
     data = read_json_object(path, what="profile")
-    data.pop(SAVED_KEY, None)
     fields = Hardware.__dataclass_fields__
     unknown = set(data) - set(fields)
     if unknown:
@@ -291,7 +446,7 @@ def profile_date(path: str | Path) -> str:
     (such a profile is older than any dated one). Not the file name: ``cpu-profile-test.json``
     must not beat a dated profile by sorting after it."""
     data = read_json_object(path, what="profile")
-    for text in (data.get(SAVED_KEY), data.get("source")):
+    for text in (data.get("saved"), data.get("source")):
         found = _DATE.search(text) if isinstance(text, str) else None
         if found:
             return found.group(0)
@@ -335,17 +490,23 @@ def all_hardware() -> dict[str, Hardware]:
     return PRESETS | calibrated_profiles()[0]
 
 
-def get_hardware(name: str) -> Hardware:
-    """The preset (or calibrated profile) called ``name``."""
-    if not isinstance(name, str):
-        raise ValueError(f"hardware must be a preset name (a string), got {name!r}")
+def get_hardware(name: str | Path) -> Hardware:
+    """The preset (or calibrated profile) called ``name``, else the hardware file at the path
+    ``name`` (``load_profile``: the same fields as a preset)."""
+    if not isinstance(name, str | Path):
+        raise ValueError(f"hardware must be a preset name or a file (a string), got {name!r}")
     known = all_hardware()
-    if name in known:
-        return known[name]
+    if str(name) in known:
+        return known[str(name)]
     errors = calibrated_profiles()[1]
-    if name in errors:
-        raise ValueError(f"hardware {name!r}: {errors[name]}")
-    raise ValueError(f"unknown hardware preset {name!r}; known: {', '.join(known)}")
+    if str(name) in errors:
+        raise ValueError(f"hardware {str(name)!r}: {errors[str(name)]}")
+    if Path(name).is_file():
+        return load_profile(name)
+    raise ValueError(
+        f"unknown hardware preset {str(name)!r} (and no such file); known: {', '.join(known)}, "
+        "or a JSON file of a Hardware's fields"
+    )
 
 
 def default_dtype(hw: Hardware) -> str:
@@ -360,13 +521,15 @@ def custom_hardware(
     latency: float = 0.0,
     memory: float = 80e9,
     dtype: str = "bf16",
+    arch: Arch | str | None = None,
 ) -> Hardware:
     """Hardware from raw numbers: ``flops`` FLOP/s at ``dtype``, ``bandwidth`` bytes/s per
-    direction, ``latency`` seconds per message, ``memory`` bytes."""
+    direction, ``latency`` seconds per message, ``memory`` bytes; ``arch`` its chip (default
+    unknown: only the ideal model runs on it)."""
     dtype = check_dtype(dtype)
     flops = _check_rate("flops", flops)
     bandwidth = _check_rate("bandwidth", bandwidth)
     latency = _check_rate("latency", latency, allow_zero=True)
     memory = _check_rate("memory", memory)
     source = f"custom: {flops:.3g} FLOP/s ({dtype}), {bandwidth:.3g} B/s, {latency:.3g} s latency"
-    return Hardware("custom", {dtype: flops}, bandwidth, latency, memory, 1.0, source)
+    return Hardware("custom", {dtype: flops}, bandwidth, latency, memory, 1.0, source, arch=arch)

@@ -58,28 +58,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringsim.checks import check_choice, check_instance, check_positive_int, check_real
-from ringsim.timer.cost import attention_flops
+from ringsim.schedule import RING_PASSES, Pass
+from ringsim.timer.cost import DTYPE_BYTES, AttentionShape, attention_flops
 from ringsim.timer.machine.families import (
-    SMS,
     Curve,
     KernelFamily,
     Launch,
-    arch_of,
     for_hardware,
     get_family,
     split_count,
 )
-from ringsim.timer.machine.hardware import Hardware, check_dtype
+from ringsim.timer.machine.hardware import Hardware
 from ringsim.timer.machine.ranges import ENDS
 
 __all__ = [
     "BENCHMARK_TOKENS",
-    "CALL_PASSES",
     "HBM_FRACTION",
     "MASKS",
     "TileWork",
     "attention_call_seconds",
     "call_bytes",
+    "call_seconds",
     "cta_efficiency",
     "cta_lengths",
     "cta_makespan",
@@ -89,7 +88,6 @@ __all__ = [
 ]
 
 MASKS = ("full", "causal-diagonal", "offset-causal", "zigzag-half", "documents")
-CALL_PASSES = ("forward", "backward")
 
 #: Achieved fraction of peak HBM bandwidth for streaming kernels (estimate: STREAM-like copies
 #: reach ~90% of the datasheet rate on A100/H100; not fitted to any ring measurement).
@@ -187,7 +185,7 @@ def cta_lengths(
     the looped dimension."""
     M, N = launch.tile
     if launch.loop == "keys":
-        uneven = pass_ == "forward" and mask in ("causal-diagonal", "offset-causal")
+        uneven = pass_ == Pass.FORWARD and mask in ("causal-diagonal", "offset-causal")
         full, masked = _row_tiles(q, k, mask, launch.tile, visible, uneven)
         fixed = curve.keys_half / N
     else:
@@ -301,36 +299,33 @@ MAX_CALL_SIZE = 2**31 - 1
 grid and offsets in 32-bit integers (CUDA's grid x limit is 2^31 - 1)."""
 
 
-def _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dtype, pass_, mask):
+def _check_call(family, q_tokens, k_tokens, shape: AttentionShape, pass_, mask) -> None:
     for name, value in (
         ("q_tokens", q_tokens),
         ("k_tokens", k_tokens),
-        ("heads", heads),
-        ("kv_heads", kv_heads),
-        ("head_dim", head_dim),
-        ("batch", batch),
+        ("heads", shape.heads),
+        ("kv_heads", shape.kv_heads),
+        ("head_dim", shape.head_dim),
+        ("batch", shape.batch),
     ):
         check_positive_int(name, value, at_most=MAX_CALL_SIZE)
-    check_dtype(dtype)
-    check_choice("pass", pass_, CALL_PASSES)
+    check_choice("pass", pass_, RING_PASSES)
     check_choice("mask", mask, MASKS)
-    if dtype not in family.dtypes:
+    if shape.dtype not in family.dtypes:
         raise ValueError(
-            f"dtype {dtype!r} is not run by implementation {family.name!r} "
+            f"dtype {shape.dtype!r} is not run by implementation {family.name!r} "
             f"(it runs: {', '.join(family.dtypes)})"
         )
 
 
-def call_bytes(
-    q: int, k: int, heads: int, kv_heads: int, head_dim: int, dtype: str, pass_: str, batch: int = 1
-) -> float:
-    """HBM bytes one call moves at least: forward reads ``Q, K, V`` and writes ``O`` and the
-    fp32 ``lse``; backward reads ``Q, K, V, O, dO, lse``, writes ``dQ, dK, dV`` and round-trips
-    the fp32 ``dQ`` accumulator."""
-    b = 2 if dtype in ("bf16", "fp16") else 4
-    q_el, kv_el = batch * q * heads * head_dim, batch * k * kv_heads * head_dim
-    lse = 4.0 * batch * q * heads
-    if pass_ == "forward":
+def call_bytes(q: int, k: int, shape: AttentionShape, pass_: str) -> float:
+    """HBM bytes one call of ``q`` queries on ``k`` keys of ``shape`` moves at least: forward
+    reads ``Q, K, V`` and writes ``O`` and the fp32 ``lse``; backward reads ``Q, K, V, O, dO,
+    lse``, writes ``dQ, dK, dV`` and round-trips the fp32 ``dQ`` accumulator."""
+    b, batch, d = DTYPE_BYTES[shape.dtype], shape.batch, shape.head_dim
+    q_el, kv_el = batch * q * shape.heads * d, batch * k * shape.kv_heads * d
+    lse = 4.0 * batch * q * shape.heads
+    if pass_ == Pass.FORWARD:
         return b * (2 * q_el + 2 * kv_el) + lse
     return b * (4 * q_el + 4 * kv_el) + lse + 8.0 * q_el
 
@@ -353,7 +348,8 @@ def attention_call_seconds(
     peak: float | None = None,
     lone_cta_speed: str | float = "point",
 ) -> float:
-    """Seconds of one attention call (see the module docstring for the terms and masks).
+    """Seconds of one attention call (see the module docstring for the terms and masks): the
+    API's edge, its shape given field by field (``call_seconds`` takes an ``AttentionShape``).
 
     ``tile=(M, N)`` overrides the family's tile (of both passes); ``visible`` is the fraction
     of pairs computed (``"documents"`` needs it; for ``"ideal"`` it replaces the mask's own
@@ -361,27 +357,58 @@ def attention_call_seconds(
     TF32 attention); ``lone_cta_speed`` the end of the family's range to assume
     (``"low"``/``"point"``/``"high"``, ``ringsim.timer.machine.ranges``) or a value.
     ``"ideal"`` returns ``attention_flops(q, k, heads, head_dim, work=visible) / peak``."""
+    check_positive_int("kv_heads", kv_heads, at_most=MAX_CALL_SIZE)  # None is no default here
+    shape = AttentionShape(
+        heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, batch=batch
+    )
+    return call_seconds(
+        family,
+        hardware,
+        shape,
+        q_tokens=q_tokens,
+        k_tokens=k_tokens,
+        pass_=pass_,
+        mask=mask,
+        tile=tile,
+        visible=visible,
+        peak=peak,
+        lone_cta_speed=lone_cta_speed,
+    )
+
+
+def call_seconds(
+    family: str | KernelFamily,
+    hardware: Hardware,
+    shape: AttentionShape,
+    *,
+    q_tokens: int,
+    k_tokens: int,
+    pass_: str,
+    mask: str,
+    tile: tuple[int, int] | None = None,
+    visible: float | None = None,
+    peak: float | None = None,
+    lone_cta_speed: str | float = "point",
+) -> float:
+    """Seconds of one call of ``q_tokens`` queries on ``k_tokens`` keys of the layer ``shape``
+    (``attention_call_seconds`` says the rest)."""
     check_instance("hardware", hardware, Hardware, "a Hardware (ringsim.get_hardware(name))")
     family = for_hardware(get_family(family), hardware)
-    _check_call(family, q_tokens, k_tokens, heads, kv_heads, head_dim, batch, dtype, pass_, mask)
+    _check_call(family, q_tokens, k_tokens, shape, pass_, mask)
+    dtype, head_dim = shape.dtype, shape.head_dim
     rate = hardware.flops_for(dtype) if peak is None else check_real("peak", peak, positive=True)
     if visible is not None and not 0.0 <= check_real("visible", visible) <= 1.0:
         raise ValueError(f"visible must be a fraction in [0, 1], got {visible!r}")
     if family.ideal:
         if visible is None:
             visible = _visible_fraction(q_tokens, k_tokens, mask)
-        flops = attention_flops(
-            q_tokens, k_tokens, heads, head_dim, work=visible, pass_=pass_, batch=batch
-        )
-        return flops / rate
+        return shape.flops(q_tokens, k_tokens, work=visible, pass_=pass_) / rate
     tile = None if tile is None else _check_tile(tile)
     curve = family.curve(hardware, pass_)
-    if "cpu" in {arch for arch, _ in family.curves}:  # HostClock.block's calibrated rule
+    if family.calibrated:  # HostClock.block's calibrated rule
         if visible is None:
             visible = _visible_fraction(q_tokens, k_tokens, mask)
-        flops = attention_flops(
-            q_tokens, k_tokens, heads, head_dim, work=visible, pass_=pass_, batch=batch
-        )
+        flops = shape.flops(q_tokens, k_tokens, work=visible, pass_=pass_)
         masked = curve.masked_speed if mask != "full" and mask != "zigzag-half" else 1.0
         return family.call_overhead_s + flops / (rate * masked)
     launch = family.launch(hardware, pass_)
@@ -393,24 +420,23 @@ def attention_call_seconds(
     tile_rate = rate * curve.fraction * curve.head_dim_factor(head_dim)
     if mask in CAUSAL_MASKS:
         tile_rate *= curve.causal_factor
-    work = float(one.sum()) * heads * batch
-    arch = arch_of(hardware)
-    if arch is not None and work > 0 and family.wave_tail:  # relative to the benchmark's
+    grids = shape.heads * shape.batch  # one grid of CTAs per (head, sequence)
+    work = float(one.sum()) * grids
+    sms = hardware.arch.sms
+    if sms and work > 0 and family.wave_tail:  # relative to the benchmark's
         lone = _lone_speed(family, lone_cta_speed)
         if launch.split_kv:  # few CTAs: each query tile's keys shared among more CTAs
-            split = split_count(-(-q_tokens // 64) * heads * batch, SMS[arch], -(-k_tokens // 128))
+            split = split_count(-(-q_tokens // 64) * grids, sms, -(-k_tokens // 128))
             one = np.repeat(one / split, split) if split > 1 else one
         seq = int(min(max(2 ** round(math.log2(q_tokens)), 512), BENCHMARK_TOKENS))
         terms = _Terms(curve.keys_half, curve.masked_speed)
-        bench = _benchmark_efficiency(
-            launch, terms, SMS[arch], lone, seq, mask in CAUSAL_MASKS, pass_
-        )
-        key = (one.tobytes(), heads * batch, SMS[arch], launch.ctas_per_sm, lone)
+        bench = _benchmark_efficiency(launch, terms, sms, lone, seq, mask in CAUSAL_MASKS, pass_)
+        key = (one.tobytes(), grids, sms, launch.ctas_per_sm, lone)
         tile_rate *= _grid_efficiency(*key, launch.longest_first) / bench
     compute = work * tile_flops / tile_rate
     floor = 0.0
     if hardware.memory_bandwidth > 0:
-        moved = call_bytes(q_tokens, k_tokens, heads, kv_heads, head_dim, dtype, pass_, batch)
+        moved = call_bytes(q_tokens, k_tokens, shape, pass_)
         floor = moved / (hardware.memory_bandwidth * HBM_FRACTION)
     return family.call_overhead_s + max(compute, floor)
 
@@ -418,32 +444,28 @@ def attention_call_seconds(
 def decode_call_seconds(
     family: str | KernelFamily,
     hardware: Hardware,
+    shape: AttentionShape,
     *,
     tokens: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    dtype: str,
-    batch: int = 1,
     peak: float | None = None,
 ) -> float:
-    """Seconds for one query to attend ``tokens`` cached keys under a real family: its fixed
-    cost per call plus the larger of the FLOPs at the family's long-row rate (its curve's
-    ``fraction`` and head-dim factor, no short-row or tile terms: a decode kernel splits the
-    keys over the SMs) and the cache streamed at the achieved HBM rate."""
+    """Seconds for one query of ``shape`` to attend ``tokens`` cached keys under a real family:
+    its fixed cost per call plus the larger of the FLOPs at the family's long-row rate (its
+    curve's ``fraction`` and head-dim factor, no short-row or tile terms: a decode kernel splits
+    the keys over the SMs) and the cache streamed at the achieved HBM rate."""
     family = for_hardware(get_family(family), hardware)
-    _check_call(family, 1, tokens, heads, kv_heads, head_dim, batch, dtype, "forward", "full")
-    rate = hardware.flops_for(dtype) if peak is None else float(peak)
+    _check_call(family, 1, tokens, shape, "forward", "full")
+    rate = hardware.flops_for(shape.dtype) if peak is None else float(peak)
     if family.ideal:
         raise ValueError("decode_call_seconds times a real family; 'ideal' is timer.decode_seconds")
-    flops = attention_flops(1, tokens, heads, head_dim, batch=batch)
-    if "cpu" not in {arch for arch, _ in family.curves}:
+    flops = shape.flops(1, tokens)
+    if not family.calibrated:
         curve = family.curve(hardware, "forward")
-        rate *= curve.fraction * curve.head_dim_factor(head_dim)
+        rate *= curve.fraction * curve.head_dim_factor(shape.head_dim)
     compute = flops / rate
     floor = 0.0
     if hardware.memory_bandwidth > 0:
-        moved = call_bytes(1, tokens, heads, kv_heads, head_dim, dtype, "forward", batch)
+        moved = call_bytes(1, tokens, shape, "forward")
         floor = moved / (hardware.memory_bandwidth * HBM_FRACTION)
     return family.call_overhead_s + max(compute, floor)
 
@@ -480,7 +502,7 @@ def _visible_fraction(q: int, k: int, mask: str) -> float:
 def kind_rate(hardware: Hardware, value: str | float, dtype: str = "bf16") -> float:
     """A per-kind FLOP rate: a number (FLOP/s) or a precision name relative to the hardware's
     ``dtype`` rate: ``"tf32"`` half of it (A100/H100 datasheets: dense TF32 = bf16 / 2),
-    ``"fp8"`` twice it (H100 datasheet; refused on Ampere, which has no fp8 tensor cores),
+    ``"fp8"`` twice it (H100 datasheet; only on a chip with fp8 tensor cores, ``Arch.fp8``),
     ``"bf16"``/``"fp16"``/``"fp32"`` the hardware's own rate for that dtype."""
     if isinstance(value, str):
         if value in ("bf16", "fp16", "fp32"):
@@ -488,8 +510,7 @@ def kind_rate(hardware: Hardware, value: str | float, dtype: str = "bf16") -> fl
         if value == "tf32":
             return hardware.flops_for(dtype) / 2.0
         if value == "fp8":
-            if arch_of(hardware) == "ampere":
-                raise ValueError(f"rate 'fp8' needs fp8 tensor cores; {hardware.name} has none")
+            hardware.check_fp8("rate 'fp8'")
             return hardware.flops_for(dtype) * 2.0
         known = "bf16, fp16, fp32, tf32, fp8"
         raise ValueError(f"rate must be FLOP/s or one of {known}, got {value!r}")

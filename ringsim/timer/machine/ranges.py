@@ -11,7 +11,7 @@ as an interval over them.
 Names (``RANGES``):
 
 * ``p2p_bandwidth``: achieved NCCL send/recv bytes/s on a ring hop, a machine property
-  (``ringsim.timer.machine.collectives.achieved_p2p``);
+  (``Hardware.p2p_bandwidth``, ``ringsim.timer.machine.hardware``);
 * ``host_call_s``: host seconds per PyTorch call of the ring loop, a property of the ring code
   (``KernelFamily.host_call_s``);
 * ``lone_cta_speed``: the rate of a thread block alone on its SM relative to the SM's rate

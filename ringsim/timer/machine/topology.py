@@ -45,7 +45,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ringsim.checks import check_positive_int
-from ringsim.timer.machine.hardware import Hardware, get_hardware
+from ringsim.timer.machine.arch import ADA, AMPERE
+from ringsim.timer.machine.hardware import A100_80GB_BYTES, Hardware, dense, get_hardware
+from ringsim.timer.machine.links import PCIE
 
 
 @dataclass(frozen=True)
@@ -263,37 +265,31 @@ def _check_rate(name: str, value: object, *, positive: bool = False) -> float:
 
 # -- devices the hardware presets do not have ------------------------------------------------
 _L20 = Hardware(
-    "l20",
-    {"bf16": 119.5e12, "fp16": 119.5e12, "fp32": 59.8e12},
-    31.5e9,
-    5e-6,
-    48e9,
-    1.0,
-    "NVIDIA L20 48GB (AD102, PCIe 4.0 x16): 119.5 TFLOP/s dense bf16/fp16 and 59.8 fp32 as "
-    "vendors list it (no NVIDIA datasheet in our sources), GDDR6 864 GB/s (technical.city, "
+    name="l20",
+    arch=ADA,
+    flops=dense(bf16=119.5e12, fp32=59.8e12),
+    memory_bytes=48e9,
+    memory_bandwidth=864e9,
+    link=PCIE,
+    link_bandwidth=31.5e9,
+    link_latency=5e-6,
+    source="NVIDIA L20 48GB (AD102, PCIe 4.0 x16): 119.5 TFLOP/s dense bf16/fp16 and 59.8 fp32 "
+    "as vendors list it (no NVIDIA datasheet in our sources), GDDR6 864 GB/s (technical.city, "
     "topcpu.net spec pages); link: PCIe 4.0 x16 ~31.5 GB/s per direction",
-    864e9,
 )
 _A100_PCIE = Hardware(
-    "a100-pcie",
-    {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
-    31.5e9,
-    5e-6,
-    80e9,
-    1.0,
-    "A100 PCIe 80GB: 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet; DeepSeek Fire-Flyer, arXiv "
-    "2408.14158 Table II measures 83% of SXM's GEMM rate); PCIe 4.0 x16 ~31.5 GB/s per direction",
-    1.935e12,
+    name="a100-pcie",
+    arch=AMPERE,
+    flops=dense(bf16=312e12, fp32=19.5e12),
+    memory_bytes=A100_80GB_BYTES,
+    memory_bandwidth=1.935e12,
+    link=PCIE,
+    link_bandwidth=31.5e9,
+    link_latency=5e-6,
+    source="A100 PCIe 80GB: 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet; DeepSeek Fire-Flyer, "
+    "arXiv 2408.14158 Table II measures 83% of SXM's GEMM rate); PCIe 4.0 x16 ~31.5 GB/s per "
+    "direction; memory 81920 MiB, as nvidia-smi reports it",
 )
-_H800 = replace(
-    get_hardware("h100-nvlink"),
-    name="h800",
-    link_bandwidth=200e9,
-    source="H800 SXM: H100 compute and memory (datasheet) with NVLink cut to 400 GB/s "
-    "bidirectional = 200 GB/s per direction (press reports; DeepSeek-V3, arXiv 2412.19437 "
-    "Sec. 3.2.2, measures ~160 GB/s)",
-)
-
 PCIE4_X16 = 31.5e9
 """PCIe 4.0 x16: ~31.5 GB/s per direction (ml-engineering network/README.md, PCIe table)."""
 
@@ -338,7 +334,7 @@ CLUSTERS: dict[str, Cluster] = {
         ),
         Cluster(
             "hgx-h800",
-            _H800,
+            get_hardware("h800-nvlink"),
             8,
             200e9,
             5e-6,

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ringsim.timer.machine.families import SMS, arch_of
 from ringsim.timer.machine.hardware import Hardware
 
 GEMM_DTYPES = ("bf16", "fp16", "fp8", "fp32")
@@ -55,13 +54,16 @@ MAMF_SOURCE = (
 class GemmCurve:
     """Achieved FLOP/s of one architecture and dtype against ``K`` at ``M = N = m_n``:
     ``k`` and ``flops`` the published points; ``estimate`` True when the curve is not a
-    measurement of that architecture (see the module docstring)."""
+    measurement of that architecture (see the module docstring); ``peak`` the dense peak of
+    the device it was measured on, so a device of the same chip at another peak scales it
+    (``None``: used as is)."""
 
     k: tuple[int, ...]
     flops: tuple[float, ...]
     m_n: int
     source: str
     estimate: bool = False
+    peak: float | None = None
 
     def rate_at(self, k: int) -> float:
         """FLOP/s at reduction length ``k`` (log-linear interpolation of the sweep)."""
@@ -83,6 +85,7 @@ HOPPER_BF16 = GemmCurve(
     f"{TILELANG_H800}: benchmark/matmul/README.md (github.com/xwhzz/tilelang @ b2acfc3, "
     "kernels @ 17bd0a6), FP16 (bf16 runs the same tensor-core rate). Cross-check: cuBLAS's "
     f"best bf16 shape on H100 SXM reaches 792.1 TFLOP/s ({MAMF_SOURCE}), 3% above this sweep's top",
+    peak=989e12,  # H800 SXM: the H100 SXM's dense bf16 peak
 )
 HOPPER_FP8 = GemmCurve(
     _K,
@@ -103,17 +106,15 @@ CURVES: dict[tuple[str, str], GemmCurve] = {
     ("ampere", "bf16"): AMPERE_BF16,
     ("ampere", "fp16"): AMPERE_BF16,
 }
-HOPPER_PEAK = 989e12  # the dense bf16 peak the sweeps are read against
+HOPPER_PEAK = HOPPER_BF16.peak  # the dense bf16 peak the sweeps are read against
 
 
 def check_gemm_dtype(dtype: object, hardware: Hardware) -> str:
-    """``dtype`` if ``hardware`` runs GEMMs in it; fp8 needs Hopper tensor cores."""
+    """``dtype`` if ``hardware`` runs GEMMs in it; fp8 needs fp8 tensor cores (``Arch.fp8``)."""
     if dtype not in GEMM_DTYPES:
         raise ValueError(f"gemm dtype must be one of {', '.join(GEMM_DTYPES)}, got {dtype!r}")
-    if dtype == "fp8" and arch_of(hardware) != "hopper":
-        raise ValueError(
-            f"gemm dtype 'fp8' needs fp8 tensor cores (Hopper); {hardware.name} has none"
-        )
+    if dtype == "fp8":
+        hardware.check_fp8("gemm dtype 'fp8'")
     return str(dtype)
 
 
@@ -126,11 +127,11 @@ def peak_flops(hardware: Hardware, dtype: str) -> float:
 
 def curve_for(hardware: Hardware, dtype: str) -> GemmCurve:
     """The published curve of ``hardware``'s architecture, or the datasheet-scaled estimate."""
-    arch = arch_of(hardware)
+    arch = None if hardware.arch is None else hardware.arch.name
     if (arch, dtype) in CURVES:
         curve = CURVES[(arch, dtype)]
-        if arch == "hopper" and dtype != "fp8":  # an H100-class die at another peak (H800 same)
-            ratio = hardware.flops_for(dtype) / HOPPER_PEAK
+        if curve.peak is not None and dtype != "fp8":  # the curve's die at another peak
+            ratio = hardware.flops_for(dtype) / curve.peak
             return curve if ratio == 1.0 else curve.scaled(ratio, f"{curve.source} x {ratio:.3g}")
         return curve
     fraction = HOPPER_BF16.flops[-1] / HOPPER_PEAK
@@ -154,7 +155,7 @@ def gemm_rate(hardware: Hardware, m: int, n: int, k: int, dtype: str, *, ideal: 
         return peak_flops(hardware, dtype)
     curve = curve_for(hardware, dtype)
     rate = curve.rate_at(k)
-    sms = SMS.get(arch_of(hardware) or "", 0)
+    sms = 0 if hardware.arch is None else hardware.arch.sms
     if sms:
         tiles = -(-m // TILE[0]) * -(-n // TILE[1])
         bench = (curve.m_n // TILE[0]) * (curve.m_n // TILE[1])

@@ -1,60 +1,46 @@
 """Bytes per host, and the longest context that fits, for each way of running a long sequence.
 
-A training step of a LLaMA-shaped model on ``P`` hosts needs, on every host (bytes, element
-size ``e`` = 2 for bf16/fp16, 4 for fp32; ``b`` batch, ``h`` = d_model, ``L`` layers):
+Every method is a run of the planner's one memory model (``ringsim.timer.step.footprint.
+step_bytes``): the bytes on one of ``P`` hosts of a training step as the Ring Attention paper
+ran its comparison (Sec. 5.1: FSDP over all hosts, no tensor parallelism; Sec. 4: full
+gradient checkpointing), so ``ringsim memory`` and ``ringsim plan`` say the same of the same
+run. A method sets how the sequence is split and the one layer's attention working set:
 
-* **model states** under FSDP (ZeRO-3), sharded over all ``P`` hosts: ``16 N / P`` for ``N``
-  parameters. Mixed-precision Adam holds 2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 master
-  weights) + 4 + 4 (Adam moments) = 16 bytes per parameter; pure fp32 (what the paper ran on
-  GPUs) holds 4 + 4 + 4 + 4 = 16 as well.
-* **FSDP working copy**: one layer's weights gathered in full, and its unsharded gradient
-  before the reduce-scatter: ``2 e N_layer``.
-* **checkpoints**: full gradient checkpointing (the paper's ``nothing_saveable`` policy) keeps
-  one ``h``-vector per token per layer, ``L b t h e`` for the ``t`` tokens a host owns.
-* **logits**: the loss needs the ``t x vocab`` logits of the host's tokens, in fp32.
-* **layer working set**: the largest activation of the one layer being (re)computed, per the
-  paper's Table 1 (below).
+* ``vanilla``, ``memory_efficient``, ``blockwise``: one whole sequence per host (the paper's
+  FSDP baselines: data parallel over sequences); more hosts help only by sharding states;
+* ``ring``: one sequence split over all hosts, the ring strategy's working set
+  (``ringsim.timer.strategies``, the planner's own);
+* ``ulysses``: the sequence split over as many hosts as there are key/value heads at most
+  (the largest such degree that divides them: an all-to-all re-shards by heads and cannot
+  split a key/value head; extra hosts run data parallel), Ulysses' working set.
 
-Table 1 of Liu, Zaharia & Abbeel (2023), "bytes per layer, assuming bfloat16", with ``n``
-heads, ``s`` sequence, ``c`` block size:
+The single-device methods' attention working sets are the paper's Table 1 ("bytes per layer,
+assuming bfloat16", ``n`` heads, ``s`` sequence, ``c`` block size), in elements times the
+element size ``e``:
 
-=========================  ================  ========  ==========
-method                     self-attention    FFN       total
-=========================  ================  ========  ==========
-vanilla                    ``2bns^2``        ``8bsh``  ``2bhs^2``
-memory-efficient attn      ``2bsh + 4bch``   ``8bsh``  ``8bsh``
-+ blockwise FFN (BPT)      ``2bsh``          ``2bsh``  ``2bsh``
-Ring Attention             ``6bch``          ``2bch``  ``6bch``
-=========================  ================  ========  ==========
+=========================  ================  ========
+method                     self-attention    FFN
+=========================  ================  ========
+vanilla                    ``2bns^2``        ``8bsh``
+memory-efficient attn      ``2bsh + 4bch``   ``8bsh``
++ blockwise FFN (BPT)      ``2bsh``          ``2bsh``
+=========================  ================  ========
 
-The total is the larger of the two phases (attention and FFN are never live together); the
-vanilla total ``2bhs^2`` reads as a slip for ``2bns^2``. We keep the table's structure and make
-three things explicit, in elements times ``e``:
+read as ``b n s^2``, ``b s h + 2 b c h`` and ``b s h`` elements (the table's bytes at two
+bytes an element; ``c`` the kernel's query chunk, ``KERNEL_CHUNK``). The FFN column is the
+step model's own: the recomputed layer's MLP activations, whole for vanilla and
+memory-efficient attention, one chunk for the blockwise methods (``Parallel.blockwise``:
+BPT and the paper's ring compute the FFN and the loss in chunks).
 
-* ``8bsh`` is the ``4h``-wide hidden of a ReLU FFN; LLaMA's gated FFN keeps gate and up
-  outputs, ``2 f`` wide (``f`` = ffn hidden), so the FFN term is ``b s 2f e``.
-* The ring holds **six blocks** (query, current key and value, incoming key and value, output).
-  Six blocks of ``b c h`` elements are ``6 b c h e`` = ``12bch`` bytes in bf16; the paper's
-  ``6bch`` counts elements, not bytes (a factor 2 against its own bf16 convention). With GQA
-  the four key/value blocks are ``h_kv = kv_heads * head_dim`` wide.
-* ``c`` of memory-efficient attention is its kernel chunk (``KERNEL_CHUNK`` tokens); ``c`` of
-  the ring is the host's block, ``s / P``.
-
-Per method, on ``P`` hosts (``t`` = tokens a host owns):
-
-* ``vanilla``, ``memory_efficient``, ``blockwise``: one whole sequence per host (the paper's FSDP
-  baselines: data parallel over sequences), ``t = s``. More hosts help only by sharding states.
-* ``ring``: one sequence split over all hosts, ``t = c = s / P``; every term but the states is
-  proportional to ``s / P``, so the longest context grows in proportion to ``P``.
-* ``ulysses``: the sequence is split over ``d = min(P, kv_heads)`` hosts (an all-to-all re-shards
-  by heads, which cannot split a key/value head; extra hosts run data parallel), ``t = s / d``.
-  At the all-to-all a host holds its own q/k/v shard and the head-sharded full-length copy:
-  ``b (s/d) (2h + 4h_kv)`` elements, the same six blocks as the ring while ``P <= kv_heads``;
-  past that the context stops growing.
+The model states are FSDP's (``zero3``): fp32 master weights, gradients and two Adam moments,
+16 bytes per parameter sharded over all hosts (``model_states``), and the gathered layers
+(``fsdp_layer``); ``checkpoints`` one input per layer and token; ``logits`` the loss's
+(none but a chunk's for the blockwise methods); ``layer_working_set`` the attention working
+set and the rebuilt layer.
 
 All of that is the **pure tensor bound**. A framework takes its share of the device first
-(``ringsim.timer.step.frameworks``: CUDA context, NCCL buffers, BLAS workspaces, an allocator's pool
-cap and fragmentation, each from a published measurement or documented default);
+(``ringsim.timer.step.frameworks``: CUDA context, NCCL buffers, BLAS workspaces, an allocator's
+pool cap and fragmentation, each from a published measurement or documented default);
 ``max_context(..., framework=...)`` searches within what it leaves, and ``memory_report``
 reports both. The models live in ``ringsim.timer.step.models``, the paper's Table 3 in
 ``ringsim.timer.studies.published``.
@@ -62,24 +48,30 @@ reports both. The models live in ``ringsim.timer.step.models``, the paper's Tabl
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ringsim.checks import check_choice, check_instance, check_positive_int
-from ringsim.timer.cost import DTYPE_BYTES
-from ringsim.timer.machine.hardware import Hardware, check_dtype, get_hardware
+from ringsim.sharing import RING, ULYSSES
+from ringsim.timer.cost import DTYPE_BYTES, check_dtype
+from ringsim.timer.engine.config import RingConfig
+from ringsim.timer.machine.hardware import Hardware, get_hardware
+from ringsim.timer.step.footprint import BLOCKWISE_CHUNK, step_bytes
 from ringsim.timer.step.frameworks import Framework, default_framework, get_framework
 from ringsim.timer.step.models import ModelSpec, get_model
+from ringsim.timer.step.parallel import Parallel
+from ringsim.timer.strategies import get_strategy
+
+PLACEHOLDER = get_hardware("h100-nvlink")
+"""A working set depends on shapes only; a ``RingConfig`` needs some hardware to be built."""
 
 STATE_BYTES_PER_PARAM = 16
-"""FSDP model states per parameter: bf16 weights + grads, fp32 master and two Adam moments."""
+"""FSDP model states per parameter: fp32 master weights, fp32 gradients, two fp32 Adam moments
+(``footprint``'s ``zero3``)."""
 
-LOGIT_BYTES = 4
-"""The loss is taken over fp32 logits."""
-
-KERNEL_CHUNK = 512
-"""Query/key chunk of a memory-efficient attention kernel (the paper's code uses 512)."""
+KERNEL_CHUNK = BLOCKWISE_CHUNK
+"""Query chunk of the memory-efficient attention kernel: the Ring Attention authors' BPT code
+defaults to ``q_chunk_size=1024`` (``footprint.BLOCKWISE_CHUNK``)."""
 
 TOKEN_UNIT = 256
 """Contexts are reported as multiples of 256 tokens per host sharing the sequence."""
@@ -105,52 +97,87 @@ def sequence_hosts(method: str, model: str | ModelSpec, hosts: int) -> int:
     return METHODS[method].split(get_model(model), check_positive_int("hosts", hosts))
 
 
-# -- the layer working set (Table 1) ---------------------------------------------------------
-# Each method: (attention, ffn) peak elements of one layer of ``m`` at batch ``b`` and sequence
-# ``s``, ``split`` hosts sharing the sequence (``c = s / split`` tokens each).
-def _vanilla(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
-    return b * m.heads * s * s, b * s * 2 * m.ffn_hidden
+# -- the attention working set of each method -------------------------------------------------
+def _vanilla(m: ModelSpec, s: int, b: int, e: int, par: Parallel) -> float:
+    return float(b * m.heads * s * s * e)
 
 
-def _memory_efficient(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
+def _memory_efficient(m: ModelSpec, s: int, b: int, e: int, par: Parallel) -> float:
     h = m.d_model
-    return b * s * h + 2 * b * min(KERNEL_CHUNK, s) * h, b * s * 2 * m.ffn_hidden
+    return float((b * s * h + 2 * b * min(KERNEL_CHUNK, s) * h) * e)
 
 
-def _blockwise(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
-    return b * s * m.d_model, b * s * m.d_model
+def _blockwise(m: ModelSpec, s: int, b: int, e: int, par: Parallel) -> float:
+    return float(b * s * m.d_model * e)
 
 
-def _ring(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
-    c, h, h_kv = s / split, m.d_model, m.n_kv_heads * m.head_dim
-    return b * c * (2 * h + 4 * h_kv), b * c * h
+def _strategy(m: ModelSpec, s: int, b: int, e: int, par: Parallel) -> float:
+    """The context-parallel strategy's working set, as the planner sizes it (backward)."""
+    dtype = next(name for name, size in DTYPE_BYTES.items() if size == e)
+    config = RingConfig(
+        hosts=par.cp,
+        seq_len=s,
+        hardware=PLACEHOLDER,
+        heads=m.heads,
+        kv_heads=m.n_kv_heads,
+        head_dim=m.head_dim,
+        dtype=dtype,
+        batch=b,
+        pass_="backward",
+    )
+    return float(get_strategy(par.strategy).working_set_bytes(config, par.ulysses))
 
 
-def _ulysses(m: ModelSpec, s: int, split: int, b: int) -> tuple[float, float]:
-    """Own q/k/v shard plus the head-sharded full-length copy, during the all-to-all."""
-    c, h, h_kv = s / split, m.d_model, m.n_kv_heads * m.head_dim
-    heads_here = math.ceil(m.heads / split) * m.head_dim
-    kv_here = math.ceil(m.n_kv_heads / split) * m.head_dim
-    return b * c * (h + 2 * h_kv) + b * s * (heads_here + 2 * kv_here), b * c * h
+def _ulysses_split(m: ModelSpec, hosts: int) -> int:
+    """The largest Ulysses degree at most ``hosts`` that divides the key/value heads (extra
+    hosts run data parallel)."""
+    kv = m.n_kv_heads
+    return max(d for d in range(1, min(hosts, kv) + 1) if kv % d == 0)
 
 
 @dataclass(frozen=True)
 class Method:
-    """One way to hold a long sequence: its layer working set (``elements``) and how many of
-    ``hosts`` hosts share one sequence (``split``)."""
+    """One way to hold a long sequence: its attention working set (``attention``), how many
+    of ``hosts`` hosts share one sequence (``split``), the strategy that runs it, and whether
+    it computes the FFN and the loss in chunks (``blockwise``)."""
 
-    elements: Callable[[ModelSpec, int, int, int], tuple[float, float]]
+    attention: Callable[[ModelSpec, int, int, int, Parallel], float]
     split: Callable[[ModelSpec, int], int] = lambda m, hosts: 1
+    strategy: str = RING.name
+    blockwise: bool = False
+    by_heads: bool = False  # the split is Ulysses' (over heads), not a ring's
 
 
 METHODS: dict[str, Method] = {
     "vanilla": Method(_vanilla),
     "memory_efficient": Method(_memory_efficient),
-    "blockwise": Method(_blockwise),
-    "ring": Method(_ring, lambda m, hosts: hosts),
-    "ulysses": Method(_ulysses, lambda m, hosts: min(hosts, m.n_kv_heads)),
+    "blockwise": Method(_blockwise, blockwise=True),
+    RING.name: Method(_strategy, lambda m, hosts: hosts, RING.name, blockwise=True),
+    ULYSSES.name: Method(_strategy, _ulysses_split, ULYSSES.name, by_heads=True),
 }
-"""The paper's Table 3 methods and Ulysses; the single-device ones hold one whole sequence."""
+"""The paper's Table 3 methods and Ulysses; the single-device ones hold one whole sequence, the
+strategies' entries are keyed by their records (``ringsim.sharing``)."""
+
+
+def method_run(
+    method: str, model: str | ModelSpec, hosts: int, *, dtype: str = "bf16", batch: int = 1
+) -> Parallel:
+    """The run a method is (module docstring): FSDP (``zero3``) over all ``hosts``, full
+    recomputation, no tensor parallelism, the sequence over ``sequence_hosts`` of them."""
+    m = get_model(model)
+    how = METHODS[_check_method(method)]
+    split = how.split(m, check_positive_int("hosts", hosts))
+    return Parallel(
+        cp=split,
+        dp=hosts // split,  # spare hosts of a Ulysses split idle
+        ulysses=split if how.by_heads else 1,
+        strategy=how.strategy,
+        recompute="full",
+        sharding="zero3",
+        dtype=check_dtype(dtype),
+        micro_batch=check_positive_int("batch", batch),
+        blockwise=how.blockwise,
+    )
 
 
 def bytes_per_host(
@@ -162,26 +189,21 @@ def bytes_per_host(
     dtype: str = "bf16",
     batch: int = 1,
 ) -> dict[str, float]:
-    """Bytes on one of ``hosts`` hosts for a training step at context ``seq_len``, by component.
-
-    Components: ``model_states``, ``fsdp_layer``, ``checkpoints``, ``logits``,
-    ``layer_working_set`` (see the module docstring for each formula).
-    """
-    method = _check_method(method)
+    """Bytes on one of ``hosts`` hosts for a training step at context ``seq_len``, by component:
+    ``model_states``, ``fsdp_layer``, ``checkpoints``, ``logits``, ``layer_working_set``
+    (``footprint.step_bytes`` of ``method_run``; module docstring)."""
     m = get_model(model)
     e = _check_dtype(dtype)
-    hosts = check_positive_int("hosts", hosts)
     seq_len = check_positive_int("seq_len", seq_len)
-    batch = check_positive_int("batch", batch)
-    split = sequence_hosts(method, m, hosts)
-    tokens = batch * seq_len / split
-    attention, ffn = METHODS[method].elements(m, seq_len, split, batch)
+    par = method_run(method, m, hosts, dtype=dtype, batch=batch)
+    attention = METHODS[method].attention(m, seq_len, par.micro_batch, e, par)
+    parts = step_bytes(m, par, seq_len, 1, attention)
     return {
-        "model_states": STATE_BYTES_PER_PARAM * m.params / hosts,
-        "fsdp_layer": 2.0 * e * m.layer_params,
-        "checkpoints": float(m.layers * tokens * m.d_model * e),
-        "logits": float(tokens * m.vocab * LOGIT_BYTES),
-        "layer_working_set": float(max(attention, ffn) * e),
+        "model_states": parts["weights"] + parts["gradients"] + parts["optimizer"],
+        "fsdp_layer": parts["gathered"],
+        "checkpoints": parts["activations"],
+        "logits": parts["logits"],
+        "layer_working_set": parts["layer_working_set"],
     }
 
 
@@ -249,7 +271,7 @@ def memory_report(
     Keys: ``max_context`` {method: tokens}, ``max_context_tensors`` {method: tokens, the pure
     tensor bound}, ``framework``, ``framework_source``, ``usable_bytes`` (what the framework
     leaves), ``bytes_per_host`` {component: bytes} (ring), ``total_bytes_per_host``,
-    ``memory_bytes`` (the device), ``block_tokens`` (ring), ``ulysses_degree``,
+    ``device_bytes`` (the device), ``block_tokens`` (ring), ``ulysses_degree``,
     ``bytes_per_param``, ``hosts``, ``model``, ``hardware``, ``dtype``, ``batch``.
     """
     m = get_model(model)
@@ -257,7 +279,7 @@ def memory_report(
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     hosts = check_positive_int("hosts", hosts)
     _check_dtype(dtype)
-    fw = get_framework(default_framework(hw.name) if framework is None else framework)
+    fw = get_framework(default_framework(hw) if framework is None else framework)
     kw = dict(dtype=dtype, batch=batch)
     contexts = {method: max_context(method, m, hw, hosts, **kw, framework=fw) for method in METHODS}
     tensors = {method: max_context(method, m, hw, hosts, **kw) for method in METHODS}
@@ -271,7 +293,7 @@ def memory_report(
         "batch": batch,
         "params": m.params,
         "bytes_per_param": STATE_BYTES_PER_PARAM,
-        "memory_bytes": hw.memory_bytes,
+        "device_bytes": hw.memory_bytes,
         "framework": fw.name,
         "framework_source": fw.source,
         "usable_bytes": fw.usable_bytes(hw.memory_bytes),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ringsim.checks import check_choice
+from ringsim.checks import check_choice, check_instance, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,25 @@ class ModelSpec:
     ffn_hidden: int
     vocab: int = 32000
     kv_heads: int | None = None  # None: multi-head attention (kv_heads = heads)
+
+    def __post_init__(self) -> None:
+        """Every field checked (``ValueError`` naming it): a zero or fractional width would
+        divide by zero or silently plan a model that cannot exist."""
+        check_instance("name", self.name, str, "a string")
+        for name in ("layers", "d_model", "heads", "ffn_hidden", "vocab"):
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        if self.kv_heads is not None:
+            object.__setattr__(self, "kv_heads", check_positive_int("kv_heads", self.kv_heads))
+            if self.heads % self.kv_heads:
+                raise ValueError(
+                    f"kv_heads must divide heads={self.heads} (grouped-query attention), got "
+                    f"kv_heads={self.kv_heads}"
+                )
+        if self.d_model % self.heads:
+            raise ValueError(
+                f"heads must divide d_model={self.d_model} (head_dim = d_model / heads), got "
+                f"heads={self.heads}"
+            )
 
     @property
     def n_kv_heads(self) -> int:

@@ -51,15 +51,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from ringsim.timer.machine.collectives import INFINIBAND, NVLINK
 from ringsim.timer.machine.kernel_model import HBM_FRACTION
+from ringsim.timer.machine.links import INFINIBAND, NVLINK
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.step.gemm import linear_seconds
 from ringsim.timer.step.models import ModelSpec
 from ringsim.timer.step.parallel import Parallel
-
-ACTIVATION_BYTES = 2
-"""Activations and the tensors the collectives move are bf16."""
+from ringsim.timer.step.recompute import get_recompute
+from ringsim.timer.step.uncertainty import POINT, StepScale
 
 LAUNCH_S = 3e-6
 """Fixed cost of one small elementwise kernel launched from PyTorch (estimate, as the
@@ -76,10 +75,6 @@ write fp32 weight, m, v (12) and the bf16 weight (2)."""
 LOSS_BYTES_PER_LOGIT = 16
 """The cross-entropy on fp32 logits: written by the LM head's epilogue (4), read and written by
 the softmax (8), its gradient written (4)."""
-
-ZERO3_GRAD_BYTES = 4
-"""FSDP reduces gradients in fp32 (PyTorch FSDP2 ``MixedPrecisionPolicy(reduce_dtype=float32)``
-as torchtitan configures it)."""
 
 
 @dataclass(frozen=True)
@@ -164,8 +159,11 @@ def tokens_per_gpu(seq_len: int, par: Parallel) -> int:
 
 
 # -- the parts of one layer --------------------------------------------------------------------
-def layer_gemm_seconds(model: ModelSpec, par: Parallel, tokens: int, hardware, *, ideal: bool):
-    """``(forward, backward)`` seconds of one layer's four GEMMs on ``tokens`` rows."""
+def layer_gemm_seconds(
+    model: ModelSpec, par: Parallel, tokens: int, hardware, *, ideal: bool, scale=POINT
+):
+    """``(forward, backward)`` seconds of one layer's four GEMMs on ``tokens`` rows, at
+    ``scale``'s GEMM rate (``ringsim.timer.step.uncertainty``)."""
     h, f, d_h = model.d_model, model.ffn_hidden, model.head_dim
     heads, kv = heads_per_gpu(model, par.tp)
     shapes = (
@@ -178,16 +176,18 @@ def layer_gemm_seconds(model: ModelSpec, par: Parallel, tokens: int, hardware, *
     for d_in, d_out in shapes:
         a, b = linear_seconds(hardware, tokens, d_in, d_out, par.gemm_dtype, ideal=ideal)
         fwd, bwd = fwd + a, bwd + b
-    return fwd, bwd
+    rate = 1.0 if ideal else scale.gemm_rate
+    return fwd / rate, bwd / rate
 
 
 def elementwise_bytes(model: ModelSpec, par: Parallel, tokens: int) -> float:
     """HBM bytes of one layer's forward elementwise kernels on ``tokens`` rows (each reads its
     inputs and writes its outputs once): with sequence parallelism the ``d``-wide ones (norms,
-    residual adds) run on ``T / tp`` rows, the head- and ``f``-wide ones on their shards."""
-    e, h, f, d_h = ACTIVATION_BYTES, model.d_model, model.ffn_hidden, model.head_dim
+    residual adds) run on ``T / tp`` rows (without it on all ``T``), the head- and ``f``-wide
+    ones on their shards."""
+    e, h, f, d_h = par.element_bytes, model.d_model, model.ffn_hidden, model.head_dim
     heads, kv = heads_per_gpu(model, par.tp)
-    rows = tokens / par.tp
+    rows = tokens / par.sp_split
     norms = 2 * rows * 2 * h * e  # read x, write its normalised copy
     adds = 2 * rows * 3 * h * e  # read two, write one
     rope = tokens * 2 * (heads + kv) * d_h * e  # q and k, read and written
@@ -209,7 +209,7 @@ def elementwise_backward_bytes(model: ModelSpec, par: Parallel, tokens: int) -> 
         heads, kv = heads_per_gpu(model, par.tp)
         h, f, d_h = model.d_model, model.ffn_hidden, model.head_dim
         grads = (heads + 2 * kv) * d_h + h + 2 * f / par.tp + h  # dY of the four GEMMs
-        total += tokens * grads * (ACTIVATION_BYTES + 2)
+        total += tokens * grads * (par.element_bytes + 2)
     return float(total)
 
 
@@ -247,20 +247,24 @@ def group_link(cluster: Cluster, span: int, *, ideal: bool) -> tuple[float, floa
 
 def tp_comm_seconds(model, par, tokens, cluster, *, ideal: bool) -> float:
     """One pass's (forward or backward) tensor-parallel collectives: two all-gathers and two
-    reduce-scatters of the ``T x d`` bf16 activations over the ``tp`` ranks of a node."""
+    reduce-scatters of the ``T x d`` activations over the ``tp`` ranks of a node (with
+    sequence parallelism), or two all-reduces of them (without: an all-reduce is a
+    reduce-scatter and an all-gather, the same time)."""
     if par.tp == 1:
         return 0.0
     bandwidth, latency = group_link(cluster, par.tp, ideal=ideal)
-    size = tokens * model.d_model * ACTIVATION_BYTES
+    size = tokens * model.d_model * par.element_bytes
     return 4 * ring_collective_seconds(size, par.tp, bandwidth, latency)
 
 
-def lm_head_seconds(model, par, tokens, hardware, *, ideal: bool) -> float:
-    """The vocabulary-parallel LM head (``d -> V / tp``, bf16) forward and backward, and the
-    cross-entropy over its fp32 logits."""
+def lm_head_seconds(model, par, tokens, hardware, *, ideal: bool, scale=POINT) -> float:
+    """The vocabulary-parallel LM head (``d -> V / tp``, in the model's dtype) forward and
+    backward, and the cross-entropy over its fp32 logits."""
     fwd, bwd = linear_seconds(
-        hardware, tokens, model.d_model, model.vocab // par.tp, "bf16", ideal=ideal
+        hardware, tokens, model.d_model, model.vocab // par.tp, par.dtype, ideal=ideal
     )
+    rate = 1.0 if ideal else scale.gemm_rate
+    fwd, bwd = fwd / rate, bwd / rate
     loss = 0.0
     if hardware.memory_bandwidth > 0:
         rate = hardware.memory_bandwidth * (1.0 if ideal else HBM_FRACTION)
@@ -293,19 +297,39 @@ class LayerTime:
         return self.forward_s + self.backward_s
 
 
-def layer_time(model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool):
-    """The parts of one layer (module docstring) for ``par`` on ``cluster``'s GPUs."""
+def layer_time(model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool, scale=POINT):
+    """The parts of one layer (module docstring) for ``par`` on ``cluster``'s GPUs; what the
+    recompute flavour runs again (``ringsim.timer.step.recompute``) is its share of each
+    forward part."""
     hw = cluster.hardware
     tokens = tokens_per_gpu(seq_len, par)
-    gemm = layer_gemm_seconds(model, par, tokens, hw, ideal=ideal)
+    gemm = layer_gemm_seconds(model, par, tokens, hw, ideal=ideal, scale=scale)
     elementwise = elementwise_seconds(model, par, tokens, hw, ideal=ideal)
     comm = tp_comm_seconds(model, par, tokens, cluster, ideal=ideal)
-    recompute = {
-        "none": 0.0,
-        "selective": attention.forward_s,
-        "full": gemm[0] + elementwise[0] + comm + attention.forward_s,
-    }[par.recompute]
+    flavour = get_recompute(par.recompute)
+    forward = {
+        "gemm": gemm[0],
+        "elementwise": elementwise[0],
+        "tp_comm": comm,
+        "attention": attention.forward_s,
+    }
+    recompute = math.fsum(flavour.rerun_share(k) * v for k, v in forward.items())
     return LayerTime(gemm, elementwise, (comm, comm), attention, recompute)
+
+
+def scaled_attention(attention: AttentionTime, clock: float) -> AttentionTime:
+    """``attention`` with its compute (``compute_s`` of its makespans) at ``clock`` times the
+    benchmarks' rate; its exposed communication unchanged."""
+    total = attention.forward_s + attention.backward_s
+    if clock == 1.0 or total <= 0:
+        return attention
+    stretch = 1.0 + (1.0 / clock - 1.0) * min(1.0, attention.compute_s / total)
+    return AttentionTime(
+        attention.forward_s * stretch,
+        attention.backward_s * stretch,
+        attention.exposed_comm_s,
+        attention.compute_s / clock,
+    )
 
 
 # -- the step ----------------------------------------------------------------------------------
@@ -328,13 +352,14 @@ def dp_comm_seconds(model, par, cluster, *, ideal: bool) -> tuple[float, float]:
         return 0.0, 0.0
     span = par.tp * par.cp * (par.pp * par.dp if par.dp > 1 else 1)
     bandwidth, latency = group_link(cluster, span, ideal=ideal)
+    e, g = par.element_bytes, par.grad_bytes
     if par.sharding == "zero1":
-        size = stage_params(model, par.pp) / par.tp * ACTIVATION_BYTES
-        grads = ring_collective_seconds(size, n, bandwidth, latency)
-        return grads, ring_collective_seconds(size, n, bandwidth, latency)
+        params = stage_params(model, par.pp) / par.tp
+        grads = ring_collective_seconds(params * g, n, bandwidth, latency)
+        return grads, ring_collective_seconds(params * e, n, bandwidth, latency)
     layer = model.layer_params / par.tp
-    grads = ring_collective_seconds(layer * ZERO3_GRAD_BYTES, n, bandwidth, latency)
-    return grads, ring_collective_seconds(layer * ACTIVATION_BYTES, n, bandwidth, latency)
+    grads = ring_collective_seconds(layer * g, n, bandwidth, latency)
+    return grads, ring_collective_seconds(layer * e, n, bandwidth, latency)
 
 
 def optimizer_seconds(model, par, hardware, *, ideal: bool) -> float:
@@ -355,14 +380,18 @@ def step_time(
     attention: AttentionTime,
     *,
     ideal: bool,
+    scale: StepScale = POINT,
 ) -> StepBreakdown:
     """One training step of ``global_batch`` sequences of ``seq_len`` tokens (module
-    docstring); ``attention`` is one layer's attention for one micro-batch on one GPU."""
+    docstring); ``attention`` is one layer's attention for one micro-batch on one GPU;
+    ``scale`` the ends of the step's ranges (``ringsim.timer.step.uncertainty``)."""
     m = micro_batches(global_batch, par)
     hw = cluster.hardware
-    layer = layer_time(model, par, seq_len, cluster, attention, ideal=ideal)
+    if not ideal:
+        attention = scaled_attention(attention, scale.clock)
+    layer = layer_time(model, par, seq_len, cluster, attention, ideal=ideal, scale=scale)
     tokens = tokens_per_gpu(seq_len, par)
-    head = lm_head_seconds(model, par, tokens, hw, ideal=ideal)
+    head = lm_head_seconds(model, par, tokens, hw, ideal=ideal, scale=scale)
     per_stage = model.layers / par.pp  # layers of one stage (stages balanced)
     micro = (model.layers * layer.total_s + head) / par.pp
     scale = m * per_stage
@@ -381,7 +410,7 @@ def step_time(
     p2p = 0.0
     if par.pp > 1:  # activations to the next stage and gradients back, asynchronous (hidden)
         bandwidth, latency = group_link(cluster, par.tp * par.cp * 2, ideal=ideal)
-        size = tokens * model.d_model * ACTIVATION_BYTES / par.tp
+        size = tokens * model.d_model * par.element_bytes / par.tp
         p2p = 2 * m * par.virtual_stages * (latency + size / bandwidth)
     gemm = layer.gemm[0] + layer.gemm[1]
     elementwise = layer.elementwise[0] + layer.elementwise[1]
@@ -411,11 +440,18 @@ def _exposed(comm: float, compute: float, chunks: float) -> float:
     return max(comm / max(chunks, 1.0), comm - compute)
 
 
-def prefill_time(model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool) -> float:
+def prefill_time(
+    model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool, scale=POINT
+) -> float:
     """One forward pass (inference prefill) of one sequence: every layer's forward parts and
     the LM head's forward on the last token block, stages one after the other."""
     hw = cluster.hardware
-    layer = layer_time(model, par, seq_len, cluster, attention, ideal=ideal)
+    if not ideal:
+        attention = scaled_attention(attention, scale.clock)
+    layer = layer_time(model, par, seq_len, cluster, attention, ideal=ideal, scale=scale)
     tokens = tokens_per_gpu(seq_len, par)
-    head, _ = linear_seconds(hw, tokens, model.d_model, model.vocab // par.tp, "bf16", ideal=ideal)
-    return model.layers * layer.forward_s + head
+    head, _ = linear_seconds(
+        hw, tokens, model.d_model, model.vocab // par.tp, par.dtype, ideal=ideal
+    )
+    rate = 1.0 if ideal else scale.gemm_rate
+    return model.layers * layer.forward_s + head / rate

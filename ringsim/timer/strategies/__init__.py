@@ -18,8 +18,6 @@ steps, which use the same kernel model) and its transfers through ``HostClock.tr
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
@@ -77,8 +75,10 @@ def compare_strategies(config: RingConfig, strategies=FLAT_STRATEGIES) -> dict[s
 
 
 def with_bandwidth(config: RingConfig, bandwidth: float) -> RingConfig:
-    """``config`` on the same hardware with another link bandwidth (for sweeps)."""
-    return config.replace(hardware=replace(config.hardware, link_bandwidth=bandwidth))
+    """``config`` on the same device with another link bandwidth (for sweeps;
+    ``Hardware.with_link``: the achieved point-to-point range of its own link no longer
+    applies)."""
+    return config.replace(hardware=config.machine.hardware.with_link(bandwidth))
 
 
 __all__ = [

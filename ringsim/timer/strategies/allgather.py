@@ -14,39 +14,39 @@ The all-gather and reduce-scatter are rings of ``P - 1`` hops of one ``c``-token
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from ringsim.schedule import Pass
+from ringsim.sharing import ALLGATHER
 from ringsim.timer.cost import (
     DTYPE_BYTES,
-    attention_flops,
-    grad_block_bytes,
+    AttentionShape,
     hiding_block,
-    kv_block_bytes,
 )
 from ringsim.timer.engine.attention import BlockSteps, GatheredCalls
 from ringsim.timer.engine.clock import HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
-from ringsim.timer.machine.hardware import check_dtype
 from ringsim.timer.machine.topology import Cluster
-from ringsim.timer.strategies.base import Strategy, check_layer_args
+from ringsim.timer.strategies.base import Strategy, check_peer_args
 from ringsim.timer.strategies.frame import collective, run_two_level, two_level_memory
 from ringsim.timer.strategies.pieces import Piece
 from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
 
 class AllGather(Strategy):
-    name = "allgather"
-    description = "all-gather every key and value, then attend the host's own queries"
+    record = ALLGATHER
     flat = True  # at its default U = 1, every host gathers from every other
 
     def check_fits(self, config, grid, cluster, window) -> None:
-        P = config.hosts
+        P = config.run.hosts
         check_cells(grid, "all-gather", cells=P * grid.ring, nbytes=PIECE_BYTES * 3 * P)
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
-            links = cluster.allgather_links(groups, config.hosts)
+            links = cluster.allgather_links(groups, config.run.hosts)
             done = [
                 allgather_group(c, (links[0][g], links[1][g]))
                 for c, g in zip(configs, groups, strict=True)
@@ -57,16 +57,14 @@ class AllGather(Strategy):
         result = run_two_level(
             config, grid, cluster, gathers, strategy=self.name, memory_bytes=memory, engine=engine
         )
-        if grid.ulysses == 1 and config.overlap:
+        if grid.ulysses == 1 and config.run.overlap:
             result.overlap_block = allgather_overlap_block(config)
         return result
 
     def working_set_bytes(self, config: RingConfig, ulysses_degree: int = 1) -> float:
-        U = ulysses_degree
-        R = config.hosts // U
-        args = (config.seq_len, R, config.heads // U, config.kv_heads // U, config.head_dim)
+        U, run = ulysses_degree, config.run
         group = lambda: allgather_working_set_bytes(
-            *args, config.dtype, pass_=config.pass_, batch=config.batch
+            config.shape.split(U), run.seq_len, run.hosts // U, pass_=run.pass_
         )
         return two_level_memory(config, U, group)
 
@@ -80,12 +78,12 @@ def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
     as TransformerEngine's ``AttnFuncWithCPAndKVAllGather`` and Llama 3 (Sec. 3.3.2, "the
     all-gather communication latency is exposed in the critical path"): the gather first,
     then the host's calls on the gathered keys (``GatheredCalls``)."""
-    P, c = config.hosts, config.block_tokens
+    P, c = config.run.hosts, config.block_tokens
     schedule = config.schedule()
-    kv = kv_block_bytes(c, config.kv_heads, config.head_dim, config.dtype, batch=config.batch)
+    kv = config.shape.kv_bytes(c)
     clock = HostClock(config)
     labels = ["all-gather k, v + own block", "attention to the gathered k, v"]
-    if config.pass_ == "backward":
+    if config.run.pass_ == Pass.BACKWARD:
         labels.append("reduce-scatter dk, dv")
     part = Piece(labels, P)
     gather = clock.transfer((P - 1) * kv, P - 1, links)
@@ -93,7 +91,7 @@ def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
     a = part.a
     if config.family.ideal:
         own, rest = BlockSteps(schedule, (0,)), BlockSteps(schedule, tuple(range(1, P)))
-        own_start = np.zeros(P) if config.overlap else gathered
+        own_start = np.zeros(P) if config.run.overlap else gathered
         a["cs"][0], a["ce"][0] = own_start, own_start + clock.attention(own)
         a["cs"][1] = np.maximum(a["ce"][0], gathered)
         flops = own.flops(config).sum() + rest.flops(config).sum()
@@ -102,15 +100,8 @@ def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
         a["cs"][1] = gathered
         flops = rest.flops(config).sum()
     a["ce"][1] = a["cs"][1] + clock.attention(rest)
-    if config.pass_ == "backward":
-        grads = grad_block_bytes(
-            c,
-            config.kv_heads,
-            config.head_dim,
-            config.dtype,
-            batch=config.batch,
-            grad_dtype=config.grad_dtype,
-        )
+    if config.run.pass_ == Pass.BACKWARD:
+        grads = config.shape.grad_bytes(c, config.shape.grad_dtype)
         ready = np.full(P, a["ce"][1].max())
         collective(part, 2, ready, clock.transfer((P - 1) * grads, P - 1, links))
     return part, float(flops)
@@ -123,28 +114,21 @@ def allgather_overlap_block(config: RingConfig) -> float:
     2.5 x that against the same gather): the ring's condition with ``P - 1`` blocks to hide
     instead of one, so about ``(P - 1)`` times the ring's threshold. (The ideal model's rates.)
     """
-    if config.hosts == 1:
+    if config.run.hosts == 1:
         return 0.0
-    hw, hops = config.hardware, config.hosts - 1
-    a = attention_flops(1, 1, config.heads, config.head_dim, pass_=config.pass_) / config.flops_rate
-    beta = hops * kv_block_bytes(1, config.kv_heads, config.head_dim, config.dtype)
-    beta /= hw.link_bandwidth
-    latency = hops * hw.link_latency / config.batch
+    hw, hops, batch = config.machine.hardware, config.run.hosts - 1, config.shape.batch
+    one = replace(config.shape, batch=1)  # one sequence's pairs and bytes; latency per sequence
+    a = one.flops(1, 1, pass_=config.run.pass_) / config.flops_rate
+    beta = hops * one.kv_bytes(1) / hw.link_bandwidth
+    latency = hops * hw.link_latency / batch
     return hiding_block(a, beta, latency)
 
 
 def allgather_working_set_bytes(
-    seq_len: int,
-    hosts: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    dtype: str,
-    *,
-    pass_: str = "forward",
-    batch: int = 1,
+    shape: AttentionShape, seq_len: int, hosts: int, *, pass_: str = "forward"
 ) -> float:
-    """Bytes the attention layer holds on one all-gather (Llama 3 context-parallel) host.
+    """Bytes the attention layer ``shape`` holds on one all-gather (Llama 3 context-parallel)
+    host of ``hosts`` sharing ``seq_len`` tokens.
 
     The host keeps its ``c = N / P`` queries and gathers the keys and values of **all** ``N``
     tokens, so the dominant term grows with ``N``, not ``N / P``:
@@ -155,14 +139,14 @@ def allgather_working_set_bytes(
       keys and values with their dk, dv partial sums before the reduce-scatter
       (``kv_block_bytes(N, pass_="backward")``).
     """
-    check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_)
-    e = DTYPE_BYTES[check_dtype(dtype)]
+    check_peer_args(seq_len, hosts, pass_)
+    heads, head_dim, e = shape.heads, shape.head_dim, DTYPE_BYTES[shape.dtype]
     c = seq_len / hosts
     q_like = c * heads * head_dim * e
     lse = 4 * c * heads
-    everything = kv_block_bytes(seq_len, kv_heads, head_dim, dtype, pass_=pass_, batch=1)
-    if pass_ == "forward":
+    everything = replace(shape, batch=1).kv_bytes(seq_len, pass_=pass_)
+    if pass_ == Pass.FORWARD:
         per_seq = 2 * q_like + lse + everything
     else:
         per_seq = 3 * q_like + lse + 4 * c * heads * head_dim + everything
-    return float(batch * per_seq)
+    return float(shape.batch * per_seq)

@@ -13,28 +13,37 @@ from __future__ import annotations
 
 from ringsim.checks import check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, Grid, check_ulysses_degree
+from ringsim.schedule import RING_PASSES
+from ringsim.sharing import Sharing
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
 
-PEER_PASSES = ("forward", "backward")
-"""The passes every strategy but the plain ring times (the ring also runs a training step and
-decode)."""
-
 
 class Strategy:
-    """One way to share a sequence's attention. Subclasses set ``name``, ``description``,
-    ``flat`` (at its default degree every host is in one group) and implement ``run`` and
+    """One way to share a sequence's attention. Subclasses set ``record`` (its
+    ``ringsim.sharing.Sharing``: name, description, drawing, ``windowed``), ``flat`` (at its
+    default degree every host is in one group) and implement ``run`` and
     ``working_set_bytes``."""
 
-    name: str = ""
-    description: str = ""
+    record: Sharing
     flat: bool = False
-    passes: tuple[str, ...] = PEER_PASSES
+    passes: tuple[str, ...] = RING_PASSES
     uses_layout: bool = True
     """Whether the token layout changes this strategy's run (Ulysses attends whole sequences)."""
-    windowed: bool = False
-    """Whether a ``window`` (inner ring size) means anything to this strategy."""
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def description(self) -> str:
+        return self.record.description
+
+    @property
+    def windowed(self) -> bool:
+        """Whether a ``window`` (inner ring size) means anything to this strategy."""
+        return self.record.windowed
 
     def runs(self, ulysses: int, ring: int) -> bool:
         """Whether this strategy is one way to run a ``U x R`` group (``ulysses`` x ``ring``
@@ -55,7 +64,7 @@ class Strategy:
         """The Ulysses degree ``U`` this run uses (default 1), checked against the hosts and
         heads (``ValueError`` naming it)."""
         u = 1 if ulysses_degree is None else ulysses_degree
-        return check_ulysses_degree(config.hosts, config.kv_heads, u)
+        return check_ulysses_degree(config.run.hosts, config.shape.kv_heads, u)
 
     def simulate(
         self,
@@ -72,15 +81,15 @@ class Strategy:
         sizes the double ring's inner rings."""
         check_instance("config", config, RingConfig, "a RingConfig")
         U = self.degree(config, ulysses_degree)
-        check_choice("pass", config.pass_, self.passes, also=f" for strategy {self.name}")
+        check_choice("pass", config.run.pass_, self.passes, also=f" for strategy {self.name}")
         check_choice("placement", placement, PLACEMENTS)
         check_instance("cluster", cluster, Cluster | type(None), "a Cluster (get_cluster) or None")
         if window is not None and not self.windowed:
             raise ValueError(f"window is for the double ring only, got window={window!r}")
-        P = config.hosts
-        cluster = Cluster.switch(config.hardware, P) if cluster is None else cluster
+        P = config.run.hosts
+        cluster = Cluster.switch(config.machine.hardware, P) if cluster is None else cluster
         cluster.check_hosts(P)
-        if U > 1 and config.segment_ids is not None:
+        if U > 1 and config.run.segment_ids is not None:
             raise ValueError("segment_ids are not supported with ulysses_degree > 1")
         grid = Grid(U, P // U, placement)
         self.check_fits(config, grid, cluster, window)
@@ -135,16 +144,10 @@ def get_strategy(strategy: str | Strategy) -> Strategy:
     return STRATEGIES[strategy]
 
 
-def check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_) -> None:
-    """The arguments of a peer's working-set count: positive sizes, a forward or backward."""
-    for name, value in (
-        ("seq_len", seq_len),
-        ("hosts", hosts),
-        ("heads", heads),
-        ("kv_heads", kv_heads),
-        ("head_dim", head_dim),
-        ("batch", batch),
-    ):
+def check_peer_args(seq_len: int, hosts: int, pass_: str) -> None:
+    """The arguments of a peer's working-set count beside its ``AttentionShape`` (which checks
+    itself): positive sizes, a forward or backward."""
+    for name, value in (("seq_len", seq_len), ("hosts", hosts)):
         check_positive_int(name, value)
-    if pass_ not in PEER_PASSES:
+    if pass_ not in RING_PASSES:
         raise ValueError(f"pass must be forward or backward for the peers, got {pass_!r}")

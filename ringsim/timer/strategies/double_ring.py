@@ -26,11 +26,13 @@ after the last round home.
 
 from __future__ import annotations
 
+import numbers
 from collections import Counter
 
 import numpy as np
 
-from ringsim.timer.cost import kv_block_bytes
+from ringsim.schedule import Pass
+from ringsim.sharing import DOUBLE_RING
 from ringsim.timer.engine.clock import Costs, HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.engines import RING_ENGINES
@@ -80,6 +82,23 @@ def default_window(cluster: Cluster, members: list[int]) -> int:
     return Counter(cluster.node(r) for r in members)[cluster.node(members[0])]
 
 
+def inner_window(cluster: Cluster, members: list[int], window: object) -> int:
+    """The inner ring's size: ``window``, or one node's members of the ring group when it is
+    ``None``; ``ValueError`` unless it divides the ring degree (naming where a default came
+    from: a window the caller never gave must not be blamed on them)."""
+    R = len(members)
+    w = default_window(cluster, members) if window is None else window
+    if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w <= 0 or R % w:
+        if window is None:
+            raise ValueError(
+                f"window must divide the ring degree {R}: the default window is the {w} ring "
+                f"members on one node of {cluster.gpus_per_node} devices; give a window that "
+                f"divides {R}"
+            )
+        raise ValueError(f"window must divide the ring degree {R}, got window={w!r}")
+    return int(w)
+
+
 def double_ring(
     config: RingConfig,
     members: list[int],
@@ -90,10 +109,8 @@ def double_ring(
 ):
     """Time one ring group's double-ring pass; returns ``(Piece, flops)`` with one column per
     member. ``all_groups`` are every ring group running at once (they share links)."""
-    R = config.hosts
-    w = default_window(cluster, members) if window is None else window
-    if isinstance(w, bool) or not isinstance(w, int) or w <= 0 or R % w:
-        raise ValueError(f"window must divide the ring degree {R}, got window={w}")
+    R = config.run.hosts
+    w = inner_window(cluster, members, window)
     rounds = R // w
     flat = config.schedule()
     owners = flat.kv_owners  # (R, R): step x host
@@ -110,11 +127,11 @@ def double_ring(
     # the inner ring's own schedule gives only its payloads (the flat schedule gives the work);
     # with documents, one document spans it, so a layout that needs documents has some
     inner_len = w * config.block_tokens
-    documents = None if config.segment_ids is None else np.zeros(inner_len, dtype=np.int64)
+    documents = None if config.run.segment_ids is None else np.zeros(inner_len, dtype=np.int64)
     sub = config.replace(hosts=w, seq_len=inner_len, speed=None, segment_ids=documents)
     inner = sub.schedule()
-    backward = config.pass_ == "backward"
-    early_kv = backward and config.overlap
+    backward = config.run.pass_ == Pass.BACKWARD
+    early_kv = backward and config.run.overlap
     labels = []
     for o in range(rounds):
         labels += [f"round {o} step {j}" for j in range(w)]
@@ -127,8 +144,8 @@ def double_ring(
     grad_bytes = Costs(sub).grad_bytes
     flops = 0.0
     ready = np.zeros(R)
-    if config.hardware.pass_overhead_s:
-        ready = ready + config.hardware.pass_overhead_s / _speed(config)
+    if config.machine.hardware.pass_overhead_s:
+        ready = ready + config.machine.hardware.pass_overhead_s / _speed(config)
     outer_free = np.zeros(R)
     inner_free = np.zeros(R)
     dkv_in = np.zeros(R)  # when the incoming dk, dv sum of this round's block has arrived
@@ -152,8 +169,8 @@ def double_ring(
             cfg = sub.replace(
                 hop_bandwidth=tuple(in_bw[members_arr[hosts]]),
                 hop_latency=tuple(in_lat[members_arr[hosts]]),
-                speed=None if config.speed is None else tuple(config.speed[hosts]),
-                seed=config.seed + 7919 * o + k,
+                speed=None if config.noise.speed is None else tuple(config.noise.speed[hosts]),
+                seed=config.noise.seed + 7919 * o + k,
             )
             costs = Costs(cfg)
             view = {n: np.full((w, w), np.nan) for n in ("cs", "ce", "ss", "se", "ks", "ke")}
@@ -169,7 +186,7 @@ def double_ring(
             RING_ENGINES[engine](
                 schedule,
                 costs.ring_rows(schedule),
-                config.overlap,
+                config.run.overlap,
                 ready[hosts].copy(),
                 inner_free[hosts].copy(),
                 emit,
@@ -196,7 +213,7 @@ def double_ring(
         outer = config.replace(
             hop_bandwidth=tuple(out_bw[members]),
             hop_latency=tuple(out_lat[members]),
-            seed=config.seed + 104729 + o,
+            seed=config.noise.seed + 104729 + o,
         )
         clock = HostClock(outer)
         nxt = round_end.copy()
@@ -234,25 +251,21 @@ def cluster_hosts(groups: list[list[int]]) -> int:
 
 
 def _speed(config: RingConfig):
-    return 1.0 if config.speed is None else np.asarray(config.speed)
+    return 1.0 if config.noise.speed is None else np.asarray(config.noise.speed)
 
 
 class DoubleRing(Strategy):
-    name = "double-ring"
-    windowed = True
-    description = "inner rings inside a node, an outer ring across nodes (LoongTrain)"
+    record = DOUBLE_RING
 
     def rounds(self, ring: int, per_node: int) -> int:
         return -(-ring // max(per_node, 1))
 
     def check_fits(self, config, grid, cluster, window) -> None:
         U, R = grid.ulysses, grid.ring
-        nbytes = TABLE_BYTES * R * R + 3 * PIECE_BYTES * 3 * R * config.hosts  # rows <= 3R
+        nbytes = TABLE_BYTES * R * R + 3 * PIECE_BYTES * 3 * R * config.run.hosts  # rows <= 3R
         timer = "double ring"
         check_cells(grid, timer, cells=U * R * R, nbytes=nbytes, limit=DOUBLE_RING_MAX_CELLS)
-        w = default_window(cluster, grid.ring_group(0)) if window is None else window
-        if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
-            return  # a bad window: double_ring's own check names it
+        w = inner_window(cluster, grid.ring_group(0), window)
         steps = U * R * R // w
         if steps > DOUBLE_RING_MAX_STEPS:
             raise ValueError(
@@ -263,8 +276,9 @@ class DoubleRing(Strategy):
 
     def distinct(self, ring: int, per_node: int) -> bool:
         """Inner rings of ``per_node`` members: the flat ring when one node holds the whole
-        ring (``window = R``), no inner ring with one member per node."""
-        return 2 <= per_node < ring
+        ring (``window = R``), no inner ring with one member per node, and none at all where
+        one node's members do not divide the ring (the default window must)."""
+        return 2 <= per_node < ring and ring % per_node == 0
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
         def double_rings(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
@@ -287,8 +301,7 @@ class DoubleRing(Strategy):
 
     def working_set_bytes(self, config: RingConfig, ulysses_degree: int = 1) -> float:
         """A ring host's, plus one more block: the one the outer ring carries."""
-        U = ulysses_degree
-        R = config.hosts // U
-        shape = (config.seq_len // R, config.kv_heads // U, config.head_dim, config.dtype)
-        outer = kv_block_bytes(*shape, pass_=config.pass_, batch=config.batch)
+        U, run = ulysses_degree, config.run
+        block = run.seq_len // (run.hosts // U)
+        outer = config.shape.split(U).kv_bytes(block, pass_=run.pass_)
         return two_level_memory(config, U, lambda: ring_working_set(config, U) + outer)

@@ -25,15 +25,15 @@ from collections.abc import Callable
 import numpy as np
 
 from ringsim.grid import Grid
-from ringsim.timer.cost import DTYPE_BYTES
+from ringsim.schedule import Pass
+from ringsim.timer.cost import DTYPE_BYTES, AttentionShape
 from ringsim.timer.engine.attention import FullSequence, elementwise_seconds
 from ringsim.timer.engine.clock import HostClock
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.engine.timeline import Timeline
-from ringsim.timer.machine.hardware import check_dtype
 from ringsim.timer.machine.topology import Cluster
-from ringsim.timer.strategies.base import check_layer_args
+from ringsim.timer.strategies.base import check_peer_args
 from ringsim.timer.strategies.pieces import Piece, place
 
 Inner = Callable[[list[RingConfig], list[list[int]], Cluster], tuple[list[Piece], float]]
@@ -43,7 +43,7 @@ sequence-parallel part on every ring group at once (they share the cluster's lin
 
 def with_hops(config: RingConfig, bw: np.ndarray, lat: np.ndarray) -> RingConfig:
     """``config`` with per-host hop links (unchanged when every hop is the hardware's link)."""
-    hardware = config.hardware
+    hardware = config.machine.hardware
     if np.all(bw == hardware.link_bandwidth) and np.all(lat == hardware.link_latency):
         return config
     return config.replace(hop_bandwidth=tuple(bw), hop_latency=tuple(lat))
@@ -53,16 +53,18 @@ def group_configs(config: RingConfig, grid: Grid) -> list[RingConfig]:
     """One ``R``-host config per ring group: its ``H / U`` heads, its hosts' speeds and a seed
     of its own."""
     U = grid.ulysses
-    speeds = lambda group: None if config.speed is None else tuple(config.speed[r] for r in group)
+    speeds = lambda group: (
+        None if config.noise.speed is None else tuple(config.noise.speed[r] for r in group)
+    )
     return [
         config.replace(
             hosts=grid.ring,
-            heads=config.heads // U,
-            kv_heads=config.kv_heads // U,
+            heads=config.shape.heads // U,
+            kv_heads=config.shape.kv_heads // U,
             speed=speeds(group),
             d_model=None,
             ffn=None,
-            seed=config.seed + u,
+            seed=config.noise.seed + u,
         )
         for u, group in enumerate(grid.ring_groups)
     ]
@@ -90,14 +92,14 @@ def run_two_level(
 ) -> StrategyResult:
     """Time ``config`` as ``U``-way Ulysses by ``R``-way ``inner`` (the module docstring);
     the result's timeline has one column per rank."""
-    P, U, R = config.hosts, grid.ulysses, grid.ring
-    H, H_kv, d = config.heads, config.kv_heads, config.head_dim
-    e, backward = DTYPE_BYTES[config.dtype], config.pass_ == "backward"
+    P, U, R = config.run.hosts, grid.ulysses, grid.ring
+    H, H_kv, d = config.shape.heads, config.shape.kv_heads, config.shape.head_dim
+    e, backward = DTYPE_BYTES[config.shape.dtype], config.run.pass_ == Pass.BACKWARD
     clock = HostClock(config)
     parts, start = [], 0.0
     if U > 1:
         links = cluster.alltoall_links(grid.ulysses_groups, P)
-        token = config.block_tokens * d * e * config.batch  # one head of the host's tokens
+        token = config.block_tokens * d * e * config.shape.batch  # one head of the host's tokens
         name_in, width_in = (
             ("q, k, v, dout", 2 * H + 2 * H_kv) if backward else ("q, k, v", H + 2 * H_kv)
         )
@@ -129,18 +131,18 @@ def _alltoall(clock, config, token: float, width: int, tensors: int, U: int, lin
     do (``reshape``, ``transpose``, ``contiguous``: two copies, read and write)."""
     seconds = clock.transfer((U - 1) / U * token * width, 1, links)
     copies = elementwise_seconds(config, 2 * 2 * token * width, 2 * tensors)
-    return seconds + clock.kernel(np.full(config.hosts, copies)) if copies else seconds
+    return seconds + clock.kernel(np.full(config.run.hosts, copies)) if copies else seconds
 
 
 def ulysses_attention(config: RingConfig, clock: HostClock, start: float) -> tuple[Piece, float]:
-    """Every host attends all ``N`` tokens of its heads (``heads_per_host``): the Ulysses
+    """Every host attends all ``N`` tokens of its head group (``ulysses_shapes``): the Ulysses
     compute, one ``FullSequence`` plan. The ideal model counts the causal work as the
     ``P``-host contiguous ring's mean block work."""
-    P = config.hosts
+    P = config.run.hosts
     schedule = config.schedule(layout="contiguous")
     work = float(sum(schedule.work_at(s).sum() for s in range(P))) / P**2
-    plan = FullSequence(config.seq_len, config.causal, work, config.pass_)
-    part = Piece([f"attention, {config.heads}/{P} heads"], P)
+    plan = FullSequence(config.run.seq_len, config.run.causal, work, config.run.pass_)
+    part = Piece([f"attention, {config.shape.heads}/{P} heads"], P)
     begin = np.full(P, start)
     part.a["cs"][0], part.a["ce"][0] = begin, begin + clock.attention(plan)
     return part, float(plan.flops(config).sum())
@@ -148,9 +150,9 @@ def ulysses_attention(config: RingConfig, clock: HostClock, start: float) -> tup
 
 def _result(config, grid, part, flops, strategy, memory_bytes, engine) -> StrategyResult:
     meta = {
-        "pass": config.pass_,
+        "pass": config.run.pass_,
         "engine": engine,
-        "hardware": config.hardware.name,
+        "hardware": config.machine.hardware.name,
         "strategy": "ulysses" if grid.ring == 1 else strategy,
         "ulysses_degree": grid.ulysses,
         "ring_degree": grid.ring,
@@ -185,32 +187,23 @@ def two_level_memory(
     """A ``U x R`` host's working set: Ulysses' own with ``R = 1``; else its ring group's part
     (``group_bytes()``, on ``H / U`` heads of ``N / R``-token blocks) plus, with ``U > 1``, the
     host's own q, k, v (or q, k, v, dout) shard, the all-to-all's send buffer."""
-    if ulysses_degree == config.hosts:
-        args = (config.seq_len, config.hosts, config.heads, config.kv_heads, config.head_dim)
-        return ulysses_working_set_bytes(
-            *args, config.dtype, pass_=config.pass_, batch=config.batch
-        )
+    run, shape = config.run, config.shape
+    if ulysses_degree == run.hosts:
+        return ulysses_working_set_bytes(shape, run.seq_len, run.hosts, pass_=run.pass_)
     total = group_bytes()
     if ulysses_degree > 1:
-        H, H_kv = config.heads, config.kv_heads
-        width = 2 * H + 2 * H_kv if config.pass_ == "backward" else H + 2 * H_kv
-        e = DTYPE_BYTES[config.dtype]
-        total += config.block_tokens * width * config.head_dim * e * config.batch
+        H, H_kv = shape.heads, shape.kv_heads
+        width = 2 * H + 2 * H_kv if run.pass_ == Pass.BACKWARD else H + 2 * H_kv
+        e = DTYPE_BYTES[shape.dtype]
+        total += config.block_tokens * width * shape.head_dim * e * shape.batch
     return float(total)
 
 
 def ulysses_working_set_bytes(
-    seq_len: int,
-    hosts: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    dtype: str,
-    *,
-    pass_: str = "forward",
-    batch: int = 1,
+    shape: AttentionShape, seq_len: int, hosts: int, *, pass_: str = "forward"
 ) -> float:
-    """Bytes the attention layer holds on one Ulysses host (``ringsim.timer.strategies.ulysses``).
+    """Bytes the attention layer ``shape`` holds on one Ulysses host of ``hosts`` sharing
+    ``seq_len`` tokens (``ringsim.timer.strategies.ulysses``).
 
     The host owns ``c = N / P`` tokens of every head; after the all-to-all it holds all ``N``
     tokens of ``ceil(H / P)`` query heads and ``ceil(H_kv / P)`` key/value heads. Peak:
@@ -224,11 +217,12 @@ def ulysses_working_set_bytes(
 
     Every term is proportional to ``N / P`` while ``P`` divides the heads.
     """
-    check_layer_args(seq_len, hosts, heads, kv_heads, head_dim, batch, pass_)
-    e = DTYPE_BYTES[check_dtype(dtype)]
+    check_peer_args(seq_len, hosts, pass_)
+    heads, kv_heads, head_dim = shape.heads, shape.kv_heads, shape.head_dim
+    e = DTYPE_BYTES[shape.dtype]
     n, c = seq_len, seq_len / hosts
     h_here, kv_here = math.ceil(heads / hosts), math.ceil(kv_heads / hosts)
-    if pass_ == "forward":
+    if pass_ == Pass.FORWARD:
         own = c * (heads + 2 * kv_heads) * head_dim * e
         gathered = n * (h_here + 2 * kv_here) * head_dim * e
         out = n * h_here * head_dim * e + 4 * n * h_here
@@ -238,4 +232,4 @@ def ulysses_working_set_bytes(
         sharded = n * (3 * h_here + 2 * kv_here) * head_dim * e + 4 * n * h_here
         grads = 4 * n * h_here * head_dim + 2 * n * kv_here * head_dim * e
         per_seq = own + sharded + grads
-    return float(batch * per_seq)
+    return float(shape.batch * per_seq)

@@ -11,8 +11,9 @@
 from __future__ import annotations
 
 from ringsim.grid import Grid
-from ringsim.timer.cost import attention_working_set_bytes
-from ringsim.timer.engine.config import PASSES, RingConfig
+from ringsim.schedule import PASSES
+from ringsim.sharing import HYBRID, RING
+from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.engine.run import simulate
 from ringsim.timer.machine.topology import Cluster
@@ -24,22 +25,20 @@ from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
 def ring_on_cluster(config: RingConfig, grid: Grid, cluster: Cluster, engine: str, name: str):
     """The plain ring of all ``P`` hosts, each hop timed on the cluster."""
-    bw, lat = cluster.ring_links(grid.ring_groups, config.hosts)
+    bw, lat = cluster.ring_links(grid.ring_groups, config.run.hosts)
     ring = simulate(with_hops(config, bw, lat), engine=engine)
     return StrategyResult(**vars(ring), strategy=name)
 
 
 def ring_working_set(config: RingConfig, ulysses_degree: int) -> float:
     """One ring group's working set: a ring host's, on ``H / U`` heads of ``N / R`` blocks."""
-    U = ulysses_degree
-    R = config.hosts // U
-    args = (config.seq_len // R, config.heads // U, config.kv_heads // U, config.head_dim)
-    return attention_working_set_bytes(*args, config.dtype, pass_=config.pass_, batch=config.batch)
+    U, run = ulysses_degree, config.run
+    block = run.seq_len // (run.hosts // U)
+    return config.shape.split(U).working_set_bytes(block, run.pass_)
 
 
 class Ring(Strategy):
-    name = "ring"
-    description = "one ring of all hosts; each passes its key/value block on, P - 1 hops"
+    record = RING
     flat = True
     passes = PASSES
 
@@ -64,8 +63,7 @@ class Ring(Strategy):
 
 
 class Hybrid(Strategy):
-    name = "hybrid"
-    description = "Ulysses x ring (USP): U-host all-to-alls around R-host rings"
+    record = HYBRID
 
     def runs(self, ulysses: int, ring: int) -> bool:
         return ulysses > 1 and ring > 1  # U = 1 is the ring, R = 1 Ulysses
@@ -73,7 +71,7 @@ class Hybrid(Strategy):
     def check_fits(self, config, grid, cluster, window) -> None:
         if grid.ulysses == 1:
             return  # the ring itself: simulate's check
-        P, rows = config.hosts, grid.ring + 1
+        P, rows = config.run.hosts, grid.ring + 1
         check_cells(grid, "Ulysses x ring", cells=P * rows, nbytes=3 * PIECE_BYTES * rows * P)
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
@@ -81,7 +79,7 @@ class Hybrid(Strategy):
             return ring_on_cluster(config, grid, cluster, engine, self.name)
 
         def rings(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
-            bw, lat = cluster.ring_links(groups, config.hosts)
+            bw, lat = cluster.ring_links(groups, config.run.hosts)
             runs = [
                 simulate(with_hops(c, bw[g], lat[g]), engine=engine)
                 for c, g in zip(configs, groups, strict=True)

@@ -34,7 +34,8 @@ not a timing.)
 
 from __future__ import annotations
 
-from ringsim.timer.cost import DTYPE_BYTES, attention_flops
+from ringsim.sharing import ULYSSES
+from ringsim.timer.cost import DTYPE_BYTES
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.strategies.base import Strategy
@@ -52,8 +53,7 @@ def check_ulysses_hosts(hosts: int, heads: int, kv_heads: int) -> None:
 
 
 class Ulysses(Strategy):
-    name = "ulysses"
-    description = "all-to-alls re-shard by heads; each host attends the whole sequence"
+    record = ULYSSES
     flat = True
     uses_layout = False
 
@@ -61,19 +61,19 @@ class Ulysses(Strategy):
         return ring == 1 and ulysses > 1
 
     def degree(self, config: RingConfig, ulysses_degree: int | None) -> int:
-        if ulysses_degree not in (None, config.hosts):
+        if ulysses_degree not in (None, config.run.hosts):
             raise ValueError(
-                f"ulysses_degree must be hosts={config.hosts} for ulysses (use strategy "
+                f"ulysses_degree must be hosts={config.run.hosts} for ulysses (use strategy "
                 f"hybrid), got {ulysses_degree}"
             )
-        check_ulysses_hosts(config.hosts, config.heads, config.kv_heads)
-        return super().degree(config, config.hosts)
+        check_ulysses_hosts(config.run.hosts, config.shape.heads, config.shape.kv_heads)
+        return super().degree(config, config.run.hosts)
 
     def can_run(self, config: RingConfig) -> bool:
-        return config.hosts <= config.kv_heads
+        return config.run.hosts <= config.shape.kv_heads
 
     def check_fits(self, config, grid, cluster, window) -> None:
-        P = config.hosts
+        P = config.run.hosts
         check_cells(grid, "Ulysses", cells=P * P, nbytes=PIECE_BYTES * 3 * P)
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
@@ -83,7 +83,7 @@ class Ulysses(Strategy):
         )
 
     def working_set_bytes(self, config: RingConfig, ulysses_degree: int | None = None) -> float:
-        return two_level_memory(config, config.hosts, lambda: 0.0)
+        return two_level_memory(config, config.run.hosts, lambda: 0.0)
 
     def label(self, ulysses_degree: int, ring_degree: int, placement: str) -> str:
         return self.name
@@ -92,11 +92,11 @@ class Ulysses(Strategy):
 def crossover_bandwidth(config: RingConfig) -> float | None:
     """Link bandwidth ``B*`` below which Ulysses beats the ring (forward, no mask, no latency;
     derivation in the module docstring); ``None`` if the ring wins at every bandwidth."""
-    P, H, H_kv = config.hosts, config.heads, config.kv_heads
+    P, H, H_kv = config.run.hosts, config.shape.heads, config.shape.kv_heads
     bracket = H_kv - (H + H_kv) / P
     if bracket <= 0:
         return None
-    c, d, e = config.block_tokens, config.head_dim, DTYPE_BYTES[config.dtype]
-    t_block = attention_flops(c, c, H, d, batch=config.batch) / config.flops_rate
+    c, d, e = config.block_tokens, config.shape.head_dim, DTYPE_BYTES[config.shape.dtype]
+    t_block = config.shape.flops(c, c) / config.flops_rate
     y = t_block / (2.0 * bracket)
-    return c * d * e * config.batch / y
+    return c * d * e * config.shape.batch / y

@@ -5,7 +5,8 @@ predicted time of the whole step.
 node, dividing the heads), context parallelism ``cp = U x R`` with each strategy that can run it
 (the ring, Ulysses, the hybrid ``U x R`` (USP), the double ring (LoongTrain), all-gather
 (Llama 3)), both placements and every layout, pipeline parallelism ``pp`` where asked (with
-``v`` interleaved chunks), data parallelism with the rest of the devices (its degree must divide
+``v`` interleaved chunks, only where Megatron-LM runs them: ``check_interleaving``,
+``interleaving_runs``), data parallelism with the rest of the devices (its degree must divide
 the global batch), and each activation recompute choice (``none``, ``selective``, ``full``).
 It sizes every configuration on one GPU (``ringsim.timer.step.footprint``), drops the ones that
 do not fit in what the framework leaves of the device (reported, never ranked), times the rest
@@ -25,25 +26,52 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ringsim.checks import check_callback, check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names
+from ringsim.schedule import RING_PASSES
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
-from ringsim.timer.machine.families import arch_of, get_family
-from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.engine.result import TimesOutOfRange
+from ringsim.timer.machine.arch import ATTENTION_KERNELS_SOURCE
+from ringsim.timer.machine.families import KernelFamily, get_family
+from ringsim.timer.machine.ranges import RANGES
+from ringsim.timer.machine.topology import Cluster, get_cluster
 from ringsim.timer.step.flops import check_convention, model_tflops_per_gpu
 from ringsim.timer.step.footprint import prefill_bytes, step_bytes, usable_bytes
+from ringsim.timer.step.frameworks import (
+    FRAMEWORKS,
+    Framework,
+    default_framework,
+    get_framework,
+    kernel_alternatives,
+)
 from ringsim.timer.step.gemm import check_gemm_dtype, peak_flops
 from ringsim.timer.step.models import ModelSpec, get_model
-from ringsim.timer.step.parallel import RECOMPUTE, SHARDING, Parallel
+from ringsim.timer.step.parallel import (
+    RECOMPUTE,
+    SHARDING,
+    Parallel,
+    check_interleaving,
+    interleaving_runs,
+)
+from ringsim.timer.step.recompute import RECOMPUTES
 from ringsim.timer.step.training import (
     AttentionTime,
     heads_per_gpu,
     micro_batches,
     prefill_time,
     step_time,
+)
+from ringsim.timer.step.uncertainty import (
+    POINT,
+    STEP_RANGES,
+    StepScale,
+    at_least_the_misses,
+    step_scale,
 )
 from ringsim.timer.strategies import STRATEGIES, get_strategy, simulate_strategy
 
@@ -61,8 +89,12 @@ MAX_SECONDS = 1.7976931348623157e308 / 1e6
 """The longest time a plan may report (as ``ringsim.cli.checks``: traces count microseconds)."""
 
 
-class TimesOutOfRange(ValueError):
-    """A candidate's time left float64's range: the hardware's rates or latencies are extreme."""
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, what)``: how far a long computation has come (``plan``)."""
+
+
+def _silent(done: int, total: int, what: str) -> None:
+    """The default ``Progress``: the library itself prints nothing."""
 
 
 @dataclass
@@ -76,14 +108,16 @@ class Candidate:
     breakdown: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     bytes_per_host: float = 0.0
-    memory_bytes: float = 0.0  # what the framework leaves of the device
-    device_bytes: float = 0.0
+    usable_bytes: float = 0.0  # the budget: what the framework leaves of the device
+    device_bytes: float = 0.0  # the device's memory
     fits: bool = True
     idle_fraction: float = 0.0
     model_tflops_per_gpu: float = 0.0
     mfu: float = 0.0
     lower_bound_s: float = 0.0  # the step with attention at the peak rate (never more)
     timed: bool = False
+    interval: tuple[float, float] | None = None  # seconds, over what is unknown
+    attention_layer: tuple[float, float] = (0.0, 0.0)  # one layer, one micro-batch: fwd, bwd
 
     # -- the fields every earlier plan had -------------------------------------------------
     @property
@@ -122,8 +156,14 @@ class Candidate:
         )
 
     @property
+    def memory_bytes(self) -> float:
+        """The old name of ``usable_bytes`` (the budget, not what the candidate uses: that is
+        ``bytes_per_host``)."""
+        return self.usable_bytes
+
+    @property
     def headroom_bytes(self) -> float:
-        return self.memory_bytes - self.bytes_per_host
+        return self.usable_bytes - self.bytes_per_host
 
     @property
     def label(self) -> str:
@@ -160,7 +200,7 @@ class Candidate:
             "block_tokens": self.block_tokens,
             "step_time_s": self.step_time_s,
             "bytes_per_host": self.bytes_per_host,
-            "memory_bytes": self.memory_bytes,
+            "usable_bytes": self.usable_bytes,
             "device_bytes": self.device_bytes,
             "headroom_bytes": self.headroom_bytes,
             "fits": self.fits,
@@ -170,8 +210,13 @@ class Candidate:
             "memory": dict(self.memory),
         }
         out["lower_bound_s"] = self.lower_bound_s
+        if self.interval is not None:
+            out["interval_s"] = list(self.interval)
         if self.fits and self.timed:
             out.update(
+                attention_layer_s=dict(
+                    zip(("forward", "backward"), self.attention_layer, strict=True)
+                ),
                 attention_s=self.attention_s,
                 exposed_comm_s=self.exposed_comm_s,
                 idle_fraction=self.idle_fraction,
@@ -201,6 +246,10 @@ class Plan:
     flops_convention: str = "megatron"
     timed_attention: int = 0  # distinct attention configurations timed
     bounded: list[Candidate] = field(default_factory=list)  # fit, provably slower, not timed
+    framework: str = "pytorch"
+    implementation_source: str = ""
+    interval_families: tuple[str, ...] = ()
+    ideal: bool = True  # the attention kernel is the peak-rate model (no interval)
 
     @property
     def tokens_per_step(self) -> int:
@@ -218,6 +267,9 @@ class Plan:
             "mode": self.mode,
             "causal": self.causal,
             "implementation": self.implementation,
+            "implementation_source": self.implementation_source,
+            "framework": self.framework,
+            "interval_families": list(self.interval_families),
             "flops_convention": self.flops_convention,
             "candidates": [c.as_dict() for c in self.candidates],
             "dropped": [c.as_dict() for c in self.dropped],
@@ -226,6 +278,36 @@ class Plan:
             "timed_attention": self.timed_attention,
             "planner_seconds": self.seconds,
         }
+
+    def groups(self, top: int | None = None) -> list[tuple[Candidate, list[str]]]:
+        """The best candidates with their layout twins folded in: ``(candidate, layouts)``
+        where every other candidate that differs only in its layout and takes the same time
+        and memory to ``TWIN_TOLERANCE`` (layouts that balance the causal work alike) is
+        listed by its layout instead of ranked again; ``top`` groups at most."""
+        out: list[tuple[Candidate, list[str]]] = []
+        for cand in self.candidates:
+            twin = next((g for g in out if _twins(g[0], cand)), None)
+            if twin is not None:
+                twin[1].append(cand.layout)
+                continue
+            if top is not None and len(out) >= top:
+                continue
+            out.append((cand, [cand.layout]))
+        return out
+
+
+TWIN_TOLERANCE = 1e-3
+"""Layouts whose steps differ by less than this share are twins: far below what a step
+prediction resolves (its interval spans tens of percent, ``STEP_MISS``)."""
+
+
+def _twins(a: Candidate, b: Candidate) -> bool:
+    """Same configuration but the layout, the same step time and bytes (``TWIN_TOLERANCE``)."""
+    if a.parallel.with_(layout=b.layout) != b.parallel:
+        return False
+    return math.isclose(a.step_time_s, b.step_time_s, rel_tol=TWIN_TOLERANCE) and math.isclose(
+        a.bytes_per_host, b.bytes_per_host, rel_tol=TWIN_TOLERANCE
+    )
 
 
 # -- enumeration -------------------------------------------------------------------------------
@@ -303,20 +385,28 @@ def enumerate_parallel(
     sharding: str = "zero1",
     gemm_dtype: str = "bf16",
     max_cp: int = MAX_CP,
+    framework: Framework | None = None,
+    sequence_parallel: bool = True,
 ) -> list[Parallel]:
-    """Every ``Parallel`` the ``hosts`` devices allow (module docstring), unordered."""
+    """Every ``Parallel`` the ``hosts`` devices allow (module docstring), unordered; with a
+    ``framework``, only the strategies, layouts and tensor-parallel degrees it runs."""
+    fw = framework or FRAMEWORKS["none"]
     out = []
     tps = [tp] if tp is not None else tp_degrees(model, hosts, gpus_per_node)
     for t in tps:
-        if hosts % (t * pp):
+        if hosts % (t * pp) or not fw.allows("max_tp", t):
             continue
         _, kv = heads_per_gpu(model, t)
         for cp in divisors(hosts // (t * pp)):
             dp = hosts // (t * pp * cp)
             if cp > max_cp or global_batch % dp or seq_len % cp:
                 continue
+            if not interleaving_runs(global_batch // dp, pp, virtual_stages):
+                continue
             per_node = max(1, gpus_per_node // t)
             for variant in cp_variants(cp, kv, seq_len, causal, per_node):
+                if cp > 1 and not fw.allows("cp_variant", variant):
+                    continue
                 for r in recompute:
                     out.append(
                         Parallel(
@@ -328,6 +418,9 @@ def enumerate_parallel(
                             sharding=sharding,
                             gemm_dtype=gemm_dtype,
                             virtual_stages=virtual_stages,
+                            sequence_parallel=sequence_parallel,
+                            grad_dtype=fw.grad_dtype,
+                            master_bytes=fw.master_bytes,
                             **variant,
                         )
                     )
@@ -362,13 +455,53 @@ class AttentionTimer:
     set, once per distinct configuration (the cache key), sharing the results with every
     plan of the process (``SHARED_CACHE``)."""
 
-    def __init__(self, model, seq_len, cluster, *, causal, dtype, implementation, micro_batch=1):
+    def __init__(
+        self,
+        model,
+        seq_len,
+        cluster,
+        *,
+        causal,
+        dtype,
+        implementation,
+        micro_batch=1,
+        assume: dict | None = None,
+    ):
         self.model, self.seq_len, self.cluster = model, seq_len, cluster
         self.causal, self.dtype, self.implementation = causal, dtype, implementation
         self.micro_batch = micro_batch
+        self.assume = tuple(sorted((assume or {}).items()))
         self.cache: dict = {}
         family = get_family(implementation)
-        self.context = (repr(cluster), model, seq_len, causal, dtype, repr(family), micro_batch)
+        self.context = (
+            repr(cluster),
+            model,
+            seq_len,
+            causal,
+            dtype,
+            repr(family),
+            micro_batch,
+            self.assume,
+        )
+
+    def with_family(self, family) -> AttentionTimer:
+        """The same timer running another kernel family."""
+        return self._replaced(implementation=family)
+
+    def at(self, assume: dict | None) -> AttentionTimer:
+        """The same timer at the ends of the attention's ranges ``assume`` names
+        (``ringsim.timer.machine.ranges``; ``{}``: their points)."""
+        return self._replaced(assume=assume)
+
+    def _replaced(self, **changes) -> AttentionTimer:
+        kw = dict(
+            causal=self.causal,
+            dtype=self.dtype,
+            implementation=self.implementation,
+            micro_batch=self.micro_batch,
+            assume=dict(self.assume),
+        )
+        return AttentionTimer(self.model, self.seq_len, self.cluster, **{**kw, **changes})
 
     def _cached(self, key: tuple, compute):
         if key not in self.cache:
@@ -395,6 +528,7 @@ class AttentionTimer:
             layout=par.layout,
             pass_=pass_,
             implementation=self.implementation,
+            assume=self.assume,
         )
 
     def key(self, par: Parallel) -> tuple:
@@ -483,6 +617,24 @@ def check_plan_size(
         raise ValueError(f"seq_len={seq_len} is shorter than the {smallest} context-parallel ranks")
 
 
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20
+"""Tokens per step when none are given (``ringsim plan``): NVIDIA's long-sequence runs of Llama 2
+7B on DGX-H100 take 4,194,304 tokens per step at every length from 4K to 1M (NeMo docs,
+performance_long_sequence.md, 'Batch Size' column, commit 9ee5c56f43, v2.4.0). Llama 3 405B
+took 16M (arXiv:2407.21783, Table 4)."""
+
+DEFAULT_TOKENS_SOURCE = (
+    "4M tokens per step, as NVIDIA's long-sequence Llama 2 7B runs at every length (NeMo docs, "
+    "performance_long_sequence.md 'Batch Size', v2.4.0); --global-batch or --tokens-per-step "
+    "to change it"
+)
+
+
+def default_global_batch(seq_len: int) -> int:
+    """Sequences per step at ``DEFAULT_TOKENS_PER_STEP`` tokens (at least one)."""
+    return max(1, DEFAULT_TOKENS_PER_STEP // seq_len)
+
+
 def plan(
     model: str | ModelSpec,
     seq_len: int,
@@ -493,43 +645,69 @@ def plan(
     causal: bool = True,
     dtype: str = "bf16",
     global_batch: int = 1,
-    implementation: str = "ideal",
+    implementation: str | KernelFamily | None = None,
+    framework: str | Framework | None = None,
     tp: int | None = None,
     pp: int = 1,
     virtual_stages: int = 1,
     recompute: tuple[str, ...] | str | None = None,
-    sharding: str = "zero1",
+    sharding: str | None = None,
     gemm_dtype: str = "bf16",
-    flops_convention: str = "megatron",
+    flops_convention: str | None = None,
     keep: int | None = None,
     batch: int | None = None,
+    progress: Progress | None = None,
+    intervals: int = 0,
+    memory_limit: bool = True,
+    beat: float | None = None,
 ) -> Plan:
     """Rank every configuration for ``model`` at ``seq_len`` tokens, ``global_batch`` sequences
     per step, on ``hosts`` devices of ``cluster`` (default: all of its nodes); ``ValueError`` if
     none fits in memory, saying what the leanest needs. ``keep``: time only as many as it takes
     to know the best ``keep`` exactly (the rest are ``Plan.bounded``: fit, provably slower;
     ``evaluate``); default: time every one that fits. ``batch`` is the old name of
-    ``global_batch``."""
+    ``global_batch``. ``progress(done, total, what)`` is called as the work goes (a command
+    line shows it; the planner prints nothing).
+
+    ``implementation``: the attention kernel family (default: the framework's, else the
+    hardware's, ``ringsim.timer.step.frameworks.default_kernel``; ``"ideal"`` only when
+    named). ``framework``: a profile (``ringsim.timer.step.frameworks``) that restricts the
+    search to what it runs and takes its memory overheads (default: the hardware's default
+    framework, every choice open). ``intervals``: how many of the best candidates get an
+    interval (``candidate_interval``). ``memory_limit=False`` ranks by time alone (a what-if:
+    every configuration fits). ``beat`` (with ``keep=1``): rank only what is faster than a
+    step time already known (``ValueError`` if nothing is)."""
     t0 = time.perf_counter()
     m = get_model(model)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    cluster = get_cluster(cluster) if isinstance(cluster, str) else cluster
+    check_instance("cluster", cluster, Cluster, "a Cluster or a cluster preset's name")
+    check_choice("mode", mode, MODES)
     if batch is not None:
         global_batch = batch
-    for name, value in (
-        ("seq_len", seq_len),
-        ("global_batch", global_batch),
-        ("pp", pp),
-        ("virtual_stages", virtual_stages),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    recompute = _recompute_choices(recompute, mode)
+    seq_len, global_batch, pp, virtual_stages = (
+        check_positive_int(name, value)
+        for name, value in (
+            ("seq_len", seq_len),
+            ("global_batch", global_batch),
+            ("pp", pp),
+            ("virtual_stages", virtual_stages),
+        )
+    )
+    tp = None if tp is None else check_positive_int("tp", tp)
+    keep = None if keep is None else check_positive_int("keep", keep)
+    check_callback("progress", progress)
+    hw = cluster.hardware
+    fw = get_framework(default_framework(hw) if framework is None else framework)
+    recompute = _recompute_choices(recompute, mode, fw)
+    sharding = _allowed(fw, "shardings", sharding, SHARDING)
     if sharding not in SHARDING:
         raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {sharding!r}")
-    check_gemm_dtype(gemm_dtype, cluster.hardware)
-    check_convention(flops_convention)
-    family = get_family(implementation)
+    check_gemm_dtype(gemm_dtype, hw)
+    _allowed(fw, "gemm_dtypes", gemm_dtype, ())
+    _allowed(fw, "interleaved", virtual_stages, ())
+    flops_convention = check_convention(flops_convention or fw.flops_convention or "megatron")
+    family = fw.kernel_family(hw, implementation)
+    family.check_runs_on(hw)
     if hosts is None:
         if cluster.nodes is None:
             raise ValueError("hosts is needed for a cluster without a node count")
@@ -537,12 +715,15 @@ def plan(
     cluster.check_hosts(hosts)
     if pp > m.layers:
         raise ValueError(f"pp must be at most the model's {m.layers} layers, got pp={pp}")
+    check_interleaving(m.layers, pp, virtual_stages)
     if tp is not None and tp not in tp_degrees(m, hosts, cluster.gpus_per_node):
         raise ValueError(
             f"tp={tp} is not a tensor-parallel degree of {m.name} on {cluster.gpus_per_node}-GPU "
             f"nodes (it must divide the heads and fit in a node): use one of "
             f"{tp_degrees(m, hosts, cluster.gpus_per_node)}"
         )
+    if tp is not None:
+        _allowed(fw, "max_tp", tp, ())
     check_plan_size(hosts, seq_len, m, cluster, global_batch=global_batch, pp=pp, tp=tp)
     cluster = cluster if cluster.nodes is not None else cluster.with_nodes(cluster.nodes_for(hosts))
     parallels = enumerate_parallel(
@@ -558,15 +739,23 @@ def plan(
         recompute=recompute,
         sharding=sharding,
         gemm_dtype=gemm_dtype,
+        framework=fw,
+        sequence_parallel=_sequence_parallel(fw),
     )
+    if not parallels and virtual_stages > 1:
+        raise ValueError(
+            f"virtual_stages={virtual_stages}: the interleaved schedule needs the micro-batches "
+            f"per step (global_batch / dp) to be a multiple of pp={pp} (Megatron-LM), and no "
+            f"data-parallel degree leaves that with global_batch={global_batch}: give a global "
+            f"batch that is a multiple of {pp}, or virtual_stages=1"
+        )
     if not parallels:
         raise ValueError(
             f"no configuration of {hosts} devices runs seq_len={seq_len} with "
-            f"global_batch={global_batch}, tp={tp}, pp={pp}"
+            f"global_batch={global_batch}, tp={tp}, pp={pp} under framework {fw.name}"
         )
-    timer = AttentionTimer(
-        m, seq_len, cluster, causal=causal, dtype=dtype, implementation=implementation
-    )
+    timer = AttentionTimer(m, seq_len, cluster, causal=causal, dtype=dtype, implementation=family)
+    usable = fw.usable_bytes(hw.memory_bytes) if memory_limit else math.inf
     fitting, dropped, bounded = evaluate(
         m,
         parallels,
@@ -577,12 +766,21 @@ def plan(
         mode=mode,
         flops_convention=flops_convention,
         keep=keep,
+        progress=progress,
+        usable=usable,
+        beat=beat,
     )
+    if not fitting and beat is not None:
+        raise ValueError(f"no configuration is faster than {beat:.6g} s")
     if not fitting:
-        usable = usable_bytes(cluster.hardware)
         raise ValueError(_nothing_fits(m, seq_len, cluster, hosts, usable, dropped))
+    families = _interval_families(fw, hw, implementation, family)
+    for cand in fitting[:intervals]:
+        cand.interval = candidate_interval(
+            m, cand, seq_len, global_batch, cluster, timer, families, mode, flops_convention
+        )
     seconds = time.perf_counter() - t0
-    return Plan(
+    result = Plan(
         m.name,
         seq_len,
         hosts,
@@ -598,6 +796,75 @@ def plan(
         timer.timed,
         bounded,
     )
+    result.framework = fw.name
+    result.ideal = family.ideal
+    result.implementation_source = _implementation_source(fw, hw, implementation, family)
+    result.interval_families = tuple(f.name for f in families)
+    return result
+
+
+def _allowed(fw: Framework, field_name: str, value, default_options: tuple):
+    """``value`` if ``fw`` runs it (``None``: the framework's first option, else
+    ``default_options``' first); ``ValueError`` naming the framework otherwise."""
+    if value is None:
+        options = getattr(fw, field_name) or default_options
+        return options[0]
+    if not fw.allows(field_name, value):
+        what = field_name.rstrip("s").replace("_", " ")
+        runs = getattr(fw, field_name)
+        raise ValueError(
+            f"framework {fw.name} does not run {what} {value!r}"
+            + (f" (it runs: {', '.join(map(str, runs))})" if isinstance(runs, tuple) else "")
+        )
+    return value
+
+
+def _sequence_parallel(fw: Framework) -> bool:
+    """Sequence parallelism where the framework offers it: it moves the same bytes as its
+    absence, runs the norms on ``1 / tp`` of the rows and stores ``1 / tp`` of their
+    activations, so it is never slower and never larger (``ringsim.timer.step.parallel``)."""
+    return fw.sequence_parallel is None or True in fw.sequence_parallel
+
+
+def _interval_families(fw, hw, implementation, family) -> list[KernelFamily]:
+    """The kernel families a candidate's interval spans: the one named, else the framework's
+    own, else the families frameworks run on this hardware (the backend is unknown)."""
+    if implementation is not None or fw.attention is not None or family.ideal:
+        return [family]
+    return [fw.kernel_family(hw, name) for name in kernel_alternatives(hw)]
+
+
+def _implementation_source(fw, hw, implementation, family) -> str:
+    if implementation is not None:
+        return "named"
+    if fw.attention is not None:
+        return f"framework {fw.name}: {fw.sources.get('attention', '')}"
+    if family.ideal:
+        return f"no kernel family has published curves for {hw.name}: peak rates (ideal)"
+    return f"the default on {hw.name}: {ATTENTION_KERNELS_SOURCE}"
+
+
+def candidate_interval(
+    model, cand, seq_len, global_batch, cluster, timer, families, mode, convention
+) -> tuple[float, float]:
+    """``(low, high)`` seconds of a timed candidate's step over what the prediction does not
+    know: each kernel family of ``families`` (the backend, where unknown), with the step's
+    ranges (``ringsim.timer.step.uncertainty``) and the attention's
+    (``ringsim.timer.machine.ranges``) all at their fast or all at their slow ends; then
+    widened to at least what ``ringsim validate``'s whole-step misses show
+    (``STEP_MISS``). ``ideal`` has no interval."""
+    if get_family(timer.implementation).ideal:
+        return cand.step_time_s, cand.step_time_s
+    seen = [cand.step_time_s]
+    for family in families:
+        base = timer if family is timer.implementation else timer.with_family(family)
+        for end in ("fast", "slow"):
+            other = dataclasses.replace(cand)
+            scale = step_scale(cluster.hardware, dict.fromkeys(STEP_RANGES, end))
+            at = base.at(dict.fromkeys(RANGES, end))
+            _time(other, model, seq_len, global_batch, mode, at, cluster, False, convention, scale)
+            seen.append(other.step_time_s)
+    return at_least_the_misses(cand.step_time_s, min(seen), max(seen))
 
 
 def evaluate(
@@ -611,35 +878,55 @@ def evaluate(
     mode: str = "train",
     flops_convention: str = "megatron",
     keep: int | None = None,
+    progress: Progress | None = None,
+    scale: StepScale = POINT,
+    usable: float | None = None,
+    time_all: bool = False,
+    beat: float | None = None,
 ) -> tuple[list[Candidate], list[Candidate], list[Candidate]]:
     """Size every configuration of ``parallels`` and time the ones that fit: ``(timed, best
     first; not fitting; bounded)``. With ``keep``, the fitting ones are timed in the order of
     their lower bound (``lower_bound``) until the next bound exceeds the ``keep``-th best time
     found: the first ``keep`` are then exactly the best, and the rest (``bounded``) are
     provably slower than them, never timed. ``TimesOutOfRange`` if a time leaves float64's
-    range."""
-    usable = usable_bytes(cluster.hardware)
-    ideal = get_family(timer.implementation).ideal
+    range. ``scale``: the ends of the step's ranges (``ringsim.timer.step.uncertainty``);
+    ``usable``: the bytes a device leaves for tensors (default: its default framework's);
+    ``time_all``: time the ones that do not fit too (a published run as it was launched);
+    ``beat`` (with ``keep=1``): a step time already known, so only candidates whose lower
+    bound is under it are timed (none may be returned)."""
+    if usable is None:
+        usable = usable_bytes(cluster.hardware)
+    family = get_family(timer.implementation)
+    ideal = family.ideal
+    progress = progress or _silent
     fitting, dropped = [], []
-    for par in parallels:
+    for i, par in enumerate(parallels):
+        progress(i, len(parallels), "configurations sized")
         cand = _sized(model, par, seq_len, global_batch, mode, timer, usable, cluster)
         (fitting if cand.fits else dropped).append(cand)
-    can_bound = keep is not None and (ideal or arch_of(cluster.hardware) is not None)
+    # a calibrated block's masked tiles may beat its peak rate: no bound from the peak then
+    can_bound = keep is not None and not family.calibrated
     if can_bound:
         for cand in fitting:
             cand.lower_bound_s = lower_bound(
                 model, cand, seq_len, global_batch, mode, timer, cluster, ideal
             )
         fitting.sort(key=lambda c: c.lower_bound_s)
-    timed, bounded, best = [], [], []
-    for cand in fitting:
+    timed, bounded = [], []
+    best = [beat] if beat is not None and keep == 1 else []
+    timing = (model, seq_len, global_batch, mode, timer, cluster, ideal, flops_convention, scale)
+    for i, cand in enumerate(fitting):
+        progress(i, len(fitting), "configurations that fit, timed or bounded")
         if can_bound and len(best) >= keep and cand.lower_bound_s > best[keep - 1]:
             bounded.append(cand)
             continue
-        _time(model, cand, seq_len, global_batch, mode, timer, cluster, ideal, flops_convention)
+        _time(cand, *timing)
         timed.append(cand)
         if can_bound:
             best = sorted([*best, cand.step_time_s])[:keep]
+    if time_all:
+        for cand in dropped:
+            _time(cand, *timing)
     timed.sort(key=lambda c: (c.step_time_s, c.bytes_per_host))
     return timed, dropped, bounded
 
@@ -659,7 +946,7 @@ def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal)
         )
         / par.cp
         / rate
-        for pass_ in ("forward", "backward")
+        for pass_ in RING_PASSES
     }
     attention = AttentionTime(seconds["forward"], seconds["backward"])
     if mode == "prefill":
@@ -667,16 +954,28 @@ def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal)
     return step_time(model, par, seq_len, global_batch, cluster, attention, ideal=ideal).step_time_s
 
 
-def _recompute_choices(recompute, mode: str) -> tuple[str, ...]:
+def _recompute_choices(recompute, mode: str, fw: Framework | None = None) -> tuple[str, ...]:
+    """The recompute flavours to rank: those asked for (each one the framework runs, each named
+    once), else the framework's own, else Megatron's three; a prefill (one forward, nothing
+    kept for a backward) recomputes nothing, so a choice given there is refused rather than
+    ignored."""
     if mode == "prefill":
+        if recompute is not None:
+            raise ValueError(
+                f"recompute={recompute!r} changes nothing in prefill mode (a forward pass keeps "
+                "no activations for a backward); leave it out"
+            )
         return ("none",)
     if recompute is None:
-        return RECOMPUTE
+        return tuple(fw.recomputes) if fw is not None and fw.recomputes else RECOMPUTE
+    if not isinstance(recompute, str | list | tuple):
+        raise ValueError(f"recompute must be a choice or a tuple of them, got {recompute!r}")
     chosen = (recompute,) if isinstance(recompute, str) else tuple(recompute)
     for r in chosen:
-        if r not in RECOMPUTE:
-            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {r!r}")
-    return chosen
+        check_choice("recompute", r, RECOMPUTES)
+        if fw is not None:
+            _allowed(fw, "recomputes", r, ())
+    return tuple(dict.fromkeys(chosen))  # a choice named twice is one choice (ranked once)
 
 
 def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candidate:
@@ -686,17 +985,18 @@ def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candi
     else:
         cand.memory = step_bytes(m, par, seq_len, cand.micro_batches, timer.bytes(par))
     cand.bytes_per_host = sum(cand.memory.values())
-    cand.memory_bytes = usable
+    cand.usable_bytes = usable
     cand.device_bytes = cluster.hardware.memory_bytes
     cand.fits = cand.bytes_per_host <= usable
     return cand
 
 
-def _time(m, cand, seq_len, global_batch, mode, timer, cluster, ideal, convention):
+def _time(cand, m, seq_len, global_batch, mode, timer, cluster, ideal, convention, scale=POINT):
     par = cand.parallel
     if mode == "prefill":
         attention, idle = timer.time(par, ("forward",))
-        total = prefill_time(m, par, seq_len, cluster, attention, ideal=ideal)
+        cand.attention_layer = (attention.forward_s, 0.0)
+        total = prefill_time(m, par, seq_len, cluster, attention, ideal=ideal, scale=scale)
         cand.breakdown = {
             "attention_s": m.layers * attention.forward_s,
             "cp_exposed_comm_s": m.layers * attention.exposed_comm_s,
@@ -704,7 +1004,8 @@ def _time(m, cand, seq_len, global_batch, mode, timer, cluster, ideal, conventio
         cand.step_time_s = total
     else:
         attention, idle = timer.time(par)
-        b = step_time(m, par, seq_len, global_batch, cluster, attention, ideal=ideal)
+        cand.attention_layer = (attention.forward_s, attention.backward_s)
+        b = step_time(m, par, seq_len, global_batch, cluster, attention, ideal=ideal, scale=scale)
         cand.breakdown = b.as_dict()
         cand.step_time_s = b.step_time_s
     cand.idle_fraction = idle

@@ -58,7 +58,8 @@ RING_SOURCE = "Liu, Zaharia, Abbeel, 'Ring Attention' (ICLR 2024, arXiv:2310.018
 class Published:
     """One published number. ``band`` is the interval our prediction must land in; ``below``
     (if set) a value the prediction must stay strictly under (a measured slowdown must be
-    predicted as one)."""
+    predicted as one); ``settings`` (whole-step rows): each setting of the run with its
+    citation (``Setting``); ``printed``: the values a rounded printed number stands for."""
 
     key: str
     experiment: str
@@ -69,6 +70,20 @@ class Published:
     band: tuple[float, float]
     below: float | None = None
     note: str = field(default="", compare=False)
+    settings: dict = field(default_factory=dict, compare=False)
+    printed: tuple[float, float] | None = field(default=None, compare=False)
+
+    @property
+    def stands_for(self) -> tuple[float, float]:
+        """The values the printed number stands for (its rounding, or a power of two found by
+        doubling: ``[x, 2x)``); the value itself where the source prints it exactly."""
+        return self.printed if self.printed is not None else (self.value, self.value)
+
+    def holds(self, low: float, high: float) -> bool:
+        """Whether a predicted interval ``[low, high]`` holds the published value (meets what
+        the printed number stands for)."""
+        lo, hi = self.stands_for
+        return bool(low <= hi and high >= lo)
 
     def in_band(self, predicted: float) -> bool:
         low, high = self.band
@@ -81,6 +96,42 @@ class Published:
         band_low, band_high = self.band
         under = self.below is None or low < self.below
         return bool(low <= band_high and high >= band_low and under)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a published run, as its source ran it: ``value`` the one the source
+    gives (where none does, the sourced default the point prediction uses), ``options`` every
+    value the sources leave open (the row's interval spans them; empty: the value is
+    published or launched as cited), ``source`` where the value, or the doubt, comes from.
+    A setting is never chosen because it fits the published number."""
+
+    value: object
+    source: str
+    options: tuple = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ValueError(f"setting {self.value!r} needs a source")
+        if self.options and self.value not in self.options:
+            raise ValueError(f"setting value {self.value!r} must be one of {self.options!r}")
+
+    @property
+    def known(self) -> bool:
+        return not self.options
+
+    @property
+    def values(self) -> tuple:
+        """Every value the row's interval spans (the value alone when it is known)."""
+        return self.options or (self.value,)
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "options": list(self.values), "source": self.source}
+
+
+def settled(**settings: Setting) -> tuple[dict, dict[str, Setting]]:
+    """``(config, settings)``: each setting's value by name, and the settings themselves."""
+    return {name: s.value for name, s in settings.items()}, dict(settings)
 
 
 # -- zhuzilin/ring-flash-attention -----------------------------------------------------------
@@ -321,6 +372,7 @@ def _ring_t2_rows() -> list[Published]:
                     else "minimal sequence per device 6c (tokens)",
                     value=value,
                     band=(0.95 * value, 1.05 * value),
+                    printed=(value - 50.0, value + 50.0),  # printed to 0.1 x 1e3
                 )
             )
     return rows
@@ -399,6 +451,7 @@ def _ring_t3_rows() -> list[Published]:
                     metric="maximum context (tokens; printed as a power of two x1e3)",
                     value=value,
                     band=(0.5 * value, 2.0 * value),
+                    printed=(value, 2.0 * value),  # found by doubling: the limit is in [x, 2x)
                 )
             )
     return rows
@@ -408,20 +461,73 @@ def _ring_t3_rows() -> list[Published]:
 NEMO_LONG_SOURCE = (
     "NVIDIA NeMo docs, 'Long Sequence Performance', LLAMA2-7B (FP8), NeMo 24.03.01 container, "
     "DGX-H100 (github.com/NVIDIA/NeMo docs/source/performance/performance_long_sequence.md @ "
-    "0aa2671; docs.nvidia.com/nemo-framework/user-guide/24.12/nemotoolkit/performance/"
-    "performance_long_sequence.html)"
+    "0aa2671; the 'Batch Size' column from commit 9ee5c56f43, tag v2.4.0; docs.nvidia.com/"
+    "nemo-framework/user-guide/24.12/nemotoolkit/performance/performance_long_sequence.html)"
 )
-NEMO_LONG_RUN = {
-    "model": "7b",  # Llama 2 7B has LLaMA 7B's shape (32 x 4096, 32 heads, SwiGLU 11008)
-    "cluster": "dgx-h100",
-    "gemm_dtype": "fp8",
-    "implementation": "cudnn",  # Transformer Engine's fused attention on Hopper: cuDNN
-    "strategy": "ring",  # TE's context parallelism: p2p ring of k, v
-    "layout": "zigzag",  # TE splits the sequence into 2 x CP chunks, rank i has i and 2CP-1-i
-    "sharding": "zero1",  # NeMo's distributed_fused_adam
-    "tokens_per_step": 4 * 2**20,  # not in the table: the same page's B200 table's 4M tokens
-    "flops_convention": "megatron",  # NeMo flops_formulas.llama2: 12 s / h, no causal mask
+_NEMO_TABLE = "the table (NEMO_LONG_SOURCE)"
+_NEMO_RECIPE = (
+    "NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/llama/llama2_7b.yaml @ 24.03.01"
+)
+_NEMO_FP8 = "NeMo-Framework-Launcher examples/training/llama/h100/llama2_7b_fp8.sh @ 24.03.01"
+NEMO_LONG_SETTINGS = {
+    "model": Setting(
+        "7b", "Llama 2 7B has LLaMA 7B's shape (32 layers x 4096, 32 heads, SwiGLU 11008)"
+    ),
+    "cluster": Setting("dgx-h100", f"{_NEMO_TABLE}: 'System: DGX-H100'"),
+    "framework": Setting(
+        "nemo-24.03",
+        f"{_NEMO_TABLE}: 'Container: NeMo24.03.01.framework'; NVIDIA's launcher runs it "
+        "(launcher 24.05's config.yaml names that container; ringsim.timer.step.frameworks)",
+    ),
+    "implementation": Setting(
+        "fa2",
+        "the launcher 24.01-24.07 sets NVTE_FUSED_ATTN=0, so Transformer Engine 1.4 runs "
+        "flash-attn 2 per ring step (frameworks 'nemo-24.03'); the page names only the "
+        "container, and outside the launcher TE picks cuDNN on Hopper: both are in the range",
+        options=("fa2", "cudnn"),
+    ),
+    "gemm_dtype": Setting(
+        "fp8",
+        f"{_NEMO_TABLE}: 'LLAMA2-7B (FP8)'; {_NEMO_FP8}: training.model.fp8=True, fp8_hybrid; "
+        "attention bf16 (TE has no fp8 attention before v1.6)",
+    ),
+    "recompute": Setting(
+        "none",
+        f"{_NEMO_RECIPE} l.121: activations_checkpoint_granularity: null; NVIDIA's long-context "
+        "recipes of launcher 24.05 (gpt3/5b_16k..175b_32k.yaml) run without recompute too",
+    ),
+    "sequence_parallel": Setting(
+        False,
+        f"{_NEMO_RECIPE} l.126: sequence_parallel: false (NVIDIA's long-context recipes: false at "
+        "TP4 and TP8 without PP, true with PP); not published for these rows",
+        options=(False, True),
+    ),
+    "micro_batch": Setting(1, f"{_NEMO_RECIPE} l.57: micro_batch_size: 1"),
+    "strategy": Setting(
+        "ring",
+        "Transformer Engine 1.4's context parallelism is its p2p ring (AttnFuncWithCP); "
+        "cp_comm_type arrives in TE 1.10",
+    ),
+    "layout": Setting(
+        "zigzag", "TE 1.4 AttnFuncWithCP: 2 x CP chunks, rank i holds chunks i and 2CP - 1 - i"
+    ),
+    "sharding": Setting(
+        "zero1", f"{_NEMO_RECIPE} l.143: optim distributed_fused_adam (sharded optimizer state)"
+    ),
+    "grad_dtype": Setting("bf16", f"{_NEMO_FP8}: +training.model.optim.grad_sync_dtype=bf16"),
+    "flops_convention": Setting(
+        "megatron",
+        "the page does not say; every NVIDIA count of its time counts attention unmasked: "
+        "launcher 24.03.01 auto_configurator/autoconfig/scripts/compare_throughput.py "
+        "l.230-265, Megatron-LM num_floating_point_operations @ core_v0.5.0-0.11",
+    ),
+    "tokens_per_step": Setting(
+        4 * 2**20,
+        "the table's 'Batch Size' column (NeMo commit 9ee5c56f43, v2.4.0): 1,024 x 4K ... 4 x "
+        "1M, 4,194,304 tokens per step on every row",
+    ),
 }
+NEMO_LONG_RUN, _ = settled(**NEMO_LONG_SETTINGS)
 _NEMO_LONG = {  # seq (K): (GPUs, TP, PP, DP, CP, TFLOPS/GPU with CP, without CP)
     4: (4, 1, 1, 4, 1, 768, 768),
     8: (8, 1, 2, 4, 1, 730, 730),
@@ -435,20 +541,33 @@ _NEMO_LONG = {  # seq (K): (GPUs, TP, PP, DP, CP, TFLOPS/GPU with CP, without CP
 }
 
 
+def _table_settings(source: str, **values) -> dict[str, Setting]:
+    return {name: Setting(value, source) for name, value in values.items()}
+
+
 def _nemo_rows() -> list[Published]:
     rows = []
     for seq_k, (gpus, tp, pp, dp, cp, value, without) in _NEMO_LONG.items():
         seq = seq_k * 1024
-        config = {
-            **NEMO_LONG_RUN,
-            "seq_len": seq,
-            "gpus": gpus,
-            "tp": tp,
-            "pp": pp,
-            "dp": dp,
-            "cp": cp,
-            "global_batch": NEMO_LONG_RUN["tokens_per_step"] // seq,
+        settings = {
+            **NEMO_LONG_SETTINGS,
+            **_table_settings(_NEMO_TABLE, seq_len=seq, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp),
+            "global_batch": Setting(
+                NEMO_LONG_RUN["tokens_per_step"] // seq, "the table's 'Batch Size' column"
+            ),
+            "virtual_stages": Setting(1, f"{_NEMO_RECIPE} l.62: virtual_pipeline_model_parallel"),
         }
+        if tp == 1:
+            settings["sequence_parallel"] = Setting(False, "tensor parallelism 1: nothing to split")
+        if pp > 1:
+            settings["virtual_stages"] = Setting(
+                1,
+                f"{_NEMO_RECIPE} l.62: virtual_pipeline_model_parallel_size: null (plain 1F1B); "
+                "not published for this row, which overrides the recipe's PP; any divisor of "
+                "its 16 layers per stage is possible",
+                options=(1, 2, 4, 8, 16),
+            )
+        config, settings = settled(**settings)
         rows.append(
             Published(
                 key=f"nemo-long/7b-fp8/{seq_k}K/tp{tp}pp{pp}dp{dp}cp{cp}",
@@ -459,6 +578,7 @@ def _nemo_rows() -> list[Published]:
                 value=float(value),
                 band=(0.85 * value, 1.15 * value),
                 note=f"without CP the table reports {without} TFLOPS/GPU",
+                settings=settings,
             )
         )
     return rows
@@ -469,38 +589,113 @@ LLAMA3_SOURCE = (
     "Llama Team, 'The Llama 3 Herd of Models' (arXiv:2407.21783), Table 4 (scaling "
     "configurations and MFU of Llama 3 405B pre-training) and Sec. 3.3.2"
 )
-LLAMA3_RUN = {
-    "model": "llama3-405b",
-    "cluster": "dgx-h100",  # H100 80GB HBM3 700 W, 8 per server on NVLink, 400 Gb/s per GPU
-    "gemm_dtype": "bf16",
-    "implementation": "fa2",  # not stated; FlashAttention-2 was the common kernel in 2024
-    "strategy": "allgather",  # Sec. 3.3.2: all-gather k, v; 2 x CP chunks (zigzag)
-    "layout": "zigzag",
-    "sharding": "zero1",  # FSDP shards optimizer and gradients, keeps weights gathered
-    "virtual_stages": 2,  # interleaved schedule; Fig. 6 shows 2 stages per pipeline rank
-    "flops_convention": "megatron",  # not stated: the common convention (no causal mask)
+_LLAMA3_TEXT = "Llama 3 paper Sec. 3.3.2"
+_LLAMA3_TABLE = "Llama 3 paper Table 4"
+LLAMA3_SETTINGS = {
+    "model": Setting("llama3-405b", "Llama 3 paper Table 3 (126 layers, 16384 wide, 128 heads)"),
+    "cluster": Setting(
+        "dgx-h100",
+        "Llama 3 paper Sec. 3.3.1: H100 80GB HBM3 at 700 W, 8 per server on NVLink, 400 Gb/s "
+        "RoCE per GPU",
+    ),
+    "framework": Setting("llama3", "Meta's stack as Sec. 3.3.2 describes it (frameworks 'llama3')"),
+    "implementation": Setting(
+        "fa2",
+        "not stated; FlashAttention-3 was released after the pre-training (arXiv 2407.08608, "
+        "July 2024), so the 2024 kernels PyTorch and TE offered: FlashAttention-2 or cuDNN",
+        options=("fa2", "cudnn"),
+    ),
+    "gemm_dtype": Setting("bf16", "Table 4: 'BF16 MFU'"),
+    "strategy": Setting(
+        "allgather", f"{_LLAMA3_TEXT}: 'we first all-gather the key (K) and value (V) tensors'"
+    ),
+    "layout": Setting(
+        "zigzag", f"{_LLAMA3_TEXT}: 2 x CP chunks, rank i holds i and 2 x CP - 1 - i"
+    ),
+    "sharding": Setting(
+        "zero1",
+        f"{_LLAMA3_TEXT}: FSDP 'shards optimizer states and gradients, but for model shards we "
+        "do not reshard after forward computation'",
+    ),
+    "grad_dtype": Setting(
+        "fp32",
+        f"{_LLAMA3_TEXT}: 'FP32 gradient accumulation' and 'reduce-scatter gradients in FP32'",
+    ),
+    "virtual_stages": Setting(
+        8,
+        f"derived from the text, not the table: {_LLAMA3_TEXT} removes 'one Transformer layer "
+        "each from the first and the last stages' so that 'the first model chunk on the first "
+        "stage has only the embedding': a chunk held one layer, 126 + 2 = 128 = PP x V slots, "
+        "V = 8. Cross-check with the two 8K rows (T = m t + X from their TFLOPS alone): X = "
+        "2.6 t, at least the bubble (PP - 1) / V t = 1.9 t",
+    ),
+    "micro_batch": Setting(
+        1,
+        "not printed; one sequence per micro-batch is the only size the two 8K rows allow with "
+        "V = 8 (two sequences would make the bubble 1.9 t' exceed their fixed part 1.3 t')",
+    ),
+    "sequence_parallel": Setting(
+        True,
+        "not stated; tensor parallelism inside a node with the activations split or replicated",
+        options=(True, False),
+    ),
+    "flops_convention": Setting(
+        "megatron",
+        "the paper does not define its FLOP count; unmasked attention is the common convention "
+        "(Megatron-LM, TorchTitan), causal the other",
+        options=("megatron", "causal"),
+    ),
 }
+LLAMA3_RUN, _ = settled(**LLAMA3_SETTINGS)
 _LLAMA3_T4 = [  # GPUs, TP, CP, PP, DP, seq, batch per DP rank, TFLOPs/GPU, BF16 MFU
     (8192, 8, 1, 16, 64, 8192, 32, 430, 0.43),
     (16384, 8, 1, 16, 128, 8192, 16, 400, 0.41),
     (16384, 8, 16, 16, 8, 131072, 16, 380, 0.38),
 ]
+LLAMA3_PEAK_TFLOPS = 989.0
+"""The dense bf16 peak the paper's MFU divides by (H100 SXM)."""
+
+
+def llama3_printed(tflops: float, mfu: float) -> tuple[float, float]:
+    """What a Table 4 row's rounded TFLOPs stand for: within 5 of the printed value and
+    consistent with its MFU printed to the percent (400 / 989 is 40.4%, printed 41%)."""
+    low = max(tflops - 5.0, (mfu - 0.005) * LLAMA3_PEAK_TFLOPS)
+    high = min(tflops + 5.0, (mfu + 0.005) * LLAMA3_PEAK_TFLOPS)
+    return low, high
+
+
+def _llama3_settings(gpus, tp, cp, pp, dp, seq, per_dp) -> dict[str, Setting]:
+    settings = {
+        **LLAMA3_SETTINGS,
+        **_table_settings(_LLAMA3_TABLE, seq_len=seq, gpus=gpus, tp=tp, cp=cp, pp=pp),
+        "dp": Setting(dp, _LLAMA3_TABLE),
+        "global_batch": Setting(dp * per_dp, f"{_LLAMA3_TABLE}: DP x 'Batch size/DP'"),
+        "recompute": Setting(
+            "none",
+            f"{_LLAMA3_TEXT}: 'we could pre-train Llama 3 on sequences of 8K tokens without "
+            "activation checkpointing'",
+        ),
+    }
+    if cp > 1:
+        settings["dp"] = Setting(
+            dp,
+            f"{_LLAMA3_TABLE} prints DP = 4; 8 is what its 16,384 GPUs and 16M tokens per batch "
+            "imply",
+        )
+        settings["recompute"] = Setting(
+            "none",
+            f"{_LLAMA3_TEXT} is silent at 128K; each GPU holds the same 8,192 tokens as at 8K, "
+            "where it ran without checkpointing",
+            options=("none", "selective", "full"),
+        )
+    return settings
 
 
 def _llama3_rows() -> list[Published]:
     rows = []
     for gpus, tp, cp, pp, dp, seq, per_dp, value, mfu in _LLAMA3_T4:
-        config = {
-            **LLAMA3_RUN,
-            "seq_len": seq,
-            "gpus": gpus,
-            "tp": tp,
-            "cp": cp,
-            "pp": pp,
-            "dp": dp,
-            "global_batch": dp * per_dp,
-            "mfu": mfu,
-        }
+        config, settings = settled(**_llama3_settings(gpus, tp, cp, pp, dp, seq, per_dp))
+        config["mfu"] = mfu
         rows.append(
             Published(
                 key=f"llama3-t4/405b/{gpus}gpus/{seq // 1024}K/tp{tp}cp{cp}pp{pp}dp{dp}",
@@ -509,31 +704,24 @@ def _llama3_rows() -> list[Published]:
                 config=config,
                 metric="TFLOPs per GPU (bf16)",
                 value=float(value),
-                band=(0.85 * value, 1.15 * value),
+                band=(0.9 * value, 1.1 * value),
                 note=f"BF16 MFU {mfu:.0%}",
+                settings=settings,
+                printed=llama3_printed(value, mfu),
             )
         )
-    gpus, tp, cp, pp, dp, seq, per_dp, value, mfu = _LLAMA3_T4[2]
-    config = {
-        **LLAMA3_RUN,
-        "seq_len": seq,
-        "gpus": gpus,
-        "tp": tp,
-        "cp": cp,
-        "pp": pp,
-        "dp": dp,
-        "global_batch": dp * per_dp,
-    }
+    config, settings = settled(**_llama3_settings(*_LLAMA3_T4[2][:7]))
     rows.append(
         Published(
             key="llama3-choice/405b/128K",
             experiment="llama3-choice",
             source=LLAMA3_SOURCE,
             config=config,
-            metric="step time of the published configuration over the planner's best feasible "
-            "one on the same cluster (1 = the planner's best)",
+            metric="step time of the published configuration over the planner's best one inside "
+            "its own stack (frameworks 'llama3') on the same cluster (1 = the planner's best)",
             value=1.0,
             band=(1.0, 1.05),
+            settings=settings,
         )
     )
     return rows
@@ -541,9 +729,13 @@ def _llama3_rows() -> list[Published]:
 
 # -- YunChang (USP): the best Ulysses degree ---------------------------------------------------
 YUNCHANG_SOURCE = (
-    "github.com/feifeibear/long-context-attention README 'Benchmark' (snapshot 56118e0), "
-    "benchmark/benchmark_longctx.py: causal, bf16, forward only (--fwd_only), Ulysses groups "
-    "on consecutive ranks; the best ring implementation per Ulysses degree"
+    "github.com/feifeibear/long-context-attention README 'Benchmark' (@ 56118e0; images "
+    "media/benchmark_results.png from b93c30e and media/pcie_machine.jpg from 4514bcf), "
+    "scripts/run_qkvpack_compare.sh: benchmark/benchmark_longctx_qkvpacked.py and "
+    "benchmark_longctx.py, causal, bf16, forward only (--fwd_only), Ulysses groups on "
+    "consecutive ranks; each degree's best over the printed columns (basic, zigzag, stripe "
+    "rings, qkv packed or not): under 'zigzag only' the A100 32K and 4xA100 16K rows' best "
+    "degree changes"
 )
 # (machine, cluster preset, batch, seq_len, heads, kv_heads, head_dim, {U: published it/s})
 YUNCHANG = [
@@ -578,6 +770,7 @@ def _yunchang_rows() -> list[Published]:
             "head_dim": d,
             "its": dict(its),
             "implementation": "fa2",
+            "framework": "usp-0.6",
         }
         rows.append(
             Published(

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ringsim.views.lessons.capstone import Choice, Verdict, check_choice, link_hardware
+from ringsim.views.lessons.capstone import Choice, Verdict, check_choice
 from ringsim.views.lessons.exercises import (
     Exercise,
     check_delta,
@@ -25,7 +25,7 @@ from ringsim.views.lessons.figures import (
     use_lesson_style,
 )
 from ringsim.views.lessons.notation import GLOSSARY, NOTATION, notation, notation_page
-from ringsim.views.lessons.real_code import measure_real_ring, real_ring_loop
+from ringsim.views.lessons.real_code import measure_real_ring, real_ring_loop, record_real_ring
 from ringsim.views.lessons.references import references
 from ringsim.views.lessons.ring_story import (
     animation_html,
@@ -57,7 +57,6 @@ __all__ = [
     "figure_report",
     "legends_over_data",
     "lesson_scale",
-    "link_hardware",
     "measure_real_ring",
     "near_zero",
     "notation",
@@ -66,6 +65,7 @@ __all__ = [
     "panels",
     "plain_log_ticks",
     "real_ring_loop",
+    "record_real_ring",
     "references",
     "ring_animation",
     "ring_story",

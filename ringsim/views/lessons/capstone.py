@@ -11,7 +11,7 @@ most, and for a choice that does not fit, the memory it needs against what the d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ringsim.views.lessons.words import compared
 
@@ -80,7 +80,7 @@ class Verdict:
         if not self.fits:
             head = (
                 f"`{c.label}` does not fit: it needs {c.bytes_per_host / 1e9:.1f} GB per GPU "
-                f"of the {c.memory_bytes / 1e9:.1f} GB usable."
+                f"of the {c.usable_bytes / 1e9:.1f} GB usable."
             )
         elif self.rank == 1:
             head = (
@@ -162,7 +162,7 @@ def _time_reasons(mine, best) -> list[str]:
 
 def _memory_reasons(mine, best) -> list[str]:
     """The memory parts that grow most over the best's, and what frees them."""
-    over = mine.bytes_per_host - mine.memory_bytes
+    over = mine.bytes_per_host - mine.usable_bytes
     parts = sorted(
         ((mine.memory.get(k, 0.0) - best.memory.get(k, 0.0), k) for k in mine.memory),
         reverse=True,
@@ -178,11 +178,3 @@ def _memory_reasons(mine, best) -> list[str]:
     if mine.parallel.recompute != "full":
         reasons.append("Recomputing every layer keeps only each layer's input per token.")
     return reasons
-
-
-def link_hardware(hardware, bandwidth: float):
-    """``hardware`` with a link of ``bandwidth`` bytes/s: a cluster's GPU as seen across its
-    NIC, for ``overlap_threshold`` on that hop."""
-    if not bandwidth > 0:
-        raise ValueError(f"bandwidth must be positive, got {bandwidth!r}")
-    return replace(hardware, link_bandwidth=bandwidth)

@@ -1,5 +1,5 @@
-"""What the lessons take from the real backend (``kernels``, torch): a measured ring and the
-source of the loop it ran.
+"""What the lessons take from the real backend (``kernels``, torch): a measured ring, a ring
+recorded by ``torch.profiler`` and the source of the loop it ran.
 
 ``ringsim`` never imports ``kernels`` (the backend sits above it and imports it); like the
 ``calibrate`` and ``measure`` subcommands, these helpers load it by module name when they run.
@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+from pathlib import Path
 
 # the real backend's modules these helpers read, by name (loaded at call time)
 MEASURE_MODULE = "kernels.calibration.measure"
 REPORT_MODULE = "kernels.calibration.report"
 RING_MODULE = "kernels.distributed.ring"
+LAUNCH_MODULE = "kernels.distributed.launch"
+PROFILED_MODULE = "kernels.distributed.profiled"
 LOOP_FIRST, LOOP_LAST = "for step in range", "kv = incoming"
 
 
@@ -38,6 +42,20 @@ def measure_real_ring(
         hosts=hosts, seq_len=seq_len, heads=heads, head_dim=head_dim, layout=layout, causal=causal
     )
     return measure(shape, report.MeasureOptions(repeats=repeats)).to_json()
+
+
+def record_real_ring(
+    folder: str | os.PathLike, *, hosts: int = 2, gz: bool = True, **run
+) -> list[Path]:
+    """Run the real ring (``hosts`` gloo processes) with every rank inside
+    ``torch.profiler.profile(record_shapes=True)`` and return its trace files, one per rank, in
+    ``folder`` (``kernels.distributed.profiled.record_ring``). ``run``: the problem's fields
+    (``kernels.distributed.launch.RunConfig``: ``seq_len``, ``heads``, ``head_dim``,
+    ``layout``, ``causal``, ``backward``, ``warmup``, ``repeats``, ...); no tensors come back."""
+    config = importlib.import_module(LAUNCH_MODULE).RunConfig(**run, return_tensors=False)
+    record = importlib.import_module(PROFILED_MODULE).record_ring
+    paths, _ = record(config, hosts, folder, gz=gz)
+    return paths
 
 
 def real_ring_loop() -> str:
