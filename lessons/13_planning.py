@@ -445,7 +445,7 @@ exercises(
         "(`model_tflops_per_gpu`) in the Megatron convention, which counts attention as "
         "if no mask hid any of it. What would it report if attention were counted "
         "causally (only the half of the scores the mask keeps)? "
-        '(`ringsim.timer.step.flops.model_tflops_per_gpu` with `"causal"`.)',
+        '(`ringsim.teach.model_tflops_per_gpu` with `"causal"`.)',
         f"{best.model_tflops_per_gpu:.0f} TFLOP/s per GPU counted the Megatron way, "
         f"{causal:.0f} counted causally ({1 - causal / best.model_tflops_per_gpu:.0%} "
         "less): at 128K tokens attention dominates the count, so the convention moves the "
