@@ -23,10 +23,11 @@ Per micro-batch of ``b`` sequences, a GPU holds ``T = b N / cp`` tokens of each 
   ``full`` the whole layer's forward (GEMMs, elementwise, collectives, attention).
 
 Per step: the LM head and the loss on the last pipeline stage; **pipeline parallelism** as the
-interleaved 1F1B schedule, ``m`` micro-batches each taking ``t_mb`` on every stage and a bubble
-of ``(p - 1) / v`` micro-batch times (``(p - 1) / (v m + p - 1)`` of the step; Narayanan et
-al., SC'21; the Llama 3 paper writes the same ratio as ``(PP - 1) / (V M)`` of the compute),
-stages balanced (Llama 3 moves layers off the first and last stage to balance them);
+interleaved 1F1B schedule, ``m`` micro-batches each taking ``t_mb``, the slowest stage's time
+(``stage_layers``: a middle stage's layers, or the last stage's with the LM head and the loss;
+Llama 3 takes a layer off the first and the last stage to balance them), and a bubble of
+``(p - 1) / v`` micro-batch times (``(p - 1) / (v m + p - 1)`` of the step; Narayanan et al.,
+SC'21; the Llama 3 paper writes the same ratio as ``(PP - 1) / (V M)`` of the compute);
 **data-parallel sharding** (``zero1``: a reduce-scatter of the gradients and an all-gather of
 the weights per step, over the ``dp x cp`` ranks that share weights, hidden behind the last
 micro-batch's backward and the first one's forward as far as they last; ``zero3``: each
@@ -41,9 +42,10 @@ launch cost, attention at peak (``KernelFamily`` ``ideal``). A named implementat
 ``fa3``, ``cudnn``, ...) uses the published rates: GEMMs from the GEMM benchmarks of
 ``ringsim.timer.step.gemm``, attention from its kernel family, collectives at NCCL's share of
 the line rate (``ringsim.timer.machine.collectives``), elementwise kernels at
-``HBM_FRACTION`` of the HBM's rate. The published benchmarks ran at the clock each card
-sustained under that load; no source gives a lower sustained clock for a training step on
-these presets, so no separate clock factor is applied.
+``HBM_FRACTION`` of the HBM's rate. The GEMM benchmarks ran in short bursts; a step's GEMMs
+run at the rate a power-saturated GPU holds (``Hardware.saturated_matmul``, the point of the
+step's ranges: ``ringsim.timer.step.uncertainty``), and the weight-gradient GEMMs add the
+gradient buffer's read and write (``grad_accumulation_seconds``).
 """
 
 from __future__ import annotations
