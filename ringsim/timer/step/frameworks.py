@@ -90,6 +90,7 @@ RUN_FIELDS = (
     "recomputes",
     "sequence_parallel",
     "interleaved",
+    "balanced_stages",
     "flops_convention",
 )
 """The fields that say what a framework runs; each one a profile sets names its source in
@@ -112,7 +113,9 @@ class Framework:
     ``master_bytes`` its optimizer's master copy of a weight (``Parallel.master_bytes``);
     ``gemm_dtypes`` whether its linears run fp8; ``recomputes`` its recompute flavours
     (``ringsim.timer.step.recompute``); ``sequence_parallel`` the choices it offers;
-    ``interleaved`` whether its pipeline schedule takes virtual stages; ``flops_convention``
+    ``interleaved`` whether its pipeline schedule takes virtual stages; ``balanced_stages``
+    whether it moves a layer off the first and the last stage (``Parallel.balanced_stages``);
+    ``flops_convention``
     how its own logs count model FLOPs."""
 
     name: str
@@ -134,6 +137,7 @@ class Framework:
     recomputes: tuple[str, ...] | None = ANY
     sequence_parallel: tuple[bool, ...] | None = ANY
     interleaved: bool = True
+    balanced_stages: bool = False
     flops_convention: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -346,6 +350,7 @@ FRAMEWORKS: dict[str, Framework] = {
             grad_dtype="fp32",
             gemm_dtypes=("bf16",),
             recomputes=("none", "selective", "full"),
+            balanced_stages=True,
             sources={
                 "strategies": "Llama 3 paper (arXiv:2407.21783) Sec. 3.3.2: 'our CP "
                 "implementation adopts an all-gather based method where we first all-gather "
@@ -366,6 +371,10 @@ FRAMEWORKS: dict[str, Framework] = {
                 "gemm_dtypes": "ibid. Table 4: 'BF16 MFU'; no fp8 in pre-training",
                 "recomputes": "ibid.: 'we could pre-train Llama 3 on sequences of 8K tokens "
                 "without activation checkpointing'; nothing said at 128K, so every flavour",
+                "balanced_stages": "ibid.: 'After the last layer of the model, we need to "
+                "calculate output and loss, making this stage the execution latency "
+                "bottleneck' ... 'we reduce one Transformer layer each from the first and the "
+                "last stages'",
             },
         ),
         Framework(

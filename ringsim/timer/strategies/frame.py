@@ -104,7 +104,8 @@ def run_two_level(
             ("q, k, v, dout", 2 * H + 2 * H_kv) if backward else ("q, k, v", H + 2 * H_kv)
         )
         first = Piece([f"all-to-all {name_in}"], P)
-        seconds = _alltoall(clock, config, token, width_in, len(name_in.split(", ")), U, links)
+        tensors_in = len(name_in.split(", "))
+        seconds = _alltoall(clock, config, token, width_in, tensors_in, U, links, "in")
         start = collective(first, 0, np.zeros(P), seconds)
         parts.append(first)
     if R == 1:
@@ -118,20 +119,44 @@ def run_two_level(
         last = Piece([f"all-to-all {name_out}"], P)
         ready = np.full(P, max(middle.end(), start))
         tensors = len(name_out.split(", "))
-        collective(last, 0, ready, _alltoall(clock, config, token, width_out, tensors, U, links))
+        seconds = _alltoall(clock, config, token, width_out, tensors, U, links, "out")
+        collective(last, 0, ready, seconds)
         parts.append(last)
     return _result(config, grid, Piece.stack(parts), flops, strategy, memory_bytes, engine)
 
 
-def _alltoall(clock, config, token: float, width: int, tensors: int, U: int, links) -> np.ndarray:
+ALLTOALL_HOST_CALLS = {"in": 11, "out": 14}
+"""PyTorch calls the host makes per tensor of an all-to-all, counted in YunChang's
+``LongContextAttention`` (feifeibear/long-context-attention @ b93c30e, the benchmark's code:
+yunchang/hybrid/attn_layer.py l.93-127 calls ``SeqAllToAll4D.apply`` on q, k and v and on the
+output; yunchang/comm/all_to_all.py ``all_to_all_4D``): going in (l.36-61) the ``apply``,
+``get_world_size``, ``reshape``, ``transpose``, ``contiguous``, ``empty_like``,
+``all_to_all_single``, ``reshape``, ``transpose``, ``contiguous``, ``reshape``: 11; coming out
+(l.63-91) the ``apply``, two ``get_world_size``, ``reshape``, two ``transpose``, ``contiguous``,
+``reshape``, ``empty_like``, ``all_to_all_single``, ``reshape``, ``transpose``, ``contiguous``,
+``reshape``: 14."""
+
+
+def _alltoall(
+    clock, config, token: float, width: int, tensors: int, U: int, links, way: str
+) -> np.ndarray:
     """``(P,)`` seconds of one all-to-all of ``tensors`` tensors, ``width`` heads in all, of
     ``token`` bytes per head: the ``(U - 1) / U`` share that leaves the host over the links,
     and (under a real family) each tensor permuted into a contiguous send buffer before it
     and back after it, as DeepSpeed-Ulysses' ``_SeqAllToAll`` and YunChang's ``all_to_all_4d``
-    do (``reshape``, ``transpose``, ``contiguous``: two copies, read and write)."""
+    do (``reshape``, ``transpose``, ``contiguous``: two copies, read and write); no shorter
+    than the host takes to issue its calls (``ALLTOALL_HOST_CALLS`` per tensor, ``way`` in or
+    out, at the family's ``host_call_s``: the host runs ahead of the GPU only while the GPU's
+    work is longer)."""
     seconds = clock.transfer((U - 1) / U * token * width, 1, links)
     copies = elementwise_seconds(config, 2 * 2 * token * width, 2 * tensors)
-    return seconds + clock.kernel(np.full(config.run.hosts, copies)) if copies else seconds
+    if copies:
+        seconds = seconds + clock.kernel(np.full(config.run.hosts, copies))
+    host = config.family.host_call_s
+    if host is None or config.family.ideal:
+        return seconds
+    issue = ALLTOALL_HOST_CALLS[way] * tensors * host.at(config.kernel.end("host_call_s"))
+    return np.maximum(seconds, issue)
 
 
 def ulysses_attention(config: RingConfig, clock: HostClock, start: float) -> tuple[Piece, float]:

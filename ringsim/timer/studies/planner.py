@@ -67,7 +67,6 @@ from ringsim.timer.step.training import (
     step_time,
 )
 from ringsim.timer.step.uncertainty import (
-    POINT,
     STEP_RANGES,
     StepScale,
     at_least_the_misses,
@@ -421,6 +420,7 @@ def enumerate_parallel(
                             sequence_parallel=sequence_parallel,
                             grad_dtype=fw.grad_dtype,
                             master_bytes=fw.master_bytes,
+                            balanced_stages=fw.balanced_stages,
                             **variant,
                         )
                     )
@@ -879,7 +879,7 @@ def evaluate(
     flops_convention: str = "megatron",
     keep: int | None = None,
     progress: Progress | None = None,
-    scale: StepScale = POINT,
+    scale: StepScale | None = None,
     usable: float | None = None,
     time_all: bool = False,
     beat: float | None = None,
@@ -889,7 +889,8 @@ def evaluate(
     their lower bound (``lower_bound``) until the next bound exceeds the ``keep``-th best time
     found: the first ``keep`` are then exactly the best, and the rest (``bounded``) are
     provably slower than them, never timed. ``TimesOutOfRange`` if a time leaves float64's
-    range. ``scale``: the ends of the step's ranges (``ringsim.timer.step.uncertainty``);
+    range. ``scale``: the ends of the step's ranges (``ringsim.timer.step.uncertainty``;
+    default: their points);
     ``usable``: the bytes a device leaves for tensors (default: its default framework's);
     ``time_all``: time the ones that do not fit too (a published run as it was launched);
     ``beat`` (with ``keep=1``): a step time already known, so only candidates whose lower
@@ -991,7 +992,7 @@ def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candi
     return cand
 
 
-def _time(cand, m, seq_len, global_batch, mode, timer, cluster, ideal, convention, scale=POINT):
+def _time(cand, m, seq_len, global_batch, mode, timer, cluster, ideal, convention, scale=None):
     par = cand.parallel
     if mode == "prefill":
         attention, idle = timer.time(par, ("forward",))
