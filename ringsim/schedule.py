@@ -205,6 +205,34 @@ class Schedule:
         """``(P,)`` the host each host receives from after ``step`` (mirror of ``send_to_at``)."""
         return (np.arange(self.hosts) - (self.hops_after(step) or 1)) % self.hosts
 
+    # -- the calls of a windowed cell ------------------------------------------------------
+    def pairs_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(query hosts, kv hosts)`` ``(P,)`` each: whose queries meet whose block at
+        ``step`` (every host, and the owner of the block it holds)."""
+        return np.arange(self.hosts), self.kv_owner(step)
+
+    def cell_key(self, q_hosts: np.ndarray, kv_hosts: np.ndarray) -> np.ndarray:
+        """A key per cell that equal cells share: the owners' distance where the layout's
+        masks depend on it alone (``_table_mode`` ``"offset"``), else the pair."""
+        if self._table_mode == "offset":
+            return np.asarray(kv_hosts) - np.asarray(q_hosts)
+        return np.asarray(q_hosts) * self.hosts + np.asarray(kv_hosts)
+
+    def cell_calls(self, q_host: int, kv_host: int):
+        """The kernel calls of ``q_host``'s queries against ``kv_host``'s block under the
+        sliding window (``Layout.window_calls``: one per pair of runs the window reaches, cut
+        to what it needs), ``None`` where the layout has no runs or documents are packed."""
+        if self.sliding_window is None or self.segment_ids is not None:
+            return None
+        return self.layout.window_calls(
+            self.hosts,
+            self.block_tokens,
+            int(q_host),
+            int(kv_host),
+            self.sliding_window,
+            self.causal,
+        )
+
     # -- liveness: which cells hold a visible pair ------------------------------------------
     def live_at(self, step: int) -> np.ndarray:
         """``(P,)`` bool: host ``h`` computes some pair of its block at ``step`` (not ``SKIP``)."""

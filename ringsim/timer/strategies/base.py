@@ -62,9 +62,11 @@ class Strategy:
 
     def degree(self, config: RingConfig, ulysses_degree: int | None) -> int:
         """The Ulysses degree ``U`` this run uses (default 1), checked against the hosts and
-        heads (``ValueError`` naming it)."""
+        heads (``ValueError`` naming it; above the key/value heads it replicates them:
+        ``ringsim.grid.check_ulysses_degree``)."""
         u = 1 if ulysses_degree is None else ulysses_degree
-        return check_ulysses_degree(config.run.hosts, config.shape.kv_heads, u)
+        shape = config.shape
+        return check_ulysses_degree(config.run.hosts, shape.kv_heads, u, heads=shape.heads)
 
     def simulate(
         self,
@@ -103,8 +105,8 @@ class Strategy:
         ``simulate``'s own check."""
 
     def can_run(self, config: RingConfig) -> bool:
-        """Whether this strategy can run ``config`` at all (every one can but Ulysses past
-        its head cap)."""
+        """Whether this strategy can run ``config`` at all (every one can but Ulysses where
+        its heads do not deal out)."""
         return True
 
     def run(

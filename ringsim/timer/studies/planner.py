@@ -331,21 +331,29 @@ def tp_degrees(model: ModelSpec, hosts: int, gpus_per_node: int) -> list[int]:
 
 
 def cp_variants(
-    cp: int, kv_heads: int, seq_len: int, causal: bool, per_node: int | None = None
+    cp: int,
+    kv_heads: int,
+    seq_len: int,
+    causal: bool,
+    per_node: int | None = None,
+    *,
+    heads: int | None = None,
 ) -> list[dict]:
     """Every ``(strategy, ulysses, placement, layout)`` a context-parallel group of ``cp`` ranks
-    with ``kv_heads`` key/value heads per GPU can run. The double ring runs inner rings of one
-    node's ring members (``window``, ``per_node`` of the group's ranks per node): it is left
-    out where that is the flat ring or has no inner ring (``Strategy.distinct``), and past
-    ``MAX_DOUBLE_RING_ROUNDS`` rounds (``Strategy.rounds``), whose timing costs seconds. Each
-    strategy says which ``U x R`` groups it runs (``Strategy.runs``)."""
+    with ``kv_heads`` key/value heads per GPU can run (given the query ``heads``, Ulysses
+    degrees past the key/value heads too: KV replication, ``check_ulysses_degree``). The
+    double ring runs inner rings of one node's ring members (``window``, ``per_node`` of the
+    group's ranks per node): it is left out where that is the flat ring or has no inner ring
+    (``Strategy.distinct``), and past ``MAX_DOUBLE_RING_ROUNDS`` rounds (``Strategy.rounds``),
+    whose timing costs seconds. Each strategy says which ``U x R`` groups it runs
+    (``Strategy.runs``)."""
     # a causal mask makes the layout matter; without one every layout does the same work
     names = layout_names() if causal and cp > 1 else layout_names()[:1]
     layouts = [name for name in names if seq_len % get_layout(name).divisor(cp) == 0]
     out = []
     for u in divisors(cp):
         try:
-            check_ulysses_degree(cp, kv_heads, u)
+            check_ulysses_degree(cp, kv_heads, u, heads=heads)
         except ValueError:
             continue
         r = cp // u
@@ -396,7 +404,7 @@ def enumerate_parallel(
     for t in tps:
         if hosts % (t * pp) or not fw.allows("max_tp", t):
             continue
-        _, kv = heads_per_gpu(model, t)
+        heads, kv = heads_per_gpu(model, t)
         for cp in divisors(hosts // (t * pp)):
             dp = hosts // (t * pp * cp)
             if cp > max_cp or global_batch % dp or seq_len % cp:
@@ -404,7 +412,7 @@ def enumerate_parallel(
             if not interleaving_runs(global_batch // dp, pp, virtual_stages):
                 continue
             per_node = max(1, gpus_per_node // t)
-            for variant in cp_variants(cp, kv, seq_len, causal, per_node):
+            for variant in cp_variants(cp, kv, seq_len, causal, per_node, heads=heads):
                 if cp > 1 and not fw.allows("cp_variant", variant):
                     continue
                 for r in recompute:
