@@ -70,9 +70,10 @@ multiplies every compute and every transfer by its own ``1 + jitter * u``, ``u ~
 from a generator seeded with ``seed`` (noise only ever slows an event down). ``HostClock``
 holds both rules; the strategies of ``ringsim.timer.strategies`` use it too.
 
-The ``Timeline`` has one row per ring step (the steps a window skips have none) (or local phase, or decode round) and one column per
-host, in seconds; NaN where a host does nothing. In a ring pass ``recv[s, h]`` is
-``send[s, h - 1]``: the same transfer seen from the other end. For a backward pass with
+The ``Timeline`` has one row per ring step (none for a step a window skips), local phase or
+decode round, and one column per host, in seconds; NaN where a host does nothing. In a ring
+pass ``recv[s, h]`` is ``send[s, h - 1]`` (``h - hops`` after a jump): the same transfer seen
+from the other end. For a backward pass with
 overlap the ``send``/``recv`` arrays hold the ``dk, dv`` messages (the payload sent after the
 step), and the meta the early ``k, v`` ones: ``kv_send_start``, ``kv_send_end``,
 ``kv_recv_start``, ``kv_recv_end`` (read them with ``kv_messages``), and ``grad_rows``, the
