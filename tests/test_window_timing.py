@@ -352,3 +352,68 @@ def test_the_windowed_schedule_is_the_configs() -> None:
     cfg = config(layout="zigzag", causal=True).replace(sliding_window=500)
     direct = build_schedule(8, "zigzag", True, seq_len=8192, sliding_window=500)
     assert cfg.schedule().ring_steps == direct.ring_steps == (0, 1, 7)
+
+
+# -- the command line -----------------------------------------------------------------------
+def _cli_json(capsys, *argv: str) -> dict:
+    import json
+
+    from ringsim import cli
+
+    assert cli.main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_simulate_takes_a_window_and_says_what_it_ran(capsys) -> None:
+    base = ("simulate", "--hosts", "8", "--seq-len", "64K", "--causal")
+    plain = _cli_json(capsys, *base)
+    windowed = _cli_json(capsys, *base, "--sliding-window", "4K")
+    assert "sliding_window" not in plain
+    assert (windowed["sliding_window"], windowed["ring_steps"]) == (4096, 2)
+    assert windowed["total_time_s"] < plain["total_time_s"] / 4
+    # memory: a ring host holds its blocks whatever the window (the ring passes whole blocks)
+    assert windowed["memory_per_host_bytes"] == plain["memory_per_host_bytes"]
+    cfg = RingConfig(hosts=8, seq_len=65536, hardware=get_hardware("a100-nvlink"), causal=True)
+    expected = simulate(cfg.replace(sliding_window=4096)).summary()["total_time_s"]
+    assert windowed["total_time_s"] == expected
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--sliding-window", "64K"), "--sliding-window 65536 covers the whole sequence"),
+        (("--sliding-window", "4K", "--pass", "decode"), "--sliding-window masks a ring"),
+        (("--sliding-window", "0"), "--sliding-window"),
+        (("--sliding-window", "4Q"), "--sliding-window"),
+    ],
+)
+def test_simulate_refuses_a_window_that_means_nothing(capsys, extra, message) -> None:
+    from ringsim import cli
+
+    argv = ["simulate", "--hosts", "8", "--seq-len", "64K", "--causal", *extra]
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_sweep_times_each_layout_against_the_window(capsys) -> None:
+    data = _cli_json(
+        capsys,
+        "sweep",
+        "--vary",
+        "sliding-window",
+        "--hosts",
+        "4",
+        "--block",
+        "2K",
+        "--values",
+        "none,1K,512",
+    )
+    rows = {(r["layout"], r["sliding_window"]): r for r in data["rows"]}
+    assert [w for layout, w in rows if layout == "contiguous"] == [512, 1024, None]
+    # contiguous under a window of at most a block runs two steps, striped all four
+    assert rows["contiguous", 512]["ring_steps"] == 2 and rows["striped", 512]["ring_steps"] == 4
+    for layout in data["layouts"]:
+        assert rows[layout, 512]["total_time_s"] < rows[layout, None]["total_time_s"]
+    cfg = RingConfig(hosts=4, seq_len=8192, hardware=get_hardware("a100-nvlink"), causal=True)
+    cfg = cfg.replace(layout="zigzag", sliding_window=1024)
+    assert rows["zigzag", 1024]["total_time_s"] == simulate(cfg).summary()["total_time_s"]

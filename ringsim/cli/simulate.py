@@ -12,6 +12,7 @@ from ringsim.cli.args import (
     add_implementation_flags,
     add_model_flags,
     add_noise_flags,
+    add_window_flag,
     ring_config,
     run_config,
 )
@@ -35,6 +36,7 @@ EXAMPLES = """examples:
       --hardware h100-nvlink --implementation fa2 --tile 128x64
   ringsim simulate --hosts 4 --seq-len 64K --causal --layout per-document \
       --documents 32K,16K,8K,8K
+  ringsim simulate --hosts 8 --seq-len 64K --causal --sliding-window 4K --schedule
   ringsim simulate --hosts 8 --seq-len 64K --causal --hardware a100-nvlink --pass train-step \
       --attention-rate tf32 --recompute
 """
@@ -51,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="packed documents: their lengths, comma-separated (K/M), summing to the sequence",
     )
     p.add_argument("--causal", action="store_true", help="causal mask")
+    add_window_flag(p)
     p.add_argument("--no-overlap", action="store_true", help="compute and transfer alternate")
     p.add_argument(
         "--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY, help="how hosts share work"
@@ -88,6 +91,8 @@ SUMMARY_NAMES = {
     "flops_total": "FLOPs (all hosts)",
     "block_tokens": "block",
     "seq_len": "sequence",
+    "sliding_window": "sliding window (tokens)",
+    "ring_steps": "ring steps run (of hosts)",
 }
 
 

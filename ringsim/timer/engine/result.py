@@ -231,6 +231,10 @@ class SimResult:
             "engine": self.engine,
             "events": self._stats().events,
         }
+        if cfg.run.sliding_window is not None:  # a window does not shrink what a host holds
+            result["sliding_window"] = cfg.run.sliding_window
+            if self.schedule is not None:
+                result["ring_steps"] = len(self.schedule.ring_steps)
         if cfg.run.pass_ == Pass.DECODE:
             single = decode_seconds(cfg, cfg.run.seq_len)
             cache = cfg.shape.kv_bytes(cfg.run.seq_len)
