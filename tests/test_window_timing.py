@@ -417,3 +417,75 @@ def test_sweep_times_each_layout_against_the_window(capsys) -> None:
     cfg = RingConfig(hosts=4, seq_len=8192, hardware=get_hardware("a100-nvlink"), causal=True)
     cfg = cfg.replace(layout="zigzag", sliding_window=1024)
     assert rows["zigzag", 1024]["total_time_s"] == simulate(cfg).summary()["total_time_s"]
+
+
+# -- models with windowed layers, planned ---------------------------------------------------
+def test_model_presets_window_the_layers_their_configs_say() -> None:
+    from ringsim.timer.step.models import MODELS, ModelSpec
+
+    gemma2, gemma3, mistral = MODELS["gemma2-9b"], MODELS["gemma3-27b"], MODELS["mistral-7b"]
+    assert gemma2.layer_windows()[:4] == (4096, None, 4096, None)  # even layers local
+    assert sum(w is None for w in gemma2.layer_windows()) == 21
+    g3 = gemma3.layer_windows()
+    assert [i for i, w in enumerate(g3) if w is None] == list(range(5, 62, 6))  # 10 global
+    assert set(mistral.layer_windows()) == {4096}
+    assert gemma2.head_dim == 256 and gemma2.heads * gemma2.head_dim != gemma2.d_model
+    assert round(gemma2.params / 1e9, 2) == 9.24 and round(mistral.params / 1e9, 2) == 7.24
+    with pytest.raises(ValueError, match="global_every"):
+        ModelSpec("x", 4, 512, 8, 1024, global_every=2)
+    with pytest.raises(ValueError, match="sliding_window"):
+        ModelSpec("x", 4, 512, 8, 1024, sliding_window=0)
+
+
+def test_the_plan_times_each_kind_of_layer_with_its_own_attention() -> None:
+    """A plan's attention per layer is the mean over the model's layers: Gemma 2's half
+    windowed, half full, each timed by the strategy with or without the window."""
+    from ringsim.timer.step.models import MODELS
+    from ringsim.timer.step.parallel import Parallel
+    from ringsim.timer.studies.planner import AttentionTimer
+
+    cluster = get_cluster("dgx-h100")
+    model = MODELS["gemma2-9b"]
+    timer = AttentionTimer(model, 65536, cluster, causal=True, dtype="bf16", implementation="fa2")
+    par = Parallel(tp=1, cp=8, strategy="ring", layout="zigzag")
+    mean, _ = timer.time(par)
+    seconds = {}
+    for w in (None, 4096):
+        cfg = timer.config(par, "forward", w)
+        seconds[w] = simulate_strategy(cfg, "ring", cluster=cluster).makespan
+    assert mean.forward_s == pytest.approx((seconds[None] + seconds[4096]) / 2, rel=1e-12)
+    assert seconds[4096] < seconds[None] / 2
+
+
+def test_a_windowed_models_lower_bound_stays_below_its_step() -> None:
+    from ringsim.timer.step.models import MODELS
+    from ringsim.timer.studies.planner import attention_work, plan
+
+    model = MODELS["mistral-7b"]
+    assert attention_work(model, 65536, True) < 0.07  # 4K of 64K keys per query
+    result = plan("mistral-7b", 65536, get_cluster("dgx-h100"), 8, global_batch=8)
+    for cand in result.candidates:
+        assert cand.lower_bound_s <= cand.step_time_s
+    assert result.as_dict()["window_layers"] == 32
+    assert (
+        "window_layers"
+        not in plan("llama3-8b", 65536, get_cluster("dgx-h100"), 8, global_batch=8).as_dict()
+    )
+
+
+def test_model_flops_count_the_window() -> None:
+    import dataclasses
+
+    from ringsim.timer.step.flops import model_flops_per_sequence
+    from ringsim.timer.step.models import MODELS
+
+    llama = MODELS["llama3-8b"]
+    same = dataclasses.replace(llama, attention_head_dim=128)  # the general formula
+    for convention in ("megatron", "causal"):
+        assert model_flops_per_sequence(same, 65536, convention) == pytest.approx(
+            model_flops_per_sequence(llama, 65536, convention), rel=1e-12
+        )
+    windowed = dataclasses.replace(llama, sliding_window=4096)
+    full, local = (model_flops_per_sequence(m, 65536) for m in (llama, windowed))
+    s, q = 65536, llama.heads * llama.head_dim
+    assert full - local == pytest.approx(llama.layers * 12 * s * s * q * (1 - 4096 / s))

@@ -288,6 +288,14 @@ def print_plan(result, top: int, *, batch_source: str | None = None) -> None:
         )
     if batch_source:
         print(f"batch: {batch_source}")
+    windows = result.as_dict()
+    if "window_layers" in windows:
+        print(
+            f"sliding window: {windows['window_layers']} of {len(result.layer_windows)} layers "
+            f"attend the {windows['sliding_window']:,} latest tokens, timed with the windowed "
+            "attention (the others with full attention); memory as without the window (every "
+            "strategy still holds the blocks it holds without one)"
+        )
     if train:
         counted = {"megatron": "attention without the causal mask", "causal": "causal attention"}
         note_ = (

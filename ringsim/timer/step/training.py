@@ -146,11 +146,12 @@ def heads_per_gpu(model: ModelSpec, tp: int) -> tuple[int, int]:
 
 def stage_params(model: ModelSpec, pp: int) -> float:
     """Parameters of the largest pipeline stage: ``L / pp`` layers and one embedding (the
-    input's on the first stage, the LM head's on the last; both when ``pp = 1``)."""
+    input's on the first stage, the LM head's on the last, a copy of the one matrix when they
+    are tied; both when ``pp = 1``)."""
     embed = model.vocab * model.d_model
     if pp == 1:
         return float(model.params)
-    return (model.params - 2 * embed) / pp + embed
+    return (model.params - model.embeddings * embed) / pp + embed
 
 
 def tokens_per_gpu(seq_len: int, par: Parallel) -> int:

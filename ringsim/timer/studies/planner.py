@@ -26,12 +26,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ringsim.checks import check_callback, check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names
+from ringsim.masks import offset_bounds, pairs_within
 from ringsim.schedule import RING_PASSES
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
@@ -250,6 +252,7 @@ class Plan:
     implementation_source: str = ""
     interval_families: tuple[str, ...] = ()
     ideal: bool = True  # the attention kernel is the peak-rate model (no interval)
+    layer_windows: tuple[int | None, ...] = ()  # each layer's sliding window (None: full)
 
     @property
     def tokens_per_step(self) -> int:
@@ -277,7 +280,16 @@ class Plan:
             "evaluated": len(self.candidates) + len(self.dropped) + len(self.bounded),
             "timed_attention": self.timed_attention,
             "planner_seconds": self.seconds,
+            **self._windows(),
         }
+
+    def _windows(self) -> dict:
+        """``sliding_window`` and ``window_layers`` of a model that has windowed layers (none
+        otherwise: the JSON of a model without them is unchanged)."""
+        windowed = [w for w in self.layer_windows if w is not None]
+        if not windowed:
+            return {}
+        return {"sliding_window": max(windowed), "window_layers": len(windowed)}
 
     def groups(self, top: int | None = None) -> list[tuple[Candidate, list[str]]]:
         """The best candidates with their layout twins folded in: ``(candidate, layouts)``
@@ -415,6 +427,8 @@ def enumerate_parallel(
             for variant in cp_variants(cp, kv, seq_len, causal, per_node, heads=heads):
                 if cp > 1 and not fw.allows("cp_variant", variant):
                     continue
+                if variant["ulysses"] > kv and not fw.allows("kv_replication", True):
+                    continue
                 for r in recompute:
                     out.append(
                         Parallel(
@@ -521,7 +535,7 @@ class AttentionTimer:
             self.cache[key] = SHARED_CACHE[shared]
         return self.cache[key]
 
-    def config(self, par: Parallel, pass_: str) -> RingConfig:
+    def config(self, par: Parallel, pass_: str, sliding_window: int | None = None) -> RingConfig:
         heads, kv = heads_per_gpu(self.model, par.tp)
         return RingConfig(
             hosts=par.cp,
@@ -537,6 +551,7 @@ class AttentionTimer:
             pass_=pass_,
             implementation=self.implementation,
             assume=self.assume,
+            sliding_window=sliding_window,
         )
 
     def key(self, par: Parallel) -> tuple:
@@ -554,21 +569,26 @@ class AttentionTimer:
         return self._cached(("time", passes, *self.key(par)), lambda: self._time(par, passes))
 
     def _time(self, par, passes):
+        """One layer's attention, the mean over the model's layers: a model that interleaves
+        sliding-window layers (``ModelSpec.layer_windows``) times each kind of layer with its
+        own attention, weighted by how many layers have it."""
         cluster = cp_cluster(self.cluster, par.tp, par.cp)
-        totals, exposed, compute, idle = {}, 0.0, 0.0, 0.0
-        for pass_ in passes:
-            u = par.ulysses
-            s = simulate_strategy(
-                self.config(par, pass_),
-                par.strategy,
-                ulysses_degree=u,
-                cluster=cluster,
-                placement=par.placement,
-            ).summary()
-            totals[pass_] = s["total_time_s"]
-            exposed += s["exposed_comm_s"]
-            compute += s["compute_time_s"]
-            idle += s["idle_fraction"] * s["total_time_s"]
+        layers = Counter(self.model.layer_windows())
+        totals, exposed, compute, idle = dict.fromkeys(passes, 0.0), 0.0, 0.0, 0.0
+        for window, count in layers.items():
+            share = count / self.model.layers
+            for pass_ in passes:
+                s = simulate_strategy(
+                    self.config(par, pass_, window),
+                    par.strategy,
+                    ulysses_degree=par.ulysses,
+                    cluster=cluster,
+                    placement=par.placement,
+                ).summary()
+                totals[pass_] += share * s["total_time_s"]
+                exposed += share * s["exposed_comm_s"]
+                compute += share * s["compute_time_s"]
+                idle += share * s["idle_fraction"] * s["total_time_s"]
         total = sum(totals.values())
         timed = AttentionTime(
             totals.get("forward", 0.0), totals.get("backward", 0.0), exposed, compute
@@ -808,6 +828,7 @@ def plan(
     result.ideal = family.ideal
     result.implementation_source = _implementation_source(fw, hw, implementation, family)
     result.interval_families = tuple(f.name for f in families)
+    result.layer_windows = m.layer_windows()
     return result
 
 
@@ -939,6 +960,21 @@ def evaluate(
     return timed, dropped, bounded
 
 
+def attention_work(model, seq_len: int, causal: bool) -> float:
+    """The fraction of a layer's ``N x N`` pairs the mask leaves, the mean over the model's
+    layers (a sliding-window layer keeps fewer: ``ModelSpec.layer_windows``)."""
+    n = seq_len
+    if model.sliding_window is None:
+        return (n + 1) / (2 * n) if causal else 1.0
+    pairs = [
+        pairs_within(0, n, n, 1, *offset_bounds(causal, w))
+        if w is not None and w < n
+        else (n * (n + 1) // 2 if causal else n * n)
+        for w in model.layer_windows()
+    ]
+    return float(sum(int(p) for p in pairs)) / (len(pairs) * n * n)
+
+
 def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal) -> float:
     """The candidate's step with its attention at the hardware's peak FLOP/s on exactly the
     pairs the mask leaves and perfectly balanced over the context-parallel group, no
@@ -946,7 +982,7 @@ def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal)
     the attention's time (``ringsim.timer.step.training``), so no timed step is shorter."""
     par = cand.parallel
     heads, _ = heads_per_gpu(model, par.tp)
-    work = (seq_len + 1) / (2 * seq_len) if timer.causal else 1.0
+    work = attention_work(model, seq_len, timer.causal)
     rate = cluster.hardware.flops_for(timer.dtype)
     seconds = {
         pass_: attention_flops(
