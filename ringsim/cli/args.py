@@ -302,6 +302,24 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
     return RingConfig(**fields)
 
 
+def document_lengths(text: str | None, seq_len: int) -> list[int] | None:
+    """The lengths of ``--documents`` (comma-separated, K/M; ``None`` without the flag),
+    summing to the sequence."""
+    if text is None:
+        return None
+    from ringsim.values import parse_length
+
+    try:
+        lengths = [parse_length(part) for part in text.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--documents: {err}") from None
+    if sum(lengths) != seq_len:
+        raise ValueError(
+            f"--documents must sum to the sequence length {seq_len}, got {sum(lengths)} ({text})"
+        )
+    return lengths
+
+
 def add_window_flag(p: argparse.ArgumentParser) -> None:
     """``--sliding-window W``: the model's local attention (``ringsim.masks``), K/M suffixes."""
     p.add_argument(

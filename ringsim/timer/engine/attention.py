@@ -23,7 +23,7 @@ from ringsim.grid import head_groups
 from ringsim.layouts import KernelCall, get_layout, run_window_call
 from ringsim.schedule import Pass, Schedule
 from ringsim.timer.cost import AttentionShape
-from ringsim.timer.machine.kernel_model import HBM_FRACTION, call_seconds
+from ringsim.timer.machine.kernel_model import HBM_FRACTION, call_seconds, visible_fraction
 
 
 class CallTimer:
@@ -189,6 +189,40 @@ class GatheredCalls:
                 keys, ops = sum(call.k_tokens for call in shapes), len(shapes)
             total[host] += copy_seconds(config, N, keys, ops, backward=pass_ == Pass.BACKWARD)
         return total
+
+
+@dataclass(frozen=True)
+class DocumentCalls:
+    """Each host's variable-length call over packed documents (Llama 3's all-gather per
+    document, ``ringsim.timer.strategies.llama3``): ``calls[h]`` one ``KernelCall`` per
+    document. One launch runs every document's thread blocks in one grid, so the call pays
+    the family's fixed cost once and each document's tiles as its own call would."""
+
+    calls: tuple[tuple[KernelCall, ...], ...]
+    pass_: str
+
+    def flops(self, config) -> np.ndarray:
+        shape = config.shape
+        return np.array(
+            [
+                sum(
+                    shape.flops(q, k, work=visible_fraction(q, k, mask, band), pass_=self.pass_)
+                    for q, k, mask, _, _, band in host
+                )
+                for host in self.calls
+            ]
+        )
+
+    def seconds(self, config, steps) -> np.ndarray:
+        fixed = config.family.call_overhead_s
+        return np.array(
+            [
+                fixed + sum(steps.call_seconds(self.pass_, call) - fixed for call in host)
+                if host
+                else 0.0
+                for host in self.calls
+            ]
+        )
 
 
 def copy_seconds(config, gathered: int, keys: int, calls: int, *, backward: bool) -> float:

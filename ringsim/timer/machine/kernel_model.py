@@ -99,6 +99,7 @@ __all__ = [
     "decode_call_seconds",
     "kind_rate",
     "tile_work",
+    "visible_fraction",
 ]
 
 MASKS = ("full", "causal-diagonal", "offset-causal", "zigzag-half", "documents", "window")
@@ -464,13 +465,13 @@ def call_seconds(
         raise ValueError(f"visible must be a fraction in [0, 1], got {visible!r}")
     if family.ideal:
         if visible is None:
-            visible = _visible_fraction(q_tokens, k_tokens, mask, band)
+            visible = visible_fraction(q_tokens, k_tokens, mask, band)
         return shape.flops(q_tokens, k_tokens, work=visible, pass_=pass_) / rate
     tile = None if tile is None else _check_tile(tile)
     curve = family.curve(hardware, pass_)
     if family.calibrated:  # HostClock.block's calibrated rule
         if visible is None:
-            visible = _visible_fraction(q_tokens, k_tokens, mask, band)
+            visible = visible_fraction(q_tokens, k_tokens, mask, band)
         flops = shape.flops(q_tokens, k_tokens, work=visible, pass_=pass_)
         masked = curve.masked_speed if mask != "full" and mask != "zigzag-half" else 1.0
         return family.call_overhead_s + flops / (rate * masked)
@@ -573,7 +574,7 @@ def _check_band(band: object) -> tuple[int, int]:
     return int(band[0]), int(band[1])
 
 
-def _visible_fraction(q: int, k: int, mask: str, band: tuple[int, int] | None = None) -> float:
+def visible_fraction(q: int, k: int, mask: str, band: tuple[int, int] | None = None) -> float:
     """Exact fraction of the ``q x k`` pairs a mask leaves visible."""
     if mask == "window":
         lo, hi = _check_band(band)

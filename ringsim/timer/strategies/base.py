@@ -31,6 +31,9 @@ class Strategy:
     passes: tuple[str, ...] = RING_PASSES
     uses_layout: bool = True
     """Whether the token layout changes this strategy's run (Ulysses attends whole sequences)."""
+    documents_only: bool = False
+    """Whether it differs from another strategy only on packed documents (a planner offers it
+    where documents are given)."""
 
     @property
     def name(self) -> str:

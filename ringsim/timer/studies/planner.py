@@ -30,9 +30,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ringsim.checks import check_callback, check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
-from ringsim.layouts import get_layout, layout_names
+from ringsim.layouts import get_layout, layout_names, segment_ids_of
 from ringsim.masks import offset_bounds, pairs_within
 from ringsim.schedule import RING_PASSES
 from ringsim.timer.cost import attention_flops
@@ -253,6 +255,7 @@ class Plan:
     interval_families: tuple[str, ...] = ()
     ideal: bool = True  # the attention kernel is the peak-rate model (no interval)
     layer_windows: tuple[int | None, ...] = ()  # each layer's sliding window (None: full)
+    documents: tuple[int, ...] = ()  # the packed documents' lengths (none given: ())
 
     @property
     def tokens_per_step(self) -> int:
@@ -281,6 +284,7 @@ class Plan:
             "timed_attention": self.timed_attention,
             "planner_seconds": self.seconds,
             **self._windows(),
+            **({"documents": list(self.documents)} if self.documents else {}),
         }
 
     def _windows(self) -> dict:
@@ -350,6 +354,7 @@ def cp_variants(
     per_node: int | None = None,
     *,
     heads: int | None = None,
+    segment_ids=None,
 ) -> list[dict]:
     """Every ``(strategy, ulysses, placement, layout)`` a context-parallel group of ``cp`` ranks
     with ``kv_heads`` key/value heads per GPU can run (given the query ``heads``, Ulysses
@@ -358,10 +363,15 @@ def cp_variants(
     group's ranks per node): it is left out where that is the flat ring or has no inner ring
     (``Strategy.distinct``), and past ``MAX_DOUBLE_RING_ROUNDS`` rounds (``Strategy.rounds``),
     whose timing costs seconds. Each strategy says which ``U x R`` groups it runs
-    (``Strategy.runs``)."""
+    (``Strategy.runs``); one that differs from another only on packed documents
+    (``Strategy.documents_only``: Llama 3's) is offered where documents are given
+    (``segment_ids``), and there no Ulysses degree above 1 (the all-to-alls take no documents)
+    and the layouts that deal them (per-document where each divides by ``2 cp``)."""
+    documents = segment_ids is not None
     # a causal mask makes the layout matter; without one every layout does the same work
-    names = layout_names() if causal and cp > 1 else layout_names()[:1]
-    layouts = [name for name in names if seq_len % get_layout(name).divisor(cp) == 0]
+    names = layout_names(documents=documents)
+    names = names if causal and cp > 1 else names[:1]
+    layouts = [name for name in names if _deals(name, seq_len, cp, segment_ids)]
     out = []
     for u in divisors(cp):
         try:
@@ -374,11 +384,23 @@ def cp_variants(
             for name, strategy in STRATEGIES.items():
                 if not strategy.runs(u, r) or not strategy.distinct(r, ring_per_node):
                     continue
+                offered = documents or not strategy.documents_only
+                if not offered or (documents and u > 1):
+                    continue
                 if strategy.rounds(r, ring_per_node) > MAX_DOUBLE_RING_ROUNDS:
                     continue
                 for layout in layouts if strategy.uses_layout else layouts[:1]:
                     out.append(dict(strategy=name, ulysses=u, placement=placement, layout=layout))
     return out
+
+
+def _deals(layout: str, seq_len: int, cp: int, segment_ids) -> bool:
+    """Whether ``layout`` deals ``seq_len`` tokens (and their documents) to ``cp`` ranks."""
+    try:
+        get_layout(layout).check_seq_len(seq_len, cp, segment_ids)
+    except ValueError:
+        return False
+    return True
 
 
 def _ring_members_per_node(u: int, r: int, placement: str, per_node: int | None) -> int:
@@ -407,9 +429,12 @@ def enumerate_parallel(
     max_cp: int = MAX_CP,
     framework: Framework | None = None,
     sequence_parallel: bool = True,
+    segment_ids=None,
 ) -> list[Parallel]:
     """Every ``Parallel`` the ``hosts`` devices allow (module docstring), unordered; with a
-    ``framework``, only the strategies, layouts and tensor-parallel degrees it runs."""
+    ``framework``, only the strategies, layouts and tensor-parallel degrees it runs; with the
+    packed documents of every sequence (``segment_ids``), the strategies and layouts that
+    take them."""
     fw = framework or FRAMEWORKS["none"]
     out = []
     tps = [tp] if tp is not None else tp_degrees(model, hosts, gpus_per_node)
@@ -424,7 +449,10 @@ def enumerate_parallel(
             if not interleaving_runs(global_batch // dp, pp, virtual_stages):
                 continue
             per_node = max(1, gpus_per_node // t)
-            for variant in cp_variants(cp, kv, seq_len, causal, per_node, heads=heads):
+            variants = cp_variants(
+                cp, kv, seq_len, causal, per_node, heads=heads, segment_ids=segment_ids
+            )
+            for variant in variants:
                 if cp > 1 and not fw.allows("cp_variant", variant):
                     continue
                 if variant["ulysses"] > kv and not fw.allows("kv_replication", True):
@@ -488,8 +516,10 @@ class AttentionTimer:
         implementation,
         micro_batch=1,
         assume: dict | None = None,
+        segment_ids=None,
     ):
         self.model, self.seq_len, self.cluster = model, seq_len, cluster
+        self.segment_ids = segment_ids
         self.causal, self.dtype, self.implementation = causal, dtype, implementation
         self.micro_batch = micro_batch
         self.assume = tuple(sorted((assume or {}).items()))
@@ -504,6 +534,7 @@ class AttentionTimer:
             repr(family),
             micro_batch,
             self.assume,
+            *(() if segment_ids is None else (segment_ids.tobytes(),)),
         )
 
     def with_family(self, family) -> AttentionTimer:
@@ -522,6 +553,7 @@ class AttentionTimer:
             implementation=self.implementation,
             micro_batch=self.micro_batch,
             assume=dict(self.assume),
+            segment_ids=self.segment_ids,
         )
         return AttentionTimer(self.model, self.seq_len, self.cluster, **{**kw, **changes})
 
@@ -552,6 +584,7 @@ class AttentionTimer:
             implementation=self.implementation,
             assume=self.assume,
             sliding_window=sliding_window,
+            segment_ids=self.segment_ids,
         )
 
     def key(self, par: Parallel) -> tuple:
@@ -688,6 +721,7 @@ def plan(
     intervals: int = 0,
     memory_limit: bool = True,
     beat: float | None = None,
+    documents=None,
 ) -> Plan:
     """Rank every configuration for ``model`` at ``seq_len`` tokens, ``global_batch`` sequences
     per step, on ``hosts`` devices of ``cluster`` (default: all of its nodes); ``ValueError`` if
@@ -704,7 +738,10 @@ def plan(
     framework, every choice open). ``intervals``: how many of the best candidates get an
     interval (``candidate_interval``). ``memory_limit=False`` ranks by time alone (a what-if:
     every configuration fits). ``beat`` (with ``keep=1``): rank only what is faster than a
-    step time already known (``ValueError`` if nothing is)."""
+    step time already known (``ValueError`` if nothing is). ``documents``: the lengths of the
+    documents packed in every sequence (summing to ``seq_len``): the attention masks them,
+    and the strategies and layouts that take documents run (Llama 3's all-gather per
+    document among them)."""
     t0 = time.perf_counter()
     m = get_model(model)
     cluster = get_cluster(cluster) if isinstance(cluster, str) else cluster
@@ -753,6 +790,7 @@ def plan(
     if tp is not None:
         _allowed(fw, "max_tp", tp, ())
     check_plan_size(hosts, seq_len, m, cluster, global_batch=global_batch, pp=pp, tp=tp)
+    segment_ids = _documents(documents, seq_len)
     cluster = cluster if cluster.nodes is not None else cluster.with_nodes(cluster.nodes_for(hosts))
     parallels = enumerate_parallel(
         m,
@@ -769,6 +807,7 @@ def plan(
         gemm_dtype=gemm_dtype,
         framework=fw,
         sequence_parallel=_sequence_parallel(fw),
+        segment_ids=segment_ids,
     )
     if not parallels and virtual_stages > 1:
         raise ValueError(
@@ -782,7 +821,15 @@ def plan(
             f"no configuration of {hosts} devices runs seq_len={seq_len} with "
             f"global_batch={global_batch}, tp={tp}, pp={pp} under framework {fw.name}"
         )
-    timer = AttentionTimer(m, seq_len, cluster, causal=causal, dtype=dtype, implementation=family)
+    timer = AttentionTimer(
+        m,
+        seq_len,
+        cluster,
+        causal=causal,
+        dtype=dtype,
+        implementation=family,
+        segment_ids=segment_ids,
+    )
     usable = fw.usable_bytes(hw.memory_bytes) if memory_limit else math.inf
     fitting, dropped, bounded = evaluate(
         m,
@@ -829,7 +876,21 @@ def plan(
     result.implementation_source = _implementation_source(fw, hw, implementation, family)
     result.interval_families = tuple(f.name for f in families)
     result.layer_windows = m.layer_windows()
+    if segment_ids is not None:
+        result.documents = tuple(int(n) for n in np.bincount(segment_ids))
     return result
+
+
+def _documents(documents, seq_len: int):
+    """The segment ids of ``documents`` (their lengths, summing to ``seq_len``), or None."""
+    if documents is None:
+        return None
+    ids = segment_ids_of(documents)
+    if ids.size != seq_len:
+        raise ValueError(
+            f"documents must sum to seq_len={seq_len}, got {ids.size} ({list(documents)})"[:200]
+        )
+    return ids
 
 
 def _allowed(fw: Framework, field_name: str, value, default_options: tuple):
