@@ -34,6 +34,7 @@ every hop is one neighbour: the schedule of the full ring, unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -174,17 +175,23 @@ class Schedule:
 
     # -- the ring that runs: every step, or under a window the live ones --------------------
     @cached_property
-    def ring_steps(self) -> tuple[int, ...]:
-        """The steps the ring runs, in order: all ``P`` without a window; under one the live
-        steps (``live_steps``: step 0 always, every host sees itself)."""
+    def ring_steps(self) -> Sequence[int]:
+        """The steps the ring runs, in order: all ``P`` without a window (a ``range``, no
+        list of ``P`` steps); under one the live steps (``live_steps``: step 0 always, every
+        host sees itself)."""
         if self.sliding_window is None:
-            return tuple(range(self.steps))
+            return range(self.steps)
         return self.live_steps
 
     def hops_after(self, step: int) -> int:
         """How many hosts ahead each block travels after ``step``: to the next ring step's
         holder (forward after the last: 0, nothing moves), backward after the last ring step
         ``s`` home to its owner, ``P - s`` hops (0 if it never left). 1 without a window."""
+        if self.sliding_window is None:  # every step, one hop (O(1): rings of 2^40 hosts)
+            if not 0 <= step < self.steps:
+                return 0
+            last = step == self.steps - 1
+            return 0 if last and self.pass_ == Pass.FORWARD else 1 % self.steps
         steps, at = self.ring_steps, self._ring_index.get(step)
         if at is None:
             return 0
@@ -460,7 +467,7 @@ class Schedule:
             "-" * len(head),
         ]
         for s in range(self.steps):
-            if s not in self._ring_index:
+            if s not in self.ring_steps:
                 lines.append(f"{s:4d} | (skipped: no host computes, no block stops here)")
                 continue
             owners, kinds, sends = self.kv_owner(s), self.kind_at(s), self.payload(s)
