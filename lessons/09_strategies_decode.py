@@ -119,12 +119,11 @@ plt.show()
 # is the host that sent it).
 #
 # **Where Ulysses stops.** After the all-to-all a host holds whole heads, and a key/value
-# head is shared by $H/H_{kv}$ query heads, so this model stops Ulysses at $P = H_{kv}$
-# (the Ulysses strategy's check refuses more). That is a modelling choice, not a law:
-# real implementations (the GQA scheme of DeepSpeed-Ulysses, verl, InternEvo) repeat each
-# key/value head until there are as many as the Ulysses degree, so they can go up to the
-# $H$ query heads, and pay for the copies in all-to-all bytes and memory, which this model
-# does not count.
+# head is shared by $H/H_{kv}$ query heads, so plain Ulysses stops at $P = H_{kv}$. That is
+# not a law: verl and InternEvo repeat each key/value head until there are as many as the
+# Ulysses degree, so they can go up to the $H$ query heads, and pay for the copies in
+# all-to-all bytes and memory. This model does the same past $H_{kv}$ (verl's rule: the
+# degree a multiple of $H_{kv}$ that divides $H$) and counts those bytes.
 #
 # ## Bytes per host
 #
@@ -445,9 +444,9 @@ exercises(
     Exercise(
         "A model has 64 query heads and 8 key/value heads. What is the largest Ulysses "
         "degree, and how would you use 64 GPUs for one long sequence?",
-        "In this model 8, one key/value head per host (`check_ulysses_hosts` "
-        "refuses more). Implementations that repeat key/value heads can go to 64, the query "
-        "heads, sending every key/value head 8 times in the all-to-all. For 64 GPUs combine "
+        "With whole key/value heads 8, one per host. Repeating key/value heads (verl's rule, "
+        "which this model follows past 8) goes to 64, the query heads, sending every "
+        "key/value head 8 times in the all-to-all. For 64 GPUs combine "
         "instead: Ulysses over 8 inside a node and a ring over 8 nodes (2D or hybrid context "
         "parallelism), so the ring's blocks are 8 times larger and easier to overlap.",
     ),

@@ -1081,3 +1081,60 @@ def test_things_to_try_name_the_threshold_and_the_strategies_right(data: dict) -
     fast = data["strategies"]["entries"][index[lab["block_tokens"].index(4096)][-1]]
     times = {lane["label"].split(" ")[0]: lane["makespan"] for lane in fast["lanes"]}
     assert times["ring"] == min(times.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# The sliding window: the steps a windowed ring skips and its jumps
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("hosts", "layout", "pass_"),
+    [(8, "zigzag", "forward"), (8, "contiguous", "backward"), (5, "striped", "forward")],
+)
+def test_window_data_are_the_librarys_windowed_schedules(data, hosts, layout, pass_) -> None:
+    windows = data["windows"]
+    assert windows["tokens"] == list(ex.WINDOW_TOKENS)
+    assert set(windows["rings"]) == set(data["rings"])
+    entries = windows["rings"][ex.key(hosts, layout, True, pass_)]
+    for w, entry in zip(windows["tokens"], entries, strict=True):
+        sched = ringsim.build_schedule(
+            hosts, layout, True, pass_, seq_len=hosts * 4, sliding_window=w
+        )
+        assert entry["steps"] == list(sched.ring_steps)
+        assert entry["hops"] == [sched.hops_after(s) for s in sched.ring_steps]
+        assert entry["kinds"] == ["".join(map(str, sched.kind_at(s))) for s in range(hosts)]
+
+
+def test_things_to_try_under_a_window_are_the_schedules(data: dict) -> None:
+    """The page's claims: at 2 tokens contiguous and striped run two steps, zigzag jumps six
+    hosts from its second step to its last; at 8 tokens contiguous runs three."""
+    rings, tokens = data["windows"]["rings"], data["windows"]["tokens"]
+    two, eight = tokens.index(2), tokens.index(8)
+    steps = lambda layout, w: rings[ex.key(8, layout, True, "forward")][w]["steps"]
+    assert steps("contiguous", two) == steps("striped", two) == [0, 1]
+    assert steps("zigzag", two) == [0, 1, 7]
+    assert rings[ex.key(8, "zigzag", True, "forward")][two]["hops"][1] == 6
+    assert len(steps("contiguous", eight)) == 3
+    assert len(steps("striped", eight)) == len(steps("zigzag", eight)) == 8
+
+
+def test_window_panel_draws_the_skipped_steps_and_the_jumps(tab: Tab, data: dict) -> None:
+    got = tab.run(
+        """
+        choose(8, 'zigzag', 'causal', 'forward');
+        const pick = (value) => {
+          const sel = $('#rx-window'); sel.value = value;
+          sel.dispatchEvent(new Event('change'));
+          return {skipped: $$('#rx-window-fig .rx-skipped').length,
+                  jumps: $$('#rx-window-fig .rx-jump').map((t) => t.textContent),
+                  note: $('#rx-window-note').textContent};
+        };
+        return {two: pick('1'), none: pick('none')};
+        """
+    )
+    entry = data["windows"]["rings"][ex.key(8, "zigzag", True, "forward")][1]
+    assert got["two"]["skipped"] == 8 - len(entry["steps"]) == 5
+    assert got["two"]["jumps"] == ["→ +1", "→ +6", "stop"]
+    assert "runs 3 of its 8 steps" in got["two"]["note"]
+    assert got["none"]["skipped"] == 0 and "No window" in got["none"]["note"]

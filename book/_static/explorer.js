@@ -184,7 +184,14 @@
     const lab = data.lab;
     const hostsSel = $("#rx-hosts"), layoutSel = $("#rx-layout"), maskSel = $("#rx-mask");
     const passSel = $("#rx-pass"), blockIn = $("#rx-block"), bwIn = $("#rx-bw");
-    const scrub = $("#rx-scrub"), speedSel = $("#rx-speed");
+    const scrub = $("#rx-scrub"), speedSel = $("#rx-speed"), windowSel = $("#rx-window");
+    windowSel.add(new Option("none", "none"));
+    data.windows.tokens.forEach((w, i) => {
+      const blocks = w / data.tokens_per_host;
+      const size = blocks < 1 ? `1/${1 / blocks} block` : `${blocks} block${blocks > 1 ? "s" : ""}`;
+      windowSel.add(new Option(`${w} token${w > 1 ? "s" : ""} (${size})`, String(i)));
+    });
+    windowSel.value = "1";
     for (const p of data.hosts) hostsSel.add(new Option(String(p), String(p)));
     hostsSel.value = "8";
     for (const l of data.layouts) layoutSel.add(new Option(l, l));
@@ -504,6 +511,63 @@
       svg.replaceChildren(out);
     }
 
+    // -- the ring under a sliding window ---------------------------------------------------------
+    function drawWindow(svg, note, v) {
+      const { c, ring } = v, p = c.p;
+      const out = document.createDocumentFragment();
+      const W = Math.max(260, state.widths.window || 600);
+      if (windowSel.value === "none") {
+        svg.setAttribute("viewBox", `0 0 ${W} 1`);
+        svg.setAttribute("height", "1");
+        svg.replaceChildren(out);
+        note.textContent = "No window: every step is a ring step and every block moves one host.";
+        return;
+      }
+      const wi = Number(windowSel.value), tokens = data.windows.tokens[wi];
+      const win = data.windows.rings[v.name][wi];
+      const x0 = 52, right = 92, cell = Math.min(28, (W - x0 - right) / p), row = 18, y0 = 16;
+      const H = y0 + p * row + 8;
+      svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+      svg.setAttribute("height", String(H));
+      for (let h = 0; h < p; h++) {
+        el("text", { x: x0 + (h + 0.5) * cell, y: 11, "text-anchor": "middle",
+          class: "rx-tick" }, out, p <= 10 || h % 2 === 0 ? String(h) : "");
+      }
+      for (let s = 0; s < p; s++) {
+        const y = y0 + s * row, at = win.steps.indexOf(s);
+        el("text", { x: x0 - 6, y: y + row * 0.7, "text-anchor": "end", class: "rx-tick" },
+          out, `step ${s}`);
+        if (at < 0) {
+          el("rect", { x: x0, y: y + 2, width: p * cell, height: row - 4, fill: "#f2f2f2",
+            stroke: "#ccc", "stroke-dasharray": "3 2", class: "rx-skipped" }, out);
+          el("text", { x: x0 + (p * cell) / 2, y: y + row * 0.7, "text-anchor": "middle",
+            class: "rx-tick" }, out, "skipped: no host computes");
+          continue;
+        }
+        for (let h = 0; h < p; h++) {
+          const kind = KIND[win.kinds[s][h]];
+          el("rect", { x: x0 + h * cell, y: y + 2, width: cell, height: row - 4,
+            fill: KIND_FILL[kind], stroke: "#fff", class: `rx-cell rx-${kind}` }, out);
+          if (cell >= 16) {
+            el("text", { x: x0 + (h + 0.5) * cell, y: y + row * 0.7, "text-anchor": "middle",
+              class: "rx-tick", fill: kind === "full" ? "#fff" : "#333" }, out,
+              ring.owners[s][h]);
+          }
+        }
+        const hops = win.hops[at], home = win.sends[at] === "dk,dv";
+        const label = hops === 0 ? "stop" : `${home ? "home" : "→"} +${hops}`;
+        el("text", { x: x0 + p * cell + 8, y: y + row * 0.7, class: "rx-tick rx-jump" }, out,
+          label);
+      }
+      svg.replaceChildren(out);
+      const jumps = win.hops.filter((h) => h > 1).length;
+      note.textContent = `Window of ${tokens} token${tokens > 1 ? "s" : ""}: the ring runs ` +
+        `${win.steps.length} of its ${p} steps; ${win.hops.filter((h) => h > 0).length} ` +
+        `message${win.hops.filter((h) => h > 0).length === 1 ? "" : "s"} per host, ` +
+        `${jumps} of them jump${jumps === 1 ? "s" : ""} over hosts. Each cell names the ` +
+        "owner of the block the host holds.";
+    }
+
     // -- each host's running error ------------------------------------------------------------
     function drawErrors(svg, v, states) {
       const { c, ring, col } = v, p = c.p;
@@ -785,6 +849,7 @@
       drawLegend(v.c.p, v.col);
       drawInspector($("#rx-inspect"), v, states);
       drawStrategies($("#rx-strategies"), v, t);
+      drawWindow($("#rx-window-fig"), $("#rx-window-note"), v);
       describe(v, states, flying, t);
       scrub.value = String(Math.round(t));
       root.dataset.t = String(t);
@@ -890,6 +955,7 @@
       state.last = null;
       render();
     });
+    windowSel.addEventListener("change", render);
     for (const sel of [hostsSel, layoutSel, maskSel, passSel]) {
       sel.addEventListener("change", reset);
     }
@@ -943,8 +1009,8 @@
     // read once here and again when the page's width changes, never inside a render
     function measure() {
       const widths = {};
-      for (const name of ["ring", "lanes", "grid", "errors", "strategies"]) {
-        widths[name] = $(`#rx-${name}`).clientWidth;
+      for (const name of ["ring", "lanes", "grid", "errors", "strategies", "window-fig"]) {
+        widths[name === "window-fig" ? "window" : name] = $(`#rx-${name}`).clientWidth;
       }
       const changed = JSON.stringify(widths) !== JSON.stringify(state.widths);
       state.widths = widths;

@@ -20,6 +20,10 @@ the times stored here. Two parts:
 * ``strategies``: the same attention timed as a ring, an all-gather, Ulysses and a two-node
   hybrid (``simulate_strategy``), one lane each for the host that finishes last, for
   ``STRATEGY_HOSTS`` and every slider stop.
+* ``windows``: each ring under a sliding window of ``WINDOW_TOKENS`` (a quarter of a block to
+  two blocks): the block kinds the window leaves, the steps the windowed ring runs
+  (``Schedule.ring_steps``) and how far each block jumps after each (``hops_after``): the
+  steps it skips and the hosts it jumps over.
 
 Timelines are stored as integers, ``TIME_UNITS`` to the run's makespan, a row that is the same
 on every host as one number, and each distinct timeline once (a full mask times every layout
@@ -56,6 +60,7 @@ from ringsim.timer.strategies import simulate_strategy
 
 HOSTS = tuple(range(2, 17))
 TOKENS_PER_HOST = 4  # even, so zigzag's two chunks per host split it
+WINDOW_TOKENS = (1, 2, 4, 8)  # a quarter of a block, half, one, two blocks
 HEAD_DIM = 8
 ERROR_FLOOR = 1e-17  # an error of exactly 0 is stored as this (log scale)
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -150,6 +155,22 @@ def ring_entry(hosts: int, layout: str, causal: bool, pass_: str) -> dict:
         entry["row_max"] = _sig(rows["row_max"])
         entry["row_sum"] = _sig(rows["row_sum"])
     return entry
+
+
+def window_entry(hosts: int, layout: str, causal: bool, pass_: str, window: int) -> dict:
+    """One ring under a sliding window of ``window`` tokens: every step's block kinds, the
+    steps the ring runs and each one's jump (``hops_after``: 0 when nothing moves after it;
+    backward, the last one's is the way home)."""
+    sched = build_schedule(
+        hosts, layout, causal, pass_, seq_len=hosts * TOKENS_PER_HOST, sliding_window=window
+    )
+    steps = sched.ring_steps
+    return {
+        "kinds": ["".join(str(int(k)) for k in sched.kind_at(s)) for s in range(sched.steps)],
+        "steps": list(steps),
+        "hops": [sched.hops_after(s) for s in steps],
+        "sends": [",".join(sched.payload(s)) for s in steps],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,6 +492,10 @@ def explorer_data(hosts: tuple[int, ...] = HOSTS) -> dict:
         "timing": timing,
         "timelines": timelines,
         "strategies": {"index": strategy_index, "entries": strategy_entries},
+        "windows": {
+            "tokens": list(WINDOW_TOKENS),
+            "rings": {key(*cfg): [window_entry(*cfg, w) for w in WINDOW_TOKENS] for cfg in configs},
+        },
     }
 
 

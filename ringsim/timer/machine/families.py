@@ -122,7 +122,9 @@ class KernelFamily:
     steps do); ``lone_cta_speed`` the rate of a CTA alone on an SM that could hold
     ``ctas_per_sm`` of them, relative to the SM's rate when full (a ``Range``). The host's side
     of a Python ring loop: ``host_call_s`` seconds per PyTorch call (a ``Range``; ``None``: no
-    host model), the calls per step counted in ``ringsim.timer.engine.ring_steps``."""
+    host model), the calls per step counted in ``ringsim.timer.engine.ring_steps``.
+    ``window_masks_every_tile``: the passes whose sliding-window calls mask every tile they
+    visit, not only those the window's edges cut (``kernel_model``'s ``"window"`` mask)."""
 
     name: str
     description: str
@@ -140,6 +142,7 @@ class KernelFamily:
     lone_cta_speed: Range | None = None
     host_call_s: Range | None = None
     grad_wire_dtype: str | None = None
+    window_masks_every_tile: tuple[str, ...] = ()
 
     def __hash__(self) -> int:  # the generated hash would hash the curves dict
         return hash((self.name, self.tile, self.call_overhead_s, self.merge))
@@ -333,6 +336,10 @@ FA2 = KernelFamily(
     # zhuzilin/ring-flash-attention @8996282: dk, dv accumulate in fp32 and travel so
     # (zigzag/stripe/ring backward: dk = dk_buffer.to(float32); d_kv_comm.send_recv_kv(dk, dv))
     grad_wire_dtype="fp32",
+    # Dao-AILab/flash-attention @0251105a: the forward's unmasked loop still applies the mask
+    # under a window (csrc/flash_attn/src/mask.h: Need_masking = ... || Is_local); the
+    # backward masks only the tiles the window's edges cut (flash_bwd_kernel.h, Is_local)
+    window_masks_every_tile=("forward",),
 )
 
 FA3 = KernelFamily(

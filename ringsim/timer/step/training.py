@@ -160,13 +160,13 @@ def stage_layers(model: ModelSpec, par: Parallel) -> tuple[float, float, float]:
 
 def stage_params(model: ModelSpec, par: Parallel) -> float:
     """Parameters of the largest pipeline stage: its layers (``stage_layers``) and one
-    embedding (the input's on the first stage, the LM head's on the last; both when
-    ``pp = 1``)."""
+    embedding (the input's on the first stage, the LM head's on the last, a copy of the one
+    matrix when they are tied; both when ``pp = 1``)."""
     embed = model.vocab * model.d_model
     if par.pp == 1:
         return float(model.params)
     first, middle, last = stage_layers(model, par)
-    layer = (model.params - 2 * embed) / model.layers
+    layer = (model.params - model.embeddings * embed) / model.layers
     return max(middle * layer, max(first, last) * layer + embed)
 
 

@@ -31,7 +31,7 @@ from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy, check_peer_args
-from ringsim.timer.strategies.frame import collective, run_two_level, two_level_memory
+from ringsim.timer.strategies.frame import Inner, collective, run_two_level, two_level_memory
 from ringsim.timer.strategies.pieces import Piece
 from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
@@ -45,14 +45,7 @@ class AllGather(Strategy):
         check_cells(grid, "all-gather", cells=P * grid.ring, nbytes=PIECE_BYTES * 3 * P)
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
-        def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
-            links = cluster.allgather_links(groups, config.run.hosts)
-            done = [
-                allgather_group(c, (links[0][g], links[1][g]))
-                for c, g in zip(configs, groups, strict=True)
-            ]
-            return [p for p, _ in done], sum(f for _, f in done)
-
+        gathers = on_gather_links(config, allgather_group)
         memory = self.working_set_bytes(config, grid.ulysses)
         result = run_two_level(
             config, grid, cluster, gathers, strategy=self.name, memory_bytes=memory, engine=engine
@@ -67,6 +60,18 @@ class AllGather(Strategy):
             config.shape.split(U), run.seq_len, run.hosts // U, pass_=run.pass_
         )
         return two_level_memory(config, U, group)
+
+
+def on_gather_links(config: RingConfig, group) -> Inner:
+    """The ``Inner`` part that runs ``group(config, links)`` (a ``(Piece, FLOPs)`` per ring
+    group) on each group's all-gather links of the cluster (they share them)."""
+
+    def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
+        links = cluster.allgather_links(groups, config.run.hosts)
+        done = [group(c, (links[0][g], links[1][g])) for c, g in zip(configs, groups, strict=True)]
+        return [p for p, _ in done], sum(f for _, f in done)
+
+    return gathers
 
 
 def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:
