@@ -19,7 +19,7 @@ myst_heading_anchors = 3
 nb_execution_mode = "off"  # build.py executed the notebooks (cached, raising on errors)
 nb_execution_raise_on_error = True
 nb_output_stderr = "warn"  # with -W, anything a lesson prints to stderr fails the build
-nb_merge_streams = True
+nb_merge_streams = False  # a table displayed between two prints stays between them
 nb_render_markdown_format = "myst"  # exercises and references print MyST (math, <details>)
 nb_ipywidgets_js = {
     "vendor/require.js": {},
@@ -30,6 +30,7 @@ nb_ipywidgets_js = {
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static", "_build/generated"]  # generated: explorer data
 html_css_files = ["lessons.css"]
+html_js_files = ["lessons.js"]  # a click opens a figure alone
 html_show_sourcelink = False
 html_copy_source = True  # the download button offers the executed .ipynb
 mathjax_path = "vendor/mathjax/tex-chtml.js"

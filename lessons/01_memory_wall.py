@@ -30,8 +30,8 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ringsim.timer.step.models import MODELS, ModelSpec
-from ringsim.views.lessons import (
+import ringsim
+from ringsim.teach import (
     Exercise,
     caption,
     exercises,
@@ -55,7 +55,7 @@ def show_bytes(x: float) -> str:
 
 TERMS = ("1M, 1K (tokens)", "GQA, MHA", "KV cache (KV)", "checkpointing", "bf16")
 TERMS += ("fp32, fp16",)
-notation(*("N", "L", "H", "H_{kv}", "d", "d_{model}", "e", "P"), terms=TERMS)
+notation(*("N", "L", "H_{kv}", "d", "d_{model}", "e", "P"), terms=TERMS)
 
 # %% [markdown]
 # ## The score matrix
@@ -84,7 +84,7 @@ N = MILLION
 one_head = N * N * 4
 print(f"one head, fp32, N = 1,000,000: {show_bytes(one_head)}")
 print(f"one head, fp32, N = 2**20:     {show_bytes(ONE_M**2 * 4)}")
-heads_7b = MODELS["7b"].heads
+heads_7b = ringsim.MODELS["7b"].heads
 print(f"all {heads_7b} heads of one 7B layer:  {show_bytes(one_head * heads_7b)}")
 
 # %% [markdown]
@@ -112,7 +112,9 @@ print(f"all {heads_7b} heads of one 7B layer:  {show_bytes(one_head * heads_7b)}
 
 
 # %%
-def kv_cache_bytes(model: ModelSpec, tokens: int, bytes_per_element: int = 2) -> float:
+def kv_cache_bytes(
+    model: ringsim.ModelSpec, tokens: int, bytes_per_element: int = 2
+) -> float:
     """K and V for every layer, key/value head and token."""
     return (
         tokens
@@ -131,14 +133,14 @@ print(
 )
 
 # a 70B-style GQA model: 80 layers, 64 query heads sharing 8 key/value heads of 128
-gqa_70b = ModelSpec(
+gqa_70b = ringsim.ModelSpec(
     "70b-gqa", layers=80, d_model=8192, heads=64, ffn_hidden=28672, kv_heads=8
 )
-mha_128 = ModelSpec(
+mha_128 = ringsim.ModelSpec(
     "80 layers x 128 kv heads", layers=80, d_model=16384, heads=128, ffn_hidden=1
 )
 print(f"{'KV cache at':>26}  {'10^6 tokens':>11}  {'2^20 tokens':>11}")
-for model in (MODELS["7b"], gqa_70b, mha_128):
+for model in (ringsim.MODELS["7b"], gqa_70b, mha_128):
     sizes = [show_bytes(kv_cache_bytes(model, n)) for n in (MILLION, ONE_M)]
     print(f"{model.name:>26}  {sizes[0]:>11}  {sizes[1]:>11}")
 
@@ -154,7 +156,7 @@ for model in (MODELS["7b"], gqa_70b, mha_128):
 
 # %%
 contexts = np.array([2**k for k in range(14, 21)])  # 16K ... 1M (2^20) tokens
-model = MODELS["7b"]
+model = ringsim.MODELS["7b"]
 curves = {
     "score matrix, one head (fp32)": contexts.astype(float) ** 2 * 4,
     "KV cache, whole 7B model (bf16)": kv_cache_bytes(model, contexts),

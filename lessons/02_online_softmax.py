@@ -31,17 +31,18 @@
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
-from ringsim.numerics.attention import Partial, empty_partial
-from ringsim.numerics.precision import error_growth
-from ringsim.numerics.rounding import relative_error, round_to
-from ringsim.views.lessons import (
+from ringsim import Partial, error_growth, round_to
+from ringsim.teach import (
     Exercise,
     check_merge,
+    empty_partial,
     exercises,
     notation,
     references,
+    relative_error,
     scaled,
     table,
     try_it,
@@ -51,7 +52,7 @@ from ringsim.views.lessons import (
 use_lesson_style()
 rng = np.random.default_rng(0)
 TERMS = ("bf16", "fp32, fp16", "FA2, FA3 (FA)")
-notation(*("m, \\ell, a", "\\mathrm{lse}", "o, O", "q, k, v", "d", "P"), terms=TERMS)
+notation(*("m, \\ell, a", "\\mathrm{lse}", "o, O", "q, k, v", "P"), terms=TERMS)
 
 # %% [markdown]
 # ## Three numbers per row
@@ -157,8 +158,9 @@ plt.show()
 # bf16 keeps 8 significant bits, so between 64 and 128 its numbers are $2^{6-7} = 0.5$ apart:
 # an lse rounded to bf16 can be off by up to $0.25$, and a weight $e^{\Delta}$ then by a
 # factor up to $e^{0.25}$, a 28% error in the share of a whole block (exercise 3 computes
-# it), far worse than any rounding of $o$. The lse is *added* to scores before exponentiating, so its error
-# is absolute, not relative: it must keep many more bits than the output.
+# it), where one bf16 rounding of $o$ moves it by at most 0.39%. The lse is *added* to
+# scores before exponentiating, so its error is absolute, not relative: it must keep many
+# more bits than the output.
 #
 # </details>
 
@@ -340,7 +342,7 @@ rows = [
     {"hosts": h, **{label: lab[label][i]["mean_rel_error"] for label in lab}}
     for i, h in enumerate(host_counts)
 ]
-print(table(rows, columns))
+display(table(rows, columns))
 acc = lab["accumulator kept in bf16"]
 print(
     f"accumulator in bf16: {acc[-1]['mean_rel_error'] / acc[0]['mean_rel_error']:.1f}x "
@@ -391,8 +393,8 @@ exercises(
         "of the softmax weight?",
         f"$m = 5$, $\\ell = 3e^{{2-5}} + 1 = {both.row_sum[0]:.4f}$, $\\mathrm{{lse}} = 5 + "
         f"\\log {both.row_sum[0]:.4f} = {both.lse[0]:.4f}$ (`ringsim.merge`). The second: its "
-        f"share is $1/{both.row_sum[0]:.4f} = {1 / both.row_sum[0]:.0%}$, the first's "
-        f"$3e^{{-3}}/{both.row_sum[0]:.4f} = {3 * np.exp(-3) / both.row_sum[0]:.0%}$.",
+        f"share is $1/{both.row_sum[0]:.4f}$ = {1 / both.row_sum[0]:.0%}, the first's "
+        f"$3e^{{-3}}/{both.row_sum[0]:.4f}$ = {3 * np.exp(-3) / both.row_sum[0]:.0%}.",
     ),
     Exercise(
         "Find the bug: a merge rescales both accumulators to the larger maximum but adds the "
@@ -409,7 +411,7 @@ exercises(
         "numbers there, and what is the largest error it causes in a merge weight?",
         f"Between 64 and 128 bf16 numbers are {bf16_gap:g} apart, so the lse is off by up to "
         f"{bf16_gap / 2:g} and a weight $e^{{\\Delta}}$ by up to "
-        f"$e^{{{bf16_gap / 2:g}}} - 1 = {np.expm1(bf16_gap / 2):.0%}$. Keep it in fp32.",
+        f"$e^{{{bf16_gap / 2:g}}} - 1$ = {np.expm1(bf16_gap / 2):.0%}. Keep it in fp32.",
     ),
 )
 

@@ -33,14 +33,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ringsim
-from ringsim.numerics import blockwise
-from ringsim.numerics.attention import empty_partial
-from ringsim.numerics.rounding import relative_error
-from ringsim.views.lessons import (
+from ringsim.teach import (
     Exercise,
+    caption,
+    empty_partial,
     exercises,
     notation,
     references,
+    relative_error,
     scaled,
     use_lesson_style,
 )
@@ -48,7 +48,7 @@ from ringsim.views.lessons import (
 use_lesson_style()
 rng = np.random.default_rng(1)
 TERMS = ("FFN", "bf16", "fp32, fp16", "FA2, FA3 (FA)", "1M, 1K (tokens)")
-notation(*("N", "c", "d", "d_{model}", "d_{ff}", "P", "T"), terms=TERMS)
+notation(*("N", "c", "d_{model}", "d_{ff}"), terms=TERMS)
 
 # %% [markdown]
 # ## Two loops over blocks
@@ -134,9 +134,9 @@ plt.show()
 #
 # The feed-forward network acts on each token separately: token $i$'s output depends on token
 # $i$ alone. So when a sequence is split over hosts, each host runs it on its own tokens with
-# **no communication**. Its hidden layer, $d_{ff}$ wide (about $4 d_{model}$ or wider), is the
-# largest activation of the layer; the blockwise version builds it `ffn_chunk` tokens at a
-# time.
+# **no communication**. Its hidden layer, $d_{ff}$ wide, is the largest activation of the
+# layer (the cell below prints $d_{ff}/d_{model}$ for the models here); the blockwise version
+# builds it `ffn_chunk` tokens at a time.
 #
 # **Predict first.** For a 7B-sized layer ($d_{ff} = 11008$) and 32K tokens on 8 hosts, how big
 # is the hidden activation dense, per host, and in chunks of 1,024 tokens (fp32)?
@@ -149,7 +149,10 @@ plt.show()
 # </details>
 
 # %%
-peak = blockwise.ffn_peak_bytes(32 * 1024, 11008, hosts=8, ffn_chunk=1024)
+for name in ("7b", "llama3-8b", "llama3-70b"):
+    m = ringsim.get_model(name)
+    print(f"{name}: d_ff = {m.ffn_hidden:,} = {m.ffn_hidden / m.d_model:.2f} d_model")
+peak = ringsim.ffn_peak_bytes(32 * 1024, 11008, hosts=8, ffn_chunk=1024)
 for what, size in peak.items():
     print(f"{what:>10}: {size / 1e6:8.1f} MB = {size / 1e9:.2f} GB")
 
@@ -158,20 +161,20 @@ for what, size in peak.items():
 # ring of 4 hosts, output projection, residuals, and the chunked feed-forward on each host.
 
 # %%
-params = blockwise.init_params(d_model=64, heads=4, kv_heads=2, d_ff=256, seed=0)
+params = ringsim.init_params(d_model=64, heads=4, kv_heads=2, d_ff=256, seed=0)
 x = rng.standard_normal((scaled(256, multiple=32), 64))
-dense = blockwise.dense_block(x, params, causal=True)
+dense = ringsim.dense_block(x, params, causal=True)
 stats = {}
 chunks = [8, 16, 32, 64]
 errors = []
 for chunk in chunks:
-    ring_out = blockwise.ring_block(
+    ring_out = ringsim.ring_block(
         x, params, hosts=4, causal=True, ffn_chunk=chunk, stats=stats
     )
     errors.append(relative_error(ring_out, dense).max())
     print(f"ffn_chunk={chunk:3d}: error vs dense {errors[-1]:.1e}")
 
-sizes = [blockwise.ffn_peak_bytes(len(x), 256, hosts=4, ffn_chunk=ch) for ch in chunks]
+sizes = [ringsim.ffn_peak_bytes(len(x), 256, hosts=4, ffn_chunk=ch) for ch in chunks]
 fig, ax = plt.subplots(layout="constrained", figsize=(7, 3.2))
 labels = ["dense", "per host", *[f"chunk {ch}" for ch in chunks]]
 values = [sizes[0]["dense"], sizes[0]["per_host"], *[s["blockwise"] for s in sizes]]
@@ -180,28 +183,36 @@ ax.set_ylabel("largest FFN hidden (kB)")
 ax.set_title("Feed-forward hidden activation of the toy block (4 hosts)")
 plt.show()
 
+# %% tags=["remove-input"]
+per_host_tokens = len(x) // 4
+caption(
+    "Figure 3.2",
+    f"splitting the {len(x)} tokens over 4 hosts already divides the hidden by 4: each host "
+    f"holds {per_host_tokens} tokens, so a chunk of {per_host_tokens} is the whole host and "
+    "its bar equals the per-host bar. Smaller chunks divide it further, down to the chunk "
+    "size, while the block's output stays equal to the dense block to about $10^{-15}$ "
+    f"(float64; worst {max(errors):.0e}) at every chunk size.",
+)
+
 # %% [markdown]
-# *Figure 3.2. What to notice:* splitting the sequence over 4 hosts already divides the hidden
-# by 4; chunking divides it further, down to the chunk size, while the block's output stays
-# equal to the dense block to about $10^{-15}$ (float64) at every chunk size.
-#
 # ## Takeaways
 #
 # - Blockwise attention computes every tile but holds one: score memory is $c^2$, not $N^2$.
 # - The feed-forward network is position-wise, so a split sequence needs no communication for
 #   it, and chunking bounds its hidden activation by the chunk.
-# - What still grows with $N$ on one host is K, V and the activations: next,
-#   [the ring](04_ring_step_by_step.py) spreads them over hosts.
+# - What still grows with $N$ on one host is K, V and the activations.
+#
+# Next: [the ring](04_ring_step_by_step.py), which spreads them over hosts.
 
 # %% tags=["remove-input"]
 n_ex, c_ex = 128 * 1024, 1024
-ffn_70b = blockwise.ffn_peak_bytes(n_ex, 28672, hosts=16, ffn_chunk=2048, itemsize=2)
+ffn_70b = ringsim.ffn_peak_bytes(n_ex, 28672, hosts=16, ffn_chunk=2048, itemsize=2)
 exercises(
     Exercise(
         "Blockwise attention at $N = 128\\text{K}$ tokens with $c = 1024$: how many score "
         "tiles does one head compute, and how many bytes does a bf16 tile take against the "
         "whole bf16 score matrix?",
-        f"$(N/c)^2 = {(n_ex // c_ex) ** 2:,}$ tiles of $1024^2 \\cdot 2$ B = "
+        f"$(N/c)^2$ = {(n_ex // c_ex) ** 2:,} tiles of $1024^2 \\cdot 2$ B = "
         f"{c_ex * c_ex * 2 / 2**20:.0f} MiB, against $N^2 \\cdot 2$ B = "
         f"{n_ex * n_ex * 2 / 2**30:.0f} GiB for the whole matrix. (A GPU kernel keeps its "
         "tile in on-chip memory, so it is smaller still: 128 x 128 in FlashAttention-2.)",
@@ -212,7 +223,7 @@ exercises(
         "of 2,048 tokens?",
         f"Dense {ffn_70b['dense'] / 1e9:.1f} GB, per host {ffn_70b['per_host'] / 1e9:.2f} "
         f"GB, chunked {ffn_70b['blockwise'] / 1e6:.0f} MB "
-        "(`blockwise.ffn_peak_bytes(..., itemsize=2)`). No communication is needed for any "
+        "(`ringsim.ffn_peak_bytes(..., itemsize=2)`). No communication is needed for any "
         "of them: the feed-forward network is position-wise.",
     ),
 )

@@ -32,9 +32,7 @@ import numpy as np
 from IPython.display import HTML, display
 
 import ringsim
-from ringsim.numerics.rounding import relative_error
-from ringsim.timer import cost
-from ringsim.views.lessons import (
+from ringsim.teach import (
     Exercise,
     animation_html,
     caption,
@@ -42,6 +40,7 @@ from ringsim.views.lessons import (
     exercises,
     notation,
     references,
+    relative_error,
     ring_animation,
     ring_story,
     static_book,
@@ -52,7 +51,7 @@ use_lesson_style()
 rng = np.random.default_rng(4)
 TERMS = ("causal mask", "bf16", "1M, 1K (tokens)", "striped, zigzag, contiguous")
 notation(
-    *("P", "N", "c", "r", "s", "b", "d", "d_{model}", "H", "H_{kv}", "m, \\ell, a"),
+    *("P", "c", "r", "s", "b", "d", "d_{model}", "H_{kv}", "m, \\ell, a"),
     terms=TERMS,
 )
 
@@ -85,7 +84,7 @@ print(ringsim.build_schedule(4, "contiguous", causal=True).describe())
 # %% [markdown]
 # ## Watching it run
 #
-# `ringsim.views.lessons.ring_story` runs `ringsim.ring_attention` with a `RingRecord`,
+# `ringsim.teach.ring_story` runs `ringsim.ring_attention` with a `RingRecord`,
 # which logs what every host held at every step and its running output after the step. Each
 # frame below shows one step:
 #
@@ -177,8 +176,9 @@ for layout in ringsim.layout_names():
 # %% [markdown]
 # ## What a host holds: six blocks
 #
-# The paper counts the memory of a host as $6bch$ values (its $h$ is our $d_{model}$): six
-# blocks of $c$ tokens by $d_{model}$ hidden values, for a batch of $b$. One by one, for host 2
+# The paper counts the memory of a host as $6 b c \, d_{model}$ values (it writes the hidden
+# size as h): six blocks of $c$ tokens by $d_{model}$ hidden values, for a batch of $b$. One by
+# one, for host 2
 # at step 1 of the ring above:
 #
 # 1. its **query block** $Q_2$, which never moves;
@@ -227,7 +227,7 @@ for p in (2, 4, 8):
 sched_8 = ringsim.build_schedule(8, "contiguous", causal=True)
 kinds_8 = sched_8.kind
 exact_at = [max(s for s in range(8) if kinds_8[s, h] != 0) for h in range(8)]
-block_bytes = cost.kv_block_bytes(4096, 32, 128, "bf16")
+block_bytes = ringsim.kv_block_bytes(4096, 32, 128, "bf16")
 six_bytes = 6 * 32 * 1024 * 32 * 128 * 2
 exercises(
     Exercise(
@@ -242,7 +242,7 @@ exercises(
         "In the forward pass of a ring of 8 hosts, how many blocks does each host send, and "
         "how many bytes is that for $c = 4096$ tokens, 32 heads of 128, bf16?",
         f"$P - 1 = 7$ blocks of K and V, each $2 c H_{{kv}} d \\cdot 2$ B = "
-        f"{block_bytes / 1e6:.1f} MB (`cost.kv_block_bytes`): {7 * block_bytes / 1e6:.0f} MB "
+        f"{block_bytes / 1e6:.1f} MB (`ringsim.kv_block_bytes`): {7 * block_bytes / 1e6:.0f} MB "
         "per host per layer. The last step sends nothing.",
     ),
     Exercise(

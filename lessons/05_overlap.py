@@ -28,15 +28,17 @@
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
-from ringsim.timer import RingConfig, cost, simulate
-from ringsim.timer.machine.hardware import PRESETS, get_hardware
-from ringsim.views import plots
-from ringsim.views.lessons import (
+import ringsim
+from ringsim import RingConfig, get_hardware, simulate
+from ringsim.teach import (
     Exercise,
     caption,
     exercises,
     notation,
+    plot_sweep,
+    plot_timelines,
     references,
     scaled,
     table,
@@ -46,7 +48,7 @@ from ringsim.views.lessons import (
 use_lesson_style()
 TERMS = ("FLOP, GFLOP, TFLOP", "NVLink, NVSwitch", "NIC, InfiniBand", "bf16")
 TERMS += ("GQA, MHA", "1M, 1K (tokens)")
-notation(*("P", "c", "d", "H", "H_{kv}", "e", "F", "B", "\\alpha", "c^*"), terms=TERMS)
+notation(*("c", "d", "H", "H_{kv}", "F", "B", "c^*"), terms=TERMS)
 
 # %% [markdown]
 # ## The condition
@@ -78,16 +80,16 @@ notation(*("P", "c", "d", "H", "H_{kv}", "e", "F", "B", "\\alpha", "c^*"), terms
 # %%
 a100 = get_hardware("a100-nvlink")
 flops, bandwidth = a100.flops_for("bf16"), a100.link_bandwidth
-right = cost.overlap_threshold(
+right = ringsim.overlap_threshold(
     a100, heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False
 )
-print(f"F/B = {flops / bandwidth:,.0f} tokens; cost.overlap_threshold: {right:,.0f}")
+print(f"F/B = {flops / bandwidth:,.0f} tokens; ringsim.overlap_threshold: {right:,.0f}")
 print(
     f"with the one-matmul count (c/2 FLOP per byte): "
     f"{2 * flops / bandwidth:,.0f} tokens"
 )
-step = cost.attention_flops(1024, 1024, 32, 128)
-moved = cost.kv_block_bytes(1024, 32, 128, "bf16")
+step = ringsim.attention_flops(1024, 1024, 32, 128)
+moved = ringsim.kv_block_bytes(1024, 32, 128, "bf16")
 print(f"c = 1024: {step / 1e9:.1f} GFLOP per step, {moved / 1e6:.1f} MB per step")
 
 # %% [markdown]
@@ -103,12 +105,22 @@ print(f"c = 1024: {step / 1e9:.1f} GFLOP per step, {moved / 1e6:.1f} MB per step
 # %%
 intensity = np.array([2.0**p for p in range(6, 18)])  # c, FLOPs per byte moved
 fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.6))
-for name in ("a100-nvlink", "a100-ib", "h100-nvlink"):
+for i, name in enumerate(("a100-nvlink", "a100-ib", "h100-nvlink")):
     hw = get_hardware(name)
     roof = np.minimum(hw.flops_for("bf16"), intensity * hw.link_bandwidth) / 1e12
-    ax.loglog(intensity, roof, label=name)
+    ax.loglog(intensity, roof, label=name, color=f"C{i}")
     ridge = hw.flops_for("bf16") / hw.link_bandwidth
-    ax.plot([ridge], [hw.flops_for("bf16") / 1e12], "ko", ms=4)
+    peak = hw.flops_for("bf16") / 1e12
+    ax.plot([ridge], [peak], "o", ms=9, color=f"C{i}", mec="black", mew=1.2, zorder=5)
+    ax.annotate(
+        f"c* = {ridge:,.0f}",
+        (ridge, peak),
+        xytext=(0, -16 - 12 * (i % 2)),
+        textcoords="offset points",
+        ha="center",
+        fontsize=9,
+        color=f"C{i}",
+    )
 ax.set_xscale("log", base=2)
 ax.set_xticks(
     intensity[::2],
@@ -116,7 +128,7 @@ ax.set_xticks(
 )
 ax.set_xlabel("block size c = FLOPs per byte on the link (bf16)")
 ax.set_ylabel("sustainable TFLOP/s")
-ax.set_title("Ring step roofline: min(F, c B); dots mark the ridge c* = F/B")
+ax.set_title("Ring step roofline: min(F, c B); the dots are the ridges c* = F/B")
 ax.legend(fontsize=9, loc="lower right")
 plt.show()
 
@@ -129,7 +141,7 @@ plt.show()
 # %% [markdown]
 # ## Timelines
 #
-# `ringsim.timer.simulate` runs the same schedule as the numerics, but with clocks: each
+# `ringsim.simulate` runs the same schedule as the numerics, but with clocks: each
 # host computes when it has a block and the previous compute is done, and each link carries
 # one message at a time. Below, 8 A100s on InfiniBand (12.5 GB/s), whose threshold is
 # 24,960 tokens (24.4K, counting K = 1,024), with blocks well below and well above it.
@@ -149,11 +161,11 @@ plt.show()
 
 # %%
 ib = get_hardware("a100-ib")
-c_star = cost.overlap_threshold(
+c_star = ringsim.overlap_threshold(
     ib, heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False
 )
 small = simulate(RingConfig(hosts=8, seq_len=8 * 4096, hardware=ib))
-fig = plots.plot_timelines(
+fig = plot_timelines(
     [("4K tokens per block, overlapped", small.timeline)], max_hosts=4, width=8
 )
 plt.show()
@@ -165,7 +177,7 @@ for overlap in (True, False):
     name = f"64K tokens per block, {'overlapped' if overlap else 'no overlap'}"
     result = simulate(config)
     runs[name], summaries[overlap] = result.timeline, result.summary()
-fig = plots.plot_timelines(list(runs.items()), max_hosts=4, width=8)
+fig = plot_timelines(list(runs.items()), max_hosts=4, width=8)
 plt.show()
 for c, s in ((4096, small.summary()), (65536, summaries[True])):
     print(
@@ -199,10 +211,10 @@ for name in ("a100-nvlink", "a100-ib"):
         s = simulate(RingConfig(hosts=8, seq_len=8 * c, hardware=hw)).summary()
         exposed.append(s["exposed_comm_s"] / s["total_time_s"])
     series[name] = exposed
-threshold = cost.overlap_threshold(
+threshold = ringsim.overlap_threshold(
     ib, heads=32, kv_heads=32, head_dim=128, dtype="bf16"
 )
-fig = plots.plot_sweep(
+fig = plot_sweep(
     blocks,
     series,
     xlabel="block size c (tokens per host)",
@@ -215,7 +227,7 @@ fig = plots.plot_sweep(
 plt.show()
 
 # %% tags=["remove-input"]
-nvlink_star = cost.overlap_threshold(
+nvlink_star = ringsim.overlap_threshold(
     a100, heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False
 )
 caption(
@@ -244,9 +256,9 @@ paper = {
     "tpu-v5e": (1.1, 6.3),
 }
 rows = []
-for name, hw in PRESETS.items():
+for name, hw in ringsim.PRESETS.items():
     kw = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16")
-    bare = cost.overlap_threshold(hw, include_latency=False, **kw)
+    bare = ringsim.overlap_threshold(hw, include_latency=False, **kw)
     block_k, seq_k = paper.get(name, (None, None))
     rows.append(
         {
@@ -254,7 +266,7 @@ for name, hw in PRESETS.items():
             "TFLOP/s": hw.flops_for("bf16") / 1e12,
             "GB/s": hw.link_bandwidth / 1e9,
             "F/B": bare,
-            "+latency": cost.overlap_threshold(hw, **kw),
+            "+latency": ringsim.overlap_threshold(hw, **kw),
             "6 F/B": 6 * bare,
             "paper c (K)": block_k,
             "paper 6c (K)": seq_k,
@@ -262,7 +274,7 @@ for name, hw in PRESETS.items():
     )
 formats = {"preset": "{}", "TFLOP/s": "{:.0f}", "GB/s": "{:.1f}", "F/B": "{:,.0f}"}
 formats |= {"+latency": "{:,.0f}", "6 F/B": "{:,.0f}", "paper c (K)": "{:.1f}"}
-print(table(rows, formats | {"paper 6c (K)": "{:.1f}"}))
+display(table(rows, formats | {"paper 6c (K)": "{:.1f}"}))
 ib_row = next(r for r in rows if r["preset"] == "a100-ib")
 print(
     f"a100-ib: the paper's 6c = 149.5K is 6 x {149.5 / 6:.2f}K; 6 F/B = "
@@ -301,9 +313,9 @@ print(
 kw = dict(heads=32, head_dim=128, dtype="bf16", include_latency=False)
 h100 = get_hardware("h100-nvlink")
 h200_ib = get_hardware("h200-ib")
-c_h100 = cost.overlap_threshold(h100, kv_heads=32, **kw)
-c_h200_ib = cost.overlap_threshold(h200_ib, kv_heads=32, **kw)
-c_gqa = cost.overlap_threshold(ib, kv_heads=8, **kw)
+c_h100 = ringsim.overlap_threshold(h100, kv_heads=32, **kw)
+c_h200_ib = ringsim.overlap_threshold(h200_ib, kv_heads=32, **kw)
+c_gqa = ringsim.overlap_threshold(ib, kv_heads=8, **kw)
 exercises(
     Exercise(
         f"An H100 node: {h100.flops_for('bf16') / 1e12:.0f} TFLOP/s (bf16) per GPU and "
@@ -311,7 +323,7 @@ exercises(
         "preset). What is the smallest block that hides the ring's transfers? And across "
         f"nodes, on the `h200-ib` preset ({h200_ib.link_bandwidth / 1e9:.0f} GB/s)?",
         f"$c^* = F/B$ = {c_h100:,.0f} tokens inside the node, {c_h200_ib:,.0f} across "
-        "nodes (`cost.overlap_threshold(..., include_latency=False)`). A ring that spans "
+        "nodes (`ringsim.overlap_threshold(..., include_latency=False)`). A ring that spans "
         "nodes needs blocks of tens of thousands of tokens per GPU.",
     ),
     Exercise(
@@ -319,7 +331,7 @@ exercises(
         "share 8 key/value heads. What is the threshold now?",
         f"Compute is unchanged ($4c^2dH$, with $H$ the query heads) while the message "
         f"shrinks to $4cdH_{{kv}}$ bytes, so $c^* = F H_{{kv}} / (B H)$ = {c_gqa:,.0f} "
-        f"tokens, a quarter of the {cost.overlap_threshold(ib, kv_heads=32, **kw):,.0f} "
+        f"tokens, a quarter of the {ringsim.overlap_threshold(ib, kv_heads=32, **kw):,.0f} "
         "without GQA.",
     ),
     Exercise(
@@ -328,9 +340,9 @@ exercises(
         "did it forget, and what is the right number?",
         "Attention is two matmuls per step, $QK^\\top$ and the weights times $V$, each "
         "$2c^2dH$ FLOPs: $4c^2dH$ in all. With one matmul the intensity halves to $c/2$ and "
-        f"the threshold doubles, to {2 * cost.overlap_threshold(ib, kv_heads=32, **kw):,.0f}"
+        f"the threshold doubles, to {2 * ringsim.overlap_threshold(ib, kv_heads=32, **kw):,.0f}"
         " tokens. The right threshold is "
-        f"{cost.overlap_threshold(ib, kv_heads=32, **kw):,.0f} tokens.",
+        f"{ringsim.overlap_threshold(ib, kv_heads=32, **kw):,.0f} tokens.",
     ),
 )
 

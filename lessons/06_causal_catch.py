@@ -25,22 +25,28 @@
 # - explain why a kernel that computes in tiles makes the striped layout *worse* at small
 #   blocks, and zigzag not;
 # - size the block a *causal* ring needs to hide its transfers: about $2F/B$, twice lesson 5's
-#   threshold.
+#   threshold;
+# - say which layout a sliding window favours, and how far its ring turns.
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
-from ringsim.timer import RingConfig, cost, simulate
-from ringsim.timer.machine.hardware import get_hardware
-from ringsim.views import plots
-from ringsim.views.lessons import (
+from ringsim import RingConfig, get_hardware, simulate
+from ringsim.teach import (
     Exercise,
     caption,
     check_zigzag,
+    compared,
     exercises,
+    near_zero,
     notation,
+    pair_owners,
+    plot_layout_masks,
+    plot_sweep,
+    plot_timelines,
     references,
     table,
     try_it,
@@ -51,7 +57,7 @@ use_lesson_style()
 a100 = get_hardware("a100-nvlink")
 TERMS = ("causal mask", "striped, zigzag, contiguous", "context parallelism (CP)")
 TERMS += ("1M, 1K (tokens)", "NIC, InfiniBand")
-notation(*("P", "N", "c", "r", "s", "T", "F", "B", "c^*"), terms=TERMS)
+notation(*("P", "N", "c", "r", "T", "F", "B", "c^*"), terms=TERMS)
 
 # %% [markdown]
 # ## Who holds which tokens
@@ -71,14 +77,13 @@ for layout in ringsim.layout_names():
 # the ring, and the label counts each host's visible pairs.
 
 # %%
-fig = plots.plot_layout_masks(4, 32, causal=True)
+fig = plot_layout_masks(4, 32, causal=True)
 plt.show()
 
 # %% tags=["remove-input"]
 pairs = {
     layout: [
-        int((plots.pair_owners(layout, 4, 32, causal=True) == r).sum())
-        for r in range(4)
+        int((pair_owners(layout, 4, 32, causal=True) == r).sum()) for r in range(4)
     ]
     for layout in ringsim.layout_names()
 }
@@ -133,7 +138,7 @@ try_it(my_zigzag, reference_zigzag, check_zigzag)
 #
 # The useful work is the lower triangle, about $P^2/2$ of the $P^2$ block pairs (the diagonal
 # blocks count half). The run lasts as long as the last host needs, $P$ steps (its diagonal
-# block is only half work, a little less). So about half the slots are idle:
+# block is half work, so $P - 1/2$ blocks of work). So about half the slots are idle:
 # $1 - \tfrac{P^2/2}{P (P - 1/2)} = 1 - \tfrac{P}{2P - 1} \to \tfrac12$; at $P = 8$, 47%.
 #
 # </details>
@@ -145,7 +150,7 @@ for layout in ringsim.layout_names():
         hosts=8, seq_len=8 * 16384, hardware=a100, layout=layout, causal=True
     )
     runs[f"{layout}, causal"] = simulate(config).timeline
-fig = plots.plot_timelines(list(runs.items()), max_hosts=8, width=8)
+fig = plot_timelines(list(runs.items()), max_hosts=8, width=8)
 plt.show()
 
 # %% tags=["remove-input"]
@@ -169,7 +174,7 @@ for p in host_counts:
         )
         idle[layout].append(simulate(config).summary()["idle_fraction"])
 closed_form = [(p - 1) / (2 * p - 1) for p in host_counts]
-fig = plots.plot_sweep(
+fig = plot_sweep(
     host_counts,
     idle,
     xlabel="hosts",
@@ -185,16 +190,21 @@ rows = [
     {"P": p, **{lay: idle[lay][i] for lay in idle}, "(P-1)/(2P-1)": closed_form[i]}
     for i, p in enumerate(host_counts)
 ]
-print(
+display(
     table(
         rows, {"P": "{:d}", **{lay: "{:.3f}" for lay in idle}, "(P-1)/(2P-1)": "{:.3f}"}
     )
 )
 
-# %% [markdown]
-# *Figure 6.2. What to notice:* the contiguous ring's idle share follows the closed form
-# $(P-1)/(2P-1)$ (dashed) towards one half as hosts are added; the striped and zigzag lines
-# lie on top of each other just above zero at every size (the table has the numbers).
+# %% tags=["remove-input"]
+balanced = max(max(idle["striped"]), max(idle["zigzag"]))
+caption(
+    "Figure 6.2",
+    "the contiguous ring's idle share follows the closed form $(P-1)/(2P-1)$ (dashed) "
+    "towards one half as hosts are added; the striped and zigzag lines lie on top of each "
+    f"other at {near_zero(balanced, digits=2)} idle at every size (the largest of them "
+    f"{balanced:.1e}; the table rounds them to 0.000).",
+)
 
 # %% [markdown]
 # ## Tiles spoil the stripes
@@ -229,7 +239,7 @@ for layout in ("striped", "zigzag"):
         exact = simulate(RingConfig(**base)).summary()["compute_time_s"]
         extra.append(tiled / exact)
     wasted[f"{layout}, 128-token tiles"] = extra
-fig = plots.plot_sweep(
+fig = plot_sweep(
     blocks,
     wasted,
     xlabel="block size c (tokens per host)",
@@ -260,7 +270,7 @@ caption(
 # its chunks against the arriving block's early chunk (half the $c \times c$ pairs either
 # way), and with striped every step is a causal block, again about half the pairs. The message is still the whole block of $c$ tokens. So the compute
 # per step halves while the transfer does not, and the block must be about **twice** as
-# large to hide it: $c \geq 2F/B$ (`cost.overlap_threshold` says so in its docstring).
+# large to hide it: $c \geq 2F/B$ (`ringsim.overlap_threshold` says so in its docstring).
 #
 # **Predict first.** 8 A100s on InfiniBand ($F/B$ = 24,960 tokens), 32K tokens per host,
 # forward. Without the mask the ring hides its transfers ($c > F/B$). With a causal mask and
@@ -279,7 +289,7 @@ caption(
 # %%
 ib = get_hardware("a100-ib")
 kw = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False)
-c_star = cost.overlap_threshold(ib, **kw)
+c_star = ringsim.overlap_threshold(ib, **kw)
 exposed = {}
 for name, layout, causal in (
     ("full", "contiguous", False),
@@ -316,7 +326,7 @@ for c in sweep_blocks:
 striped = sweep.pop("causal striped")  # it lies on zigzag's curve: printed, not drawn
 gap = max(abs(a - b) for a, b in zip(striped, sweep["causal zigzag"], strict=True))
 print(f"causal striped vs zigzag: exposed shares differ by at most {gap:.1%}")
-fig = plots.plot_sweep(
+fig = plot_sweep(
     sweep_blocks,
     sweep,
     xlabel="block size c (tokens per host)",
@@ -378,7 +388,7 @@ P_doc, n_doc = 4, 64
 segment_ids = np.repeat(
     [0, 1, 2, 3, 4], [48, 4, 4, 4, 4]
 )  # one long document, four short
-fig = plots.plot_layout_masks(P_doc, n_doc, causal=True, segment_ids=segment_ids)
+fig = plot_layout_masks(P_doc, n_doc, causal=True, segment_ids=segment_ids)
 plt.show()
 for layout in ringsim.layout_names():
     sched = ringsim.build_schedule(
@@ -389,24 +399,137 @@ for layout in ringsim.layout_names():
     work = ", ".join(f"{w:.2f}" for w in per_host)
     print(f"{layout:>10}: blocks of work per host [{work}]; busiest/mean {busiest:.2f}")
 
+# %% tags=["remove-input"]
+chunk = n_doc // (2 * P_doc)
+docs_of = {  # the documents each zigzag host's two chunks hold
+    r: {
+        int(d)
+        for i in (r, 2 * P_doc - 1 - r)
+        for d in np.unique(segment_ids[i * chunk : (i + 1) * chunk])
+    }
+    for r in range(P_doc)
+}
+zz = ringsim.build_schedule(
+    P_doc, "zigzag", causal=True, seq_len=n_doc, segment_ids=segment_ids
+)
+zz_work = sum(zz.exact_work_at(s) for s in range(zz.steps))
+st = ringsim.build_schedule(
+    P_doc, "striped", causal=True, seq_len=n_doc, segment_ids=segment_ids
+)
+st_work = sum(st.exact_work_at(s) for s in range(st.steps))
+heavy = [r for r in range(P_doc) if np.isclose(zz_work[r], zz_work.max())]
+light = [r for r in range(P_doc) if len(docs_of[r]) > 1]
+caption(
+    "Figure 6.5",
+    "with documents, the mask is a staircase of triangles along the diagonal and most of "
+    f"the square is empty. Zigzag's busiest hosts, {' and '.join(map(str, heavy))}, hold two "
+    "chunks that both lie in the long document: its mirror pairing gives them no light "
+    f"rows, and they do {zz_work.max():.2f} blocks each, "
+    f"{zz_work.max() * P_doc / zz_work.sum():.2f} times the mean. The short documents all "
+    f"land on host{'s' if len(light) > 1 else ''} {' and '.join(map(str, light))}. Striped "
+    f"stays nearly balanced ({st_work.max() * P_doc / st_work.sum():.2f}) because it deals "
+    "*every* document round robin.",
+)
+
 # %% [markdown]
-# *Figure 6.5. What to notice:* with documents, the mask is a staircase of triangles along
-# the diagonal and most of the square is empty. Zigzag pairs the long document's heavy rows
-# with the short documents' nearly empty ones, and its busiest host does 1.7 times the mean
-# work. Striped stays nearly balanced (1.08) because it deals *every* document round robin.
-#
 # Systems balance packed batches the same way: deal each document across the hosts (striped
 # or zigzag within the document), or assign documents by their cost, which grows with the
 # square of their length, rather than by token count. Llama 3 splits each sequence into $2P$
 # zigzag chunks and all-gathers keys and values, which handles document masks without a ring
 # (lesson 10 shows what real ring code needs for packed documents).
+
+# %% [markdown]
+# ## A sliding window: which layout balances it, and how far the ring turns
 #
+# Some models attend only the $W$ latest tokens in some of their layers (a *sliding window*:
+# Mistral 7B in all of them, Gemma 2 in every other one, Gemma 3 in most). A query then
+# sees the keys at most $W - 1$ tokens back, so a host needs only the blocks that hold its
+# queries' windows. A ring can skip the rest: it runs only the steps at which some host
+# computes, and after each one sends every block straight to the next host that needs it.
+#
+# **Predict first.** A causal window shorter than a block, on InfiniBand: which layout is
+# balanced now, and which is fastest? How many steps must each ring turn?
+#
+# <details><summary>Answer</summary>
+#
+# Every query (but the first $W$ of the sequence) now sees the same number of keys, so the
+# causal mask's imbalance is gone: contiguous, the layout the causal mask unbalanced, is
+# balanced again, and so are the others. What tells them apart is how far each ring turns.
+# A contiguous host needs only its own block and the one before: the ring turns
+# $1 + \lceil (W - 1)/c \rceil$ steps and stops. Zigzag's second chunk needs the chunk
+# before it, the next host's mirror chunk, at the far end of the ring, so its blocks make
+# one more trip; striped spreads every host's window over every block, so its ring turns all
+# the way. On a slow link each trip is exposed, and the contiguous ring is the fastest. The
+# cell below counts and times all three.
+#
+# </details>
+
+# %%
+P_w, n_w = 8, 65536
+c_w = n_w // P_w
+window_rows, window_time, window_balance = [], {}, {}
+for W in (1024, 4096, 16384, None):
+    for layout in ringsim.layout_names():
+        config = RingConfig(
+            hosts=P_w,
+            seq_len=n_w,
+            hardware=ib,
+            layout=layout,
+            causal=True,
+            sliding_window=W,
+        )
+        result = simulate(config)
+        busy = result.compute_busy()
+        window_time[W, layout] = result.summary()["total_time_s"]
+        window_balance[W, layout] = busy.max() / busy.mean()
+        window_rows.append(
+            {
+                "window W": W,
+                "layout": layout,
+                "ring steps": len(result.schedule.ring_steps),
+                "busiest/mean": window_balance[W, layout],
+                "time (ms)": window_time[W, layout] * 1e3,
+            }
+        )
+display(
+    table(
+        window_rows,
+        {
+            "window W": "{:,}",
+            "layout": "{}",
+            "ring steps": "{}",
+            "busiest/mean": "{:.3f}",
+            "time (ms)": "{:.2f}",
+        },
+    )
+)
+reach = {W: 1 + -(-(W - 1) // c_w) for W in (1024, 4096, 16384)}
+print(f"contiguous turns 1 + ceil((W - 1)/c) steps, c = {c_w:,}: {reach}")
+
+# %% tags=["remove-input"]
+slower = dict(more="slower", less="faster")
+ct, zz, st = (window_time[4096, lay] for lay in ("contiguous", "zigzag", "striped"))
+caption(
+    "Table 6.1",
+    f"{P_w} A100s on InfiniBand, {n_w:,} tokens, causal, ideal kernels ('-' is no window). "
+    "Under a window every layout's busiest host does about the mean work (contiguous "
+    f"{window_balance[4096, 'contiguous']:.3f} at a 4,096-token window, against "
+    f"{window_balance[None, 'contiguous']:.3f} without one): the causal imbalance is gone. "
+    "The rings differ in how far they turn: contiguous stops after "
+    f"{reach[4096]} steps, and at that window zigzag is {compared(zz, ct, **slower)} and "
+    f"striped {compared(st, ct, **slower)} than contiguous, their blocks making more trips "
+    "over a link that cannot hide them.",
+)
+
+# %% [markdown]
 # ## Takeaways
 #
 # - Contiguous + causal idles about half the ring: $(P-1)/(2P-1)$.
 # - Striped and zigzag give every host equal work at every step.
 # - With tiled kernels, striped pays on every block; zigzag only on the diagonal.
 # - Packed documents change the mask; balance by the cost of each document, not its tokens.
+# - Under a sliding window every layout is balanced; the contiguous ring is the fastest, as it
+#   stops after $1 + \lceil (W - 1)/c \rceil$ steps.
 #
 # Next: [memory and the longest context](07_memory_context.py).
 
@@ -426,7 +549,7 @@ def tile_waste(c: int) -> float:
 
 waste_512 = tile_waste(512)
 h200_ib = get_hardware("h200-ib")
-c_h200 = cost.overlap_threshold(h200_ib, **kw)
+c_h200 = ringsim.overlap_threshold(h200_ib, **kw)
 block_h200 = 2 ** int(np.ceil(np.log2(2 * c_h200)))  # a power of two above 2F/B
 
 

@@ -30,16 +30,20 @@ import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
-from ringsim.timer.step import memory
-from ringsim.timer.step.models import get_model
-from ringsim.timer.studies.published import PAPER_TABLE_SOURCE
-from ringsim.timer.studies.validate import paper_comparison
-from ringsim.views.lessons import (
+import ringsim
+from ringsim.teach import (
+    METHODS,
+    PAPER_TABLE_SOURCE,
     Exercise,
+    bytes_per_host,
     caption,
+    compared,
     exercises,
+    max_context,
     notation,
+    paper_comparison,
     references,
     table,
     use_lesson_style,
@@ -48,7 +52,7 @@ from ringsim.views.lessons import (
 use_lesson_style()
 GB = 1e9
 notation(
-    *("P", "N", "c", "L", "d_{model}", "H_{kv}", "e"),
+    *("P", "N"),
     terms=(
         "FSDP",
         "checkpointing",
@@ -56,15 +60,14 @@ notation(
         "fp32, fp16",
         "Ulysses",
         "1M, 1K (tokens)",
-        "HBM",
     ),
 )
 
 # %% [markdown]
 # ## What one host holds
 #
-# `ringsim.timer.step.memory.bytes_per_host` follows the paper's accounting (its Table 1, with
-# the slips noted in `ringsim/timer/step/memory.py`): model states sharded over all hosts
+# `ringsim.teach.bytes_per_host` follows the paper's accounting (its Table 1, with
+# the slips noted in the memory model's docstring): model states sharded over all hosts
 # (FSDP), one layer's weights gathered, a checkpoint per token and layer, the logits of the
 # host's tokens, and the largest activation of the layer being recomputed.
 #
@@ -87,7 +90,7 @@ notation(
 
 # %%
 host_counts = [8, 16, 32, 64]
-parts = [memory.bytes_per_host("ring", "7b", 2**20, p) for p in host_counts]
+parts = [bytes_per_host("ring", "7b", 2**20, p) for p in host_counts]
 NAMES = {
     "model_states": "model states (sharded)",
     "fsdp_layer": "one layer gathered (FSDP)",
@@ -124,7 +127,7 @@ caption(
 # %% [markdown]
 # ## The longest context, by method
 #
-# `memory.max_context` searches the longest context that fits. The paper's baselines run one
+# `max_context` searches the longest context that fits. The paper's baselines run one
 # whole sequence per host (data parallel over sequences), so more hosts only shard their model
 # states; the ring splits the sequence itself; Ulysses splits it too, but in this model only
 # up to the number of key/value heads (a modelling choice: lesson 9 says what real
@@ -133,8 +136,8 @@ caption(
 # %%
 host_counts = [2, 4, 8, 16, 32, 64, 128]
 curves = {
-    method: [memory.max_context(method, "7b", "a100-nvlink", p) for p in host_counts]
-    for method in memory.METHODS
+    method: [max_context(method, "7b", "a100-nvlink", p) for p in host_counts]
+    for method in METHODS
 }
 fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.8))
 styles = {  # the ring and Ulysses coincide up to 32 hosts: draw Ulysses wide and dashed
@@ -154,14 +157,14 @@ plt.show()
 
 # %% tags=["remove-input"]
 ring_ctx = dict(zip(host_counts, curves["ring"], strict=True))
-seven_b = get_model("7b")
-states_1 = memory.bytes_per_host("ring", "7b", 2**20, 1)["model_states"]
+seven_b = ringsim.get_model("7b")
+states_1 = bytes_per_host("ring", "7b", 2**20, 1)["model_states"]
 caption(
     "Figure 7.2",
     f"one A100 cannot hold the 7B model's training states ({states_1 / GB:.0f} GB), so every "
     "curve starts at 2 hosts. The single-sequence methods flatten once the states are "
     "sharded. The ring doubles its context with every doubling of hosts, from "
-    f"{ring_ctx[8] / 2**20:.2f}M tokens on 8 A100s to {ring_ctx[128] / 2**20:.1f}M on 128 "
+    f"{ring_ctx[8]:,} tokens on 8 A100s to {ring_ctx[128]:,} on 128 "
     f"(bf16). Ulysses follows it up to the model's {seven_b.n_kv_heads} key/value heads, "
     "then stops (the wide dashed line).",
 )
@@ -194,13 +197,14 @@ for row in paper_comparison(dtype="fp32"):
                 "hardware": row["hardware"],
                 "model": row["model"],
                 "method": method.replace("_", "-"),
-                "paper (K)": paper_k,
-                "model (K)": ours,
+                "paper (1e3)": paper_k,
+                "model (1e3)": ours,
                 "ratio": ours / paper_k,
             }
         )
-columns = {"hardware": "{}", "model": "{}", "method": "{}", "paper (K)": "{:,}"}
-print(table(comparison, {**columns, "model (K)": "{:,.0f}", "ratio": "{:.2f}"}))
+columns = {"hardware": "{}", "model": "{}", "method": "{}", "paper (1e3)": "{:,}"}
+print("contexts in thousands of tokens (10^3), as the paper's Table 3 counts them:")
+display(table(comparison, {**columns, "model (1e3)": "{:,.0f}", "ratio": "{:.2f}"}))
 print()
 for hardware in dict.fromkeys(r["hardware"] for r in comparison):
     ring = [
@@ -220,14 +224,11 @@ for hardware in dict.fromkeys(r["hardware"] for r in comparison):
 print()
 print(textwrap.fill(PAPER_TABLE_SOURCE, width=88))
 print()
-ring_7b = {
-    dt: memory.max_context("ring", "7b", "a100-nvlink", 8, dtype=dt) for dt in DTYPES
-}
+ring_7b = {dt: max_context("ring", "7b", "a100-nvlink", 8, dtype=dt) for dt in DTYPES}
 print(
     "7B ring on 8 A100s: "
-    + ", ".join(f"{dt} {ctx / 1e3:,.0f}K" for dt, ctx in ring_7b.items())
-    + " tokens (x1e3, as the table counts);\nFigure 7.2 counts bf16, this table fp32, "
-    "as the paper ran"
+    + ", ".join(f"{dt} {ctx:,}" for dt, ctx in ring_7b.items())
+    + " tokens;\nFigure 7.2 counts bf16, this table fp32, as the paper ran"
 )
 
 # %% [markdown]
@@ -249,20 +250,25 @@ print(
 # Next: [the backward pass](08_backward.py).
 
 # %% tags=["remove-input"]
-ctx_64 = memory.max_context("ring", "7b", "a100-nvlink", 64)
+ctx_64 = max_context("ring", "7b", "a100-nvlink", 64)
 need = next(
     p
     for p in (2**i for i in range(1, 12))
-    if memory.max_context("ring", "7b", "a100-nvlink", p) >= 4 * 2**20
+    if max_context("ring", "7b", "a100-nvlink", p) >= 4 * 2**20
 )
-share = memory.bytes_per_host("ring", "7b", 2**20, 8)
+share = bytes_per_host("ring", "7b", 2**20, 8)
+states_8 = bytes_per_host("ring", "7b", ring_ctx[8], 8)["model_states"]
+states_64 = bytes_per_host("ring", "7b", ctx_64, 64)["model_states"]
+eight_words = compared(ctx_64, 8 * ring_ctx[8])
 exercises(
     Exercise(
         "What is the longest context a ring of 64 A100s (80 GB) can train the 7B model on? "
         "Predict it from the 8-host value in Figure 7.2 first.",
-        f"`memory.max_context('ring', '7b', 'a100-nvlink', 64)` = {ctx_64 / 2**20:.1f}M "
-        "tokens: about 8 times the 8-host context, less a little because the per-host fixed "
-        "parts (the gathered layer) do not shrink.",
+        f"`max_context('ring', '7b', 'a100-nvlink', 64)` = {ctx_64:,} tokens, "
+        f"{eight_words} {'as' if eight_words.startswith('about') else 'than'} eight times "
+        f"the {ring_ctx[8]:,} of 8 hosts. The model states are sharded over all hosts: "
+        f"{states_8 / GB:.1f} GB of every device at 8 hosts, {states_64 / GB:.1f} GB at 64, "
+        "and the room they free holds more tokens.",
     ),
     Exercise(
         "How many A100s does a ring need to train the 7B model on 4M tokens (a power of "

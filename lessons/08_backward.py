@@ -31,17 +31,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ringsim
-from ringsim.numerics.rounding import relative_error
-from ringsim.timer import RingConfig, cost, simulate
-from ringsim.timer.machine.hardware import get_hardware
-from ringsim.views import plots
-from ringsim.views.lessons import (
+from ringsim import RingConfig, get_hardware, simulate
+from ringsim.teach import (
+    BACKWARD_FACTOR,
     Exercise,
     caption,
     check_delta,
     exercises,
+    grad_block_bytes,
     notation,
+    plot_timelines,
     references,
+    relative_error,
     scaled,
     try_it,
     use_lesson_style,
@@ -52,7 +53,7 @@ rng = np.random.default_rng(8)
 TERMS = ("bf16", "fp32, fp16", "NIC, InfiniBand", "Ulysses", "all-gather")
 TERMS += ("prefill, decode",)
 notation(
-    *("P", "c", "H", "d", "F", "B", "c^*", "o, O", "dO", "\\delta", "\\mathrm{lse}"),
+    *("P", "c", "d", "o, O", "dO", "\\delta", "\\mathrm{lse}"),
     terms=TERMS,
 )
 
@@ -140,7 +141,7 @@ try_it(my_delta, reference_delta, check_delta)
 # ## Timing
 #
 # Per step the backward computes about $2.5\times$ the forward's FLOPs (it recomputes the
-# scores, then four more matmuls: `cost.BACKWARD_FACTOR`), and its link carries $K, V$ and
+# scores, then four more matmuls: `BACKWARD_FACTOR`), and its link carries $K, V$ and
 # $dK, dV$: twice the bytes.
 #
 # **Predict first.** So is the backward's overlap threshold higher or lower than the forward's?
@@ -156,10 +157,10 @@ try_it(my_delta, reference_delta, check_delta)
 # %%
 a100_ib = get_hardware("a100-ib")
 kw = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False)
-fwd = cost.overlap_threshold(a100_ib, **kw)
-bwd = cost.overlap_threshold(a100_ib, pass_="backward", **kw)
-bwd32 = cost.overlap_threshold(a100_ib, pass_="backward", grad_dtype="fp32", **kw)
-print(f"backward FLOPs per step: {cost.BACKWARD_FACTOR}x the forward's")
+fwd = ringsim.overlap_threshold(a100_ib, **kw)
+bwd = ringsim.overlap_threshold(a100_ib, pass_="backward", **kw)
+bwd32 = ringsim.overlap_threshold(a100_ib, pass_="backward", grad_dtype="fp32", **kw)
+print(f"backward FLOPs per step: {BACKWARD_FACTOR}x the forward's")
 print(
     f"A100 InfiniBand: forward {fwd:,.0f}, backward {bwd:,.0f} ({bwd / fwd:.2f}x),\n"
     f"backward with fp32 gradients {bwd32:,.0f} ({bwd32 / fwd:.2f}x)"
@@ -170,7 +171,7 @@ runs = {}
 for pass_ in ("forward", "backward"):
     config = RingConfig(hosts=4, seq_len=4 * 16384, hardware=a100_ib, pass_=pass_)
     runs[f"{pass_}, 16K tokens per host"] = simulate(config).timeline
-fig = plots.plot_timelines(list(runs.items()), max_hosts=4, width=8)
+fig = plot_timelines(list(runs.items()), max_hosts=4, width=8)
 plt.show()
 
 # %% tags=["remove-input"]
@@ -179,7 +180,7 @@ caption(
     "Figure 8.1",
     "at 16K tokens per host, below InfiniBand's threshold, the forward waits on the link at "
     f"every step ({idle['forward, 16K tokens per host']:.0%} idle). The backward's bars are "
-    f"{cost.BACKWARD_FACTOR}x wider and its messages twice as large, so it waits relatively "
+    f"{BACKWARD_FACTOR}x wider and its messages twice as large, so it waits relatively "
     f"less ({idle['backward, 16K tokens per host']:.0%} idle); its last message, the "
     "$dK, dV$ homecoming, no compute can hide.",
 )
@@ -194,13 +195,14 @@ caption(
 # Next: [ring, Ulysses and all-gather; prefill and decode](09_strategies_decode.py).
 
 # %% tags=["remove-input"]
-h100 = get_hardware("h200-ib")
+h200_ib = get_hardware("h200-ib")
 kw_h = dict(heads=32, kv_heads=32, head_dim=128, dtype="bf16", include_latency=False)
 fwd_h, bwd_h = (
-    cost.overlap_threshold(h100, pass_=p_, **kw_h) for p_ in ("forward", "backward")
+    ringsim.overlap_threshold(h200_ib, pass_=p_, **kw_h)
+    for p_ in ("forward", "backward")
 )
-kv_mb = cost.kv_block_bytes(8192, 32, 128, "bf16") / 1e6
-grad_mb = cost.grad_block_bytes(8192, 32, 128, "fp32") / 1e6
+kv_mb = ringsim.kv_block_bytes(8192, 32, 128, "bf16") / 1e6
+grad_mb = grad_block_bytes(8192, 32, 128, "fp32") / 1e6
 exercises(
     Exercise(
         "On the `h200-ib` preset (32 heads of 128, bf16 gradients), what are the forward and "
@@ -214,7 +216,7 @@ exercises(
         "dV accumulated in fp32. How many megabytes, against the forward's message?",
         f"K, V: {kv_mb:.1f} MB; dK, dV in fp32: {grad_mb:.1f} MB; together "
         f"{kv_mb + grad_mb:.1f} MB, {(kv_mb + grad_mb) / kv_mb:.0f}x the forward's "
-        "(`cost.kv_block_bytes`, `cost.grad_block_bytes`).",
+        "(`ringsim.kv_block_bytes`, `grad_block_bytes`).",
     ),
     Exercise(
         "Find the bug: a ring backward computes $\\delta_i$ on each host from the block "

@@ -30,31 +30,32 @@ import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
-from ringsim.numerics.decode import ring_decode
-from ringsim.numerics.rounding import relative_error
-from ringsim.timer import RingConfig, cost, simulate, strategies
-from ringsim.timer.machine.hardware import get_hardware
-from ringsim.timer.step.models import ModelSpec
-from ringsim.timer.strategies.ulysses import crossover_bandwidth
-from ringsim.views.lessons import (
+from ringsim import ModelSpec, RingConfig, get_hardware, ring_decode, simulate
+from ringsim.teach import (
+    DTYPE_BYTES,
+    FLAT_STRATEGIES,
     Exercise,
     Markdown,
+    compare_strategies,
+    crossover_bandwidth,
     exercises,
     notation,
+    plain_log_ticks,
     references,
+    relative_error,
     table,
     use_lesson_style,
+    with_bandwidth,
 )
 
 use_lesson_style()
 a100 = get_hardware("a100-nvlink")
 TERMS = ("Ulysses", "all-to-all", "all-gather", "GQA, MHA", "prefill, decode")
 TERMS += ("KV cache (KV)", "HBM", "NVLink, NVSwitch", "bf16", "1M, 1K (tokens)")
-notation(
-    *("P", "N", "c", "H", "H_{kv}", "d", "e", "B", "\\alpha", "F", "o, O"), terms=TERMS
-)
+notation(*("P", "N", "c", "H", "H_{kv}", "d", "e", "B", "\\alpha", "o, O"), terms=TERMS)
 
 # %% [markdown]
 # ## What Ulysses' all-to-all does
@@ -118,12 +119,11 @@ plt.show()
 # is the host that sent it).
 #
 # **Where Ulysses stops.** After the all-to-all a host holds whole heads, and a key/value
-# head is shared by $H/H_{kv}$ query heads, so this model stops Ulysses at $P = H_{kv}$
-# (`ringsim.timer.strategies.ulysses.check_ulysses_hosts` refuses more). That is a modelling choice, not a law:
-# real implementations (the GQA scheme of DeepSpeed-Ulysses, verl, InternEvo) repeat each
-# key/value head until there are as many as the Ulysses degree, so they can go up to the
-# $H$ query heads, and pay for the copies in all-to-all bytes and memory, which this model
-# does not count.
+# head is shared by $H/H_{kv}$ query heads, so plain Ulysses stops at $P = H_{kv}$. That is
+# not a law: verl and InternEvo repeat each key/value head until there are as many as the
+# Ulysses degree, so they can go up to the $H$ query heads, and pay for the copies in
+# all-to-all bytes and memory. This model does the same past $H_{kv}$ (verl's rule: the
+# degree a multiple of $H_{kv}$ that divides $H$) and counts those bytes.
 #
 # ## Bytes per host
 #
@@ -149,12 +149,12 @@ def bytes_per_host(
     strategy: str, P: int, c: int, H: int, H_kv: int, d: int = 128
 ) -> float:
     """Bytes one host sends for one attention layer, forward, bf16 (formulas above)."""
-    kv_block = cost.kv_block_bytes(
+    kv_block = ringsim.kv_block_bytes(
         c, H_kv, d, "bf16"
     )  # K and V of c tokens: 2 c H_kv d e
     if strategy in ("ring", "allgather"):
         return (P - 1) * kv_block
-    e = cost.DTYPE_BYTES["bf16"]
+    e = DTYPE_BYTES["bf16"]
     return (P - 1) / P * 2 * c * d * e * (H + H_kv)  # Ulysses: q, k, v in, output out
 
 
@@ -165,9 +165,7 @@ shapes = {
 }
 rows = []
 for name, (H, H_kv) in shapes.items():
-    sent = {
-        s: bytes_per_host(s, 8, 4096, H, H_kv) / 1e6 for s in strategies.FLAT_STRATEGIES
-    }
+    sent = {s: bytes_per_host(s, 8, 4096, H, H_kv) / 1e6 for s in FLAT_STRATEGIES}
     config = RingConfig(
         hosts=8, seq_len=8 * 4096, hardware=a100, heads=H, kv_heads=H_kv
     )
@@ -189,19 +187,19 @@ formats |= {
     "Ulysses/ring": "{:.2f}",
     "crossover GB/s": "{:.0f}",
 }
-print(table(rows, formats))
+display(table(rows, formats))
 print("crossover: the link bandwidth below which Ulysses beats the ring")
 print("(crossover_bandwidth; '-': the ring wins at every bandwidth)")
 
 # %% [markdown]
-# One notation for every collective in these lessons (`ringsim.timer.strategies`): a
+# One notation for every collective in these lessons (the timer's strategies): a
 # host injects into the network at $B$ bytes/s and pays the latency $\alpha$ once per
 # message, so a collective in which a host sends $m$ messages of $M$ bytes in all takes
 # $m\alpha + M/B$.
 
 # %% tags=["remove-input"]
 P_t, c_t, H_t, d_t, e_t = 8, 4096, 32, 128, 2
-kv_mb = cost.kv_block_bytes(c_t, H_t, d_t, "bf16") / 1e6
+kv_mb = ringsim.kv_block_bytes(c_t, H_t, d_t, "bf16") / 1e6
 q_mb = c_t * H_t * d_t * e_t / 1e6
 Markdown(
     "| what moves | messages $m$ | bytes $M$ per host | overlapped? | "
@@ -241,11 +239,9 @@ Markdown(
 # %%
 config = RingConfig(hosts=8, seq_len=8 * 4096, hardware=a100)
 bandwidths = np.geomspace(2e9, 600e9, 12)
-times = {name: [] for name in strategies.FLAT_STRATEGIES}
+times = {name: [] for name in FLAT_STRATEGIES}
 for bw in bandwidths:
-    for name, summary in strategies.compare_strategies(
-        strategies.with_bandwidth(config, bw)
-    ).items():
+    for name, summary in compare_strategies(with_bandwidth(config, bw)).items():
         times[name].append(summary["total_time_s"] * 1e3)
 crossover = crossover_bandwidth(config)
 
@@ -271,6 +267,7 @@ ax.annotate(
     fontsize=9,
     ha="right",
 )
+plain_log_ticks(ax, "x")
 ax.set_xlabel("link bandwidth (GB/s per direction)")
 ax.set_ylabel("forward time (ms)")
 ax.set_title("8 hosts, 32K tokens, 32 heads: the same attention, three ways")
@@ -283,7 +280,7 @@ plt.show()
 # dashed crossover bandwidth the ring becomes link-bound and Ulysses overtakes it.
 
 # %%
-summaries = strategies.compare_strategies(config)
+summaries = compare_strategies(config)
 rows = [
     {
         "strategy": name,
@@ -292,7 +289,7 @@ rows = [
     }
     for name, s in summaries.items()
 ]
-print(
+display(
     table(
         rows,
         {
@@ -304,7 +301,7 @@ print(
 )
 try:
     big = RingConfig(hosts=64, seq_len=64 * 1024, hardware=a100)
-    strategies.simulate_strategy(big, "ulysses")
+    ringsim.simulate_strategy(big, "ulysses")
 except ValueError as err:
     print(textwrap.fill(f"Ulysses on 64 hosts: {err}", width=88))
 
@@ -321,7 +318,7 @@ gqa = RingConfig(hosts=8, seq_len=8 * 4096, hardware=a100, heads=64, kv_heads=8)
 no_crossover = crossover_bandwidth(gqa) is None
 print(f"64 query / 8 kv heads: the ring wins at every bandwidth: {no_crossover}")
 for bw in (300e9, 10e9, 2e9):
-    run = strategies.compare_strategies(strategies.with_bandwidth(gqa, bw))
+    run = compare_strategies(with_bandwidth(gqa, bw))
     ms = ", ".join(f"{name} {s['total_time_s'] * 1e3:.1f}" for name, s in run.items())
     print(f"  {bw / 1e9:5.0f} GB/s: {ms} ms")
 
@@ -335,8 +332,9 @@ for bw in (300e9, 10e9, 2e9):
 # splits it the same way. **Decode** then generates one token at a time: one query row per
 # layer attends to the whole KV cache. It does $4 N d H$ FLOPs while *reading* the cache's
 # $2 N d H_{kv}$ bf16 numbers ($4 N d H_{kv}$ bytes) from memory: $H / H_{kv}$ FLOPs per
-# byte, 1 without grouped-query attention and 8 for the model below, far below what a GPU
-# needs to be busy (an H100 does about 300 bf16 FLOPs in the time it reads one byte). So
+# byte, 1 without grouped-query attention and 8 for the model below. An H100 does about 300
+# bf16 FLOPs in the time it reads one byte, 37 times more (the cell below prints both), so
+# most of its arithmetic units wait on the memory. So
 # decode is bound by memory bandwidth: its time per token is the cache's bytes divided by the HBM
 # bandwidth, and splitting the cache over $P$ hosts divides that by $P$.
 
@@ -352,8 +350,10 @@ print(
     f"attention FLOPs per token: {flops / 1e9:.0f} GFLOP, "
     f"{flops / cache:.1f} FLOP per byte"
 )
+hbm_ratio = h100.flops_for("bf16") / h100.memory_bandwidth
 print(
-    f"H100: {h100.flops_for('bf16') / h100.memory_bandwidth:.0f} FLOP per byte of HBM"
+    f"H100: {hbm_ratio:.0f} FLOP per byte of HBM, "
+    f"{hbm_ratio / (flops / cache):.0f} times what decode asks"
 )
 for p in (1, 8, 64):
     ms = cache / p / h100.memory_bandwidth * 1e3
@@ -362,8 +362,9 @@ for p in (1, 8, 64):
 # %% [markdown]
 # ## Decode: the cache stays put
 #
-# Generating one token means one query row against a cache of $L$ keys. Moving the cache
-# around a ring would cost far more than the tiny compute. Instead each host attends the new
+# Generating one token means one query row against a cache of $N$ keys. Moving the cache
+# around a ring would send every key and value over the links to compute a single query row.
+# Instead each host attends the new
 # token to its own cache shard and returns a partial $(o, \mathrm{lse})$; the partials merge as
 # in lesson 2 (in a tree of $\log_2 P$ rounds).
 #
@@ -419,10 +420,8 @@ plt.show()
 # Next: [simulated vs measured](10_simulated_vs_measured.py).
 
 # %% tags=["remove-input"]
-slow = strategies.with_bandwidth(config, 10e9)
-slow_times = {
-    n: r["total_time_s"] * 1e3 for n, r in strategies.compare_strategies(slow).items()
-}
+slow = with_bandwidth(config, 10e9)
+slow_times = {n: r["total_time_s"] * 1e3 for n, r in compare_strategies(slow).items()}
 fastest_slow = min(slow_times, key=slow_times.get)
 h200 = get_hardware("h200-nvlink")
 cache_8 = cache / 8
@@ -445,9 +444,9 @@ exercises(
     Exercise(
         "A model has 64 query heads and 8 key/value heads. What is the largest Ulysses "
         "degree, and how would you use 64 GPUs for one long sequence?",
-        "In this model 8, one key/value head per host (`check_ulysses_hosts` "
-        "refuses more). Implementations that repeat key/value heads can go to 64, the query "
-        "heads, sending every key/value head 8 times in the all-to-all. For 64 GPUs combine "
+        "With whole key/value heads 8, one per host. Repeating key/value heads (verl's rule, "
+        "which this model follows past 8) goes to 64, the query heads, sending every "
+        "key/value head 8 times in the all-to-all. For 64 GPUs combine "
         "instead: Ulysses over 8 inside a node and a ring over 8 nodes (2D or hybrid context "
         "parallelism), so the ring's blocks are 8 times larger and easier to overlap.",
     ),

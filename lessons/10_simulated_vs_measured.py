@@ -13,40 +13,36 @@
 # %% [markdown]
 # # 10. Simulated vs measured
 #
-# Every timing in lessons 5 to 9 came from the event timer. Is it right? This lesson runs a
-# real ring on this machine (separate processes passing blocks with `torch.distributed` over
-# gloo, the same schedule as the simulator), measures the machine first (`kernels.calibration.calibrate`:
-# the block compute rate and the link's latency and bandwidth), predicts the run with
-# `ringsim.timer.simulate` on that measured profile, and compares, step by step. Then it shows
-# the GPU results committed under `results/`, if there are any.
+# Every timing in lessons 5 to 9 came from the event timer. Is it right? One idea settles it:
+# **measure the machine, predict the run from those measurements only, then run it for real
+# and compare**. This lesson does exactly that on the computer in front of you: two processes
+# pass key/value blocks with `torch.distributed` (over gloo, the CPU transport), the same
+# schedule the simulator follows.
 #
 # **You will be able to**
 #
-# - calibrate a hardware profile and say what each of its numbers means;
-# - read a measured-vs-predicted ratio and tell a good prediction from a lucky one;
-# - say what a CPU ring can and cannot tell you about a GPU cluster;
-# - read the real ring's send/receive loop, map it to the libraries people train with, and
-#   give it the right position ids and document boundaries.
+# - read a calibrated machine as a few measured numbers, and predict a ring pass by hand;
+# - compare a measured run with its prediction through their ratio *and* its interval, and
+#   tell a model error from noise;
+# - say what a CPU ring can and cannot tell you about a GPU cluster.
 
 # %%
-import inspect
 import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
 import ringsim
-from kernels.calibration.measure import measure
-from kernels.calibration.report import MeasureOptions, RingShape
-from kernels.distributed import ring as real_ring
-from ringsim.files import read_json_object
-from ringsim.timer import cost
-from ringsim.timer.machine.hardware import load_profile
-from ringsim.views.lessons import (
+from ringsim.teach import (
     Exercise,
+    caption,
     exercises,
+    load_profile,
+    measure_real_ring,
     notation,
+    read_json_object,
     references,
     scaled,
     table,
@@ -55,381 +51,359 @@ from ringsim.views.lessons import (
 
 use_lesson_style()
 RESULTS = Path("..") / "results"
-TERMS = ("gloo", "NCCL", "fp32, fp16", "striped, zigzag, contiguous")
-TERMS += ("FA2, FA3 (FA)", "1M, 1K (tokens)", "NIC, InfiniBand")
-TERMS += ("NVLink, NVSwitch", "all-gather", "all-to-all", "SDPA")
-TERMS += ("TransformerEngine (TE)",)
-notation(
-    *("P", "c", "r", "s", "F", "B", "\\alpha", "c^*", "o, O", "\\mathrm{lse}"),
-    terms=TERMS,
-)
+TERMS = ("gloo", "fp32, fp16", "NVLink, NVSwitch", "NIC, InfiniBand")
+TERMS += ("1M, 1K (tokens)", "striped, zigzag, contiguous")
+notation(*("c", "H", "d", "F", "B", "\\alpha", "c^*"), terms=TERMS)
 
 # %% [markdown]
-# ## A real ring on this machine
+# ## A machine in a few measured numbers
 #
-# The machine first, from the calibration committed under `results/` (the live runs below
-# calibrate again): what one rank computes, what its link moves, and the fixed costs.
+# `ringsim calibrate` measures what the timer needs and writes it as a hardware profile (the
+# committed one is under `results/`): how fast one rank computes a block ($F$, with a fixed
+# cost per kernel call), and what its link moves ($B$, with a latency $\alpha$ per message).
+# Two more numbers say how a ring uses them: the fixed cost of starting a pass, and how well
+# a transfer hides behind compute on this machine (its *overlap efficiency* $f$: 1 hides it
+# completely, 0 adds the two up; a CPU's copies need the same core as the compute).
 
 # %%
 profile_path = sorted(RESULTS.glob("cpu-profile-*.json"))[-1]
 profile = load_profile(profile_path)
-rate = profile.flops_for("fp32") / 1e9
-print(
-    f"{profile_path.name}: {rate:.1f} GFLOP/s per rank (fp32), "
-    f"link {profile.link_bandwidth / 1e9:.2f} GB/s,\n"
-    f"latency {profile.link_latency * 1e3:.2f} ms per message, "
-    f"{profile.block_overhead_s * 1e3:.2f} ms fixed cost per block call"
-)
-
-
-def threshold_words(report: dict) -> str:
-    """The calibrated overlap threshold and its 95% interval; 0 is explained."""
-    t, (lo, hi) = report["overlap_threshold_tokens"], report["overlap_threshold_ci95"]
-    words = f"calibrated threshold {t:.0f} tokens [{lo:.0f}, {hi:.0f}]"
-    if t <= 0:  # the fixed cost of a block call outlasts a message: every block hides
-        words += " (0: every block hides its transfer)"
-    return words
-
+F = profile.flops_for("fp32")
+f = profile.overlap_efficiency
+call_ms, alpha_ms = profile.block_overhead_s * 1e3, profile.link_latency * 1e3
+start_ms, B = profile.pass_overhead_s * 1e3, profile.link_bandwidth
+print(f"{profile_path.name}:")
+print(f"  F = {F / 1e9:.1f} GFLOP/s per rank (fp32), {call_ms:.2f} ms per call")
+print(f"  B = {B / 1e9:.2f} GB/s, alpha = {alpha_ms:.2f} ms per message")
+print(f"  pass start {start_ms:.2f} ms, overlap efficiency f = {f:.2f}")
 
 # %% [markdown]
+# **A worked example.** A ring of 2 ranks, 2 heads of dimension 32 in fp32, $c$ tokens per
+# rank. Step 0 computes the rank's own block while its block travels to the other rank; step
+# 1 computes the block that arrived. By lesson 5, a step's compute is $4c^2dH/F$ plus the
+# call's fixed cost, and a message of $K$ and $V$ is $2cHd \cdot 4$ bytes, taking
+# $\alpha + \text{bytes}/B$. With imperfect overlap, a step that computes and sends at once
+# stretches both by $(1 - f)$ times the shorter of the two (the timer's rule, lesson 5's
+# "overlap" made honest). So the pass takes
 #
-# `kernels.calibration.measure.measure` calibrates, runs the ring in `hosts` processes (forward pass; in
-# each repeat the ring is timed after every probe and the median pass of the slowest rank
-# kept, then the median over repeats), predicts the same run, and reports both, their
-# ratio and the output's error against the float64 reference. The ratio is taken repeat by
-# repeat: each repeat's time over the prediction from the probes measured around it, the
-# median of those; the machine's load drifts, and a repeat and its own probes see the same
-# drift. We run two block sizes:
-# one below this machine's overlap threshold and one above it.
+# $$t = t_{start} + \max(t_c + (1-f)m,\ t_x + (1-f)m) + t_c, \qquad m = \min(t_c, t_x).$$
 #
-# **Predict first.** Two processes on one machine "send" a block by copying it through the
-# operating system (gloo over loopback TCP), which is fast next to a single-threaded CPU
-# computing attention. Which regime will the runs be in, and which will the simulator predict
-# better?
+# **Predict first.** At $c = 128$ and at $c = 1024$ tokens, which is longer, a step's compute
+# $t_c$ or its transfer $t_x$? Which run is bound by the link?
 #
 # <details><summary>Answer</summary>
 #
-# It depends on this machine, which is why the cell below prints its own verdict instead of
-# this answer stating one. The rates printed above say what to expect: a rank computes about
-# 77 GFLOP/s in fp32 while loopback TCP moves about 2 GB/s, and each block call and message
-# has a fixed cost of a fraction of a millisecond. The calibrated threshold printed with each run decides the regime, with its 95%
-# interval from the probes' spread: below it the link dominates, above it the compute, and
-# inside it the run says "near the threshold" rather than guessing. A threshold of 0 is no
-# bug: the fixed cost of a block call alone outlasts a message's latency, so every block,
-# however small, hides its transfer (`cost.overlap_threshold` returns 0 then). The larger
-# block should be predicted more closely: fixed costs and scheduler noise are a large share
-# of a short step. One live sample on a loaded machine; the committed table is the evidence.
+# Compute grows with $c^2$ and the message with $c$, so the larger block is compute-bound.
+# The cell below computes both steps by hand: at the smaller block the message (its latency
+# is a fixed cost per message) outlasts the compute, at the larger one the compute is several
+# times the message. The timer, run on the same profile, gives the same totals.
+#
+# </details>
+
+# %%
+H, d = 2, 32
+
+
+def by_hand(c: int) -> tuple[float, float, float]:
+    """(t_c, t_x, the whole pass) in seconds for c tokens per rank, from the profile."""
+    t_c = profile.block_overhead_s + 4 * c * c * d * H / F
+    t_x = profile.link_latency + 2 * c * H * d * 4 / profile.link_bandwidth
+    m = min(t_c, t_x)
+    return (
+        t_c,
+        t_x,
+        profile.pass_overhead_s + max(t_c + (1 - f) * m, t_x + (1 - f) * m) + t_c,
+    )
+
+
+def by_timer(c: int) -> float:
+    config = ringsim.RingConfig(
+        hosts=2, seq_len=2 * c, hardware=profile, heads=H, head_dim=d, dtype="fp32"
+    )
+    return ringsim.simulate(config).summary()["total_time_s"]
+
+
+rows = []
+for c in (128, 1024):
+    t_c, t_x, hand = by_hand(c)
+    rows.append(
+        {
+            "c": c,
+            "t_c (ms)": t_c * 1e3,
+            "t_x (ms)": t_x * 1e3,
+            "by hand (ms)": hand * 1e3,
+        }
+        | {
+            "timer (ms)": by_timer(c) * 1e3,
+            "bound by": "link" if t_x > t_c else "compute",
+        }
+    )
+two_decimals = {
+    k: "{:.3f}" for k in ("t_c (ms)", "t_x (ms)", "by hand (ms)", "timer (ms)")
+}
+display(table(rows, {"c": "{:d}"} | two_decimals | {"bound by": "{}"}))
+gap = max(abs(r["by hand (ms)"] - r["timer (ms)"]) for r in rows)
+print(f"by hand and the timer differ by {gap:.3f} ms at most")
+
+# %% [markdown]
+# The timer is nothing more than these rules, applied to every step of every host. Whether
+# it is *right* is a question for the real ring.
+#
+# ## Measuring a real ring
+#
+# `ringsim.teach.measure_real_ring` (the `ringsim measure` command) starts the ranks, and in
+# each repeat measures the machine again (probes) and times the ring right after; each
+# repeat's time is compared with the prediction from its own probes, since the load of a
+# shared machine drifts and a repeat and its probes see the same drift. It reports the
+# median ratio measured / predicted with a 95% interval over the repeats, and checks the
+# output against float64 attention.
+#
+# **Predict first.** Which of the two blocks will the live run predict better?
+#
+# <details><summary>Answer</summary>
+#
+# No one can say from here: this is one live sample on a machine shared with other work, so
+# either block can miss. What the run *can* say is whether its interval reaches the 0.9 to
+# 1.1 band. A ratio outside the band with an interval that reaches it is noise; a ratio whose
+# whole interval lies outside is a miss. The cell prints which case each run is.
 #
 # </details>
 
 # %%
 runs = []
 for seq_len in (scaled(256, multiple=64), scaled(2048, multiple=64)):
-    shape = RingShape(hosts=2, seq_len=seq_len, heads=2, head_dim=32)
-    report = measure(shape, MeasureOptions(repeats=3)).to_json()
-    runs.append(report)
-    ms = {key: report[key] * 1e3 for key in ("measured_time_s", "predicted_time_s")}
-    meas_lo, meas_hi = (x * 1e3 for x in report["measured_ci95"])
-    pred_lo, pred_hi = (x * 1e3 for x in report["predicted_ci95"])
-    verdict = "within" if 0.9 <= report["ratio"] <= 1.1 else "outside"
-    agree = "overlap" if report["intervals_overlap"] else "do not overlap"
-    print(
-        f"block {report['block_tokens']} tokens: {report['regime']}\n"
-        f"    {threshold_words(report)}\n"
-        f"    measured {ms['measured_time_s']:.2f} ms [{meas_lo:.2f}, {meas_hi:.2f}], "
-        f"predicted {ms['predicted_time_s']:.2f} ms [{pred_lo:.2f}, {pred_hi:.2f}]\n"
-        f"    ratio {report['ratio']:.2f} repeat by repeat "
-        f"({report['ratio_of_medians']:.2f} of the medians), {verdict} 10%\n"
-        f"    the intervals {agree}; error vs exact {report['max_abs_error']:.1e}"
+    report = measure_real_ring(
+        hosts=2, seq_len=seq_len, heads=2, head_dim=32, repeats=3
     )
-
-better = min(runs, key=lambda r: abs(np.log(r["ratio"])))
-print(
-    f"this run predicted the {better['block_tokens']}-token block better "
-    f"(ratios {', '.join(format(r['ratio'], '.2f') for r in runs)})"
-)
+    runs.append(report)
+    lo, hi = report["ratio_ci95"]
+    inside = 0.9 <= report["ratio"] <= 1.1
+    reaches = lo <= 1.1 and hi >= 0.9
+    verdict = (
+        "within 10%"
+        if inside
+        else "outside 10%, its interval reaches the band: noise"
+        if reaches
+        else "outside 10%, its whole interval too: a miss"
+    )
+    print(
+        f"block {report['block_tokens']} tokens ({report['regime']}): measured "
+        f"{report['measured_time_s'] * 1e3:.2f} ms, predicted "
+        f"{report['predicted_time_s'] * 1e3:.2f} ms\n"
+        f"    ratio {report['ratio']:.2f} [{lo:.2f}, {hi:.2f}]: {verdict}\n"
+        f"    error vs float64 {report['max_abs_error']:.1e}"
+    )
 
 # %%
 fig, axes = plt.subplots(1, len(runs), figsize=(8, 3.6), layout="constrained")
 for ax, report in zip(axes, runs, strict=True):
-    rows = [*report["steps"], report["outside_steps"]]
-    width = 0.38
-    x = np.arange(len(rows))
-    bars = {"measured": "measured_s", "simulated": "predicted_s"}
-    for shift, (label, key) in zip((-1, 1), bars.items(), strict=True):
-        ax.bar(x + shift * width / 2, [r[key] * 1e3 for r in rows], width, label=label)
-    ax.set_xticks(x, [f"step {r['step']}" for r in report["steps"]] + ["other"])
-    ax.set_ylabel("ms, slowest host, one pass")
-    ax.set_title(
-        f"{report['block_tokens']} tokens per host\n"
-        f"median ratio {report['ratio']:.2f} (whole pass)",
-        fontsize=10,
-    )
-axes[0].legend(fontsize=9)
-fig.suptitle("Live sample: gloo ring on this machine vs the event timer")
+    steps = report["steps"]
+    x = np.arange(len(steps))
+    for shift, (label, key) in zip(
+        (-1, 1),
+        {"measured": "measured_s", "predicted": "predicted_s"}.items(),
+        strict=True,
+    ):
+        ax.bar(x + shift * 0.19, [s[key] * 1e3 for s in steps], 0.38, label=label)
+    ax.set_xticks(x, [f"step {s['step']}" for s in steps])
+    ax.set_ylabel("ms, slowest rank")
+    ax.set_title(f"{report['block_tokens']} tokens per rank", fontsize=10)
+handles = axes[0].get_legend_handles_labels()
+fig.legend(*handles, loc="outside lower center", ncol=2, fontsize=9)
 plt.show()
 
-# %% [markdown]
-# *Figure 10.1. What to notice:* each bar pair is one ring step on the slowest host, from the
-# timed pass nearest the median; "other" is what that pass spent outside its steps (call
-# set-up, ranks starting apart, the final sync). The ratio in each title compares the
-# *median* whole pass over all repeats. Expect the larger block to be the easier one, but a
-# live sample on a loaded machine can miss either way: the committed table below is the
-# evidence.
-
-# %% [markdown]
-# ## From the simulator to real code
-#
-# The ring above ran `kernels.distributed.ring.ring_forward`, one process per rank over
-# `torch.distributed`. Its loop is the schedule of lesson 4, step by step; printed here from
-# the source, so it cannot drift from what ran:
-
-# %%
-source = inspect.getsource(real_ring.ring_forward).splitlines()
-start = next(i for i, line in enumerate(source) if "for step in range" in line)
-end = next(i for i, line in enumerate(source) if "kv = incoming" in line)
-print("\n".join(line[4:] for line in source[start : end + 1]))
-
-# %% [markdown]
-# Read it one step $s$ at a time, on rank $r$:
-#
-# 1. `sched.payload(step)`: is a block moving after this step? Every step but the last.
-# 2. `_Transfer(...)` posts, in one `dist.batch_isend_irecv`, an `isend` of the current `k`,
-#    `v` to `sched.send_to[r]` (rank $r+1$) and an `irecv` into two fresh buffers from
-#    `sched.recv_from[r]` (rank $r-1$). It returns at once: the transfer is in flight.
-# 3. While it flies, `block_attention` computes this rank's queries against the block it
-#    holds, unless the schedule says `SKIP`; `ring.mask_args` gives the kernel the *global*
-#    positions of both blocks and applies the causal mask only on `PARTIAL` blocks.
-# 4. `merge_out_lse` folds the block's $(o, \mathrm{lse})$ into the running pair in fp32,
-#    the merge of lesson 2.
-# 5. `_wait` blocks until both the send and the receive are done, then `kv = incoming`: two
-#    buffers, the block in use and the block arriving (four of lesson 4's six blocks; the
-#    queries and the output are the other two).
-#
-# The event timer models exactly this: a step ends when both its compute and its transfer
-# have; the compute hides the transfer when $c \geq c^*$.
-#
-# **The same loop in the libraries people train with.**
-#
-# - **zhuzilin/ring-flash-attention**: `RingComm.send_recv(k)`, `send_recv(v)` and
-#   `commit()` post one `batch_isend_irecv` (our `_Transfer`); `_flash_attn_forward` returns
-#   `block_out, block_lse` (our `block_attention`); `update_out_and_lse` merges them (our
-#   `merge_out_lse`); `if not causal or step <= rank` and `causal=(step == 0)` are the
-#   contiguous layout's skip, full and partial blocks (our `schedule.kind`); `comm.wait()`,
-#   then `k, v = next_k, next_v` (our `_wait`, `kv = incoming`).
-# - **PyTorch context parallel** (`torch.distributed.tensor.experimental.context_parallel`):
-#   shards the buffers you name (inputs, labels, position ids or rotary tables) along the
-#   sequence in a load-balanced order and runs the ring inside SDPA, rotating keys and values
-#   by all-gather or all-to-all (`set_rotate_method`) and merging the partials by their lse.
-# - **Megatron-LM with TransformerEngine**: `--context-parallel-size` $P$;
-#   `get_batch_on_this_cp_rank` deals chunks $r$ and $2P-1-r$ (zigzag); TE's attention runs
-#   the ring with `cp_comm_type="p2p"` (or `"all_gather"`, `"a2a"`, `"a2a+p2p"`) and
-#   corrects the running output with each block's lse.
-#
-# **Position ids after the zigzag reorder.** Under zigzag, rank $r$ holds chunks $r$ and
-# $2P-1-r$: its tokens are not positions $rc \ldots rc + c - 1$. Everything position-aware
-# must be sharded with the same permutation as the tokens, or it is silently wrong: the
-# rotary embedding's position ids (or its cos/sin tables), the labels and the loss mask.
-# Megatron's `get_batch_on_this_cp_rank` slices `position_ids` and `labels` with the tokens;
-# ring-flash-attention leaves the sharding to the caller (its issue #23: "shard the sequence
-# yourself"), and a zigzag PR elsewhere builds the position ids by concatenating the front
-# chunk and its mirror (mlc-ai/pith-train#39). Here `ringsim.host_positions` is that
-# permutation, and the ring passes it to every block as `q_pos`, `k_pos`:
-
-# %%
-P_demo, N_demo = 4, 32
-c_demo = N_demo // P_demo
-for r in range(P_demo):
-    right = ringsim.host_positions("zigzag", P_demo, N_demo)[r]
-    naive = np.arange(r * c_demo, (r + 1) * c_demo)
-    print(f"rank {r}: positions {right.tolist()}")
-    print(f"   not {naive.tolist()}")
-
-# %% [markdown]
-# **Packed sequences.** Several documents in one sequence, each attending only to itself
-# (lesson 6): flash-attention kernels take them as `cu_seqlens`, the offsets where documents
-# start. A ring must then mask by document on every block it computes. ring-flash-attention's
-# zigzag version needs every document's length divisible by $2P$ (its issue #51), and the
-# maintainer's advice is its `llama3_flash_attn_varlen_func`, which all-gathers keys and
-# values as Llama 3 did (lesson 9); Megatron-LM with TransformerEngine pads each packed
-# sequence to a multiple of $2P$ (`cu_seqlens_padded`) for the same reason. The ring here takes one document id per token
-# (`segment_ids`), shards it with the tokens and masks each block with the documents of both
-# sides, in both executors: the real one (`kernels.distributed`, whose tests run packed
-# zigzag rings of gloo processes against the reference: `tests/test_kernels_ring.py`) and the
-# NumPy one, which the cell below runs: zigzag, causal, three documents of unequal length.
-
-# %%
-segments = np.repeat([0, 1, 2], [40, 12, 12])
-rng = np.random.default_rng(10)
-q, k, v = (rng.standard_normal((2, segments.size, 16)) for _ in range(3))
-packed = ringsim.ring_attention(
-    q, k, v, hosts=4, layout="zigzag", causal=True, segment_ids=segments
-)
-exact = ringsim.reference_attention(q, k, v, causal=True, segment_ids=segments)
-documents = ", ".join(map(str, np.bincount(segments)))
-print(
-    f"4 hosts, zigzag, causal, documents of {documents} tokens: "
-    f"error vs the reference {np.abs(packed - exact).max():.1e}"
+# %% tags=["remove-input"]
+first = runs[0]["steps"][0]
+caption(
+    "Figure 10.1",
+    "each pair of bars is one ring step on the slowest rank, in the timed pass nearest the "
+    "median, measured beside predicted. Step 0 carries the pass's start and the block in "
+    f"flight: at {runs[0]['block_tokens']} tokens it measured "
+    f"{first['measured_s'] * 1e3:.2f} ms against {first['predicted_s'] * 1e3:.2f} ms "
+    "predicted. One pass of a few milliseconds on a shared machine: read the ratios with "
+    "their intervals, not the bars alone.",
 )
 
 # %% [markdown]
-# ## The committed CPU comparison
+# ## Telling a model error from noise
 #
-# One live run is noisy. `benchmarks/bench_cpu_ring.py` runs eight configurations (two block
-# sizes, contiguous and zigzag, causal or not) with more repeats, each predicted from a
-# calibration measured just before it, and commits the table to `results/cpu-<date>.json`.
+# One live run is one sample. `benchmarks/bench_cpu_ring.py` runs eight configurations (two
+# block sizes, contiguous and zigzag, causal or not), more repeats each, every repeat
+# predicted from probes measured just before it, and commits the table to
+# `results/cpu-<date>.json`.
 #
-# **Predict first.** Where will the simulator miss most: small blocks or large ones? Causal
-# or not?
+# **Predict first.** Where should the simulator miss most: small blocks or large ones?
 #
 # <details><summary>Answer</summary>
 #
-# Small (8-token) blocks used to miss most, and not always on the same side: fixed costs and
-# the machine's load drift are a large share of a short pass. Causal or not matters less
-# than the block size. The error bars show each ratio's 95% bootstrap interval over its
-# repeats (`ratio_ci95`). How the harness was made to measure the ring rather than itself
-# is told in the appendix at the end of this lesson.
+# Small ones, by the model's own terms: a pass of a few milliseconds is mostly fixed costs
+# (the pass's start, a call's cost, a message's latency), and the scheduler's hiccups of a
+# fraction of a millisecond are a large share of it. But this machine's load drifts over
+# seconds and slows long passes too, so the spread of a ratio need not follow the block
+# size: the caption under the figure says which runs have the widest intervals here.
 #
 # </details>
 
 # %%
 bench_files = sorted(RESULTS.glob("cpu-2*.json"))
-if bench_files:
-    bench = read_json_object(bench_files[-1], what="benchmark table")
-    rows = bench["runs"]
-    labels = [
-        f"c={r['block_tokens']}\n{r['layout'][:6]}{' causal' if r['causal'] else ''}"
-        for r in rows
-    ]
-    fig, ax = plt.subplots(figsize=(8, 3.6), layout="constrained")
-    x = np.arange(len(rows))
-    ratios = np.array([r["ratio"] for r in rows])
-    # each ratio's 95% interval over its repeats, where the table has one
-    lo_hi = np.array([r.get("ratio_ci95", [r["ratio"], r["ratio"]]) for r in rows]).T
-    ax.bar(x, ratios, color="#0072b2")
-    ax.errorbar(
-        x,
-        ratios,
-        yerr=[ratios - lo_hi[0], lo_hi[1] - ratios],
-        fmt="none",
-        ecolor="black",
-        capsize=3,
-        lw=1,
+bench = read_json_object(bench_files[-1], what="benchmark table")
+rows = bench["runs"]
+labels = [
+    f"c={r['block_tokens']}\n{r['layout'][:6]}{' causal' if r['causal'] else ''}"
+    for r in rows
+]
+ratios = np.array([r["ratio"] for r in rows])
+lo_hi = np.array([r["ratio_ci95"] for r in rows]).T
+fig, ax = plt.subplots(figsize=(8, 3.9), layout="constrained")
+x = np.arange(len(rows))
+ax.axhspan(0.9, 1.1, color="#009e73", alpha=0.15, label="within 10%")
+ax.bar(x, ratios, color="#0072b2", label="measured / predicted")
+ax.errorbar(
+    x,
+    ratios,
+    yerr=[ratios - lo_hi[0], lo_hi[1] - ratios],
+    fmt="none",
+    ecolor="black",
+    capsize=3,
+    lw=1,
+    label="95% interval",
+)
+ax.axhline(1.0, color="black", lw=0.8)
+ax.set_xticks(x, labels, fontsize=9)
+ax.set_ylabel("measured / predicted")
+ax.set_title(
+    f"{bench_files[-1].name}: 2-rank gloo ring vs the event timer", fontsize=10
+)
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=3, fontsize=9)
+plt.show()
+
+# %% tags=["remove-input"]
+by_block = {}
+for r in rows:
+    by_block.setdefault(r["block_tokens"], []).append(r)
+
+
+def spread(group: list[dict]) -> str:
+    ratios_ = [r["ratio"] for r in group]
+    widths = [r["ratio_ci95"][1] - r["ratio_ci95"][0] for r in group]
+    return (
+        f"ratios {min(ratios_):.2f} to {max(ratios_):.2f}, intervals "
+        f"{min(widths):.2f} to {max(widths):.2f} wide"
     )
-    ax.axhspan(0.9, 1.1, color="#009e73", alpha=0.15, label="within 10%")
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xticks(x, labels, fontsize=9)
-    ax.set_ylabel("measured / predicted")
-    ax.set_title(f"{bench_files[-1].name}: 2-rank gloo ring vs the event timer")
-    ax.legend(loc="upper right", fontsize=9)
-    plt.show()
-    inside = [0.9 <= r["ratio"] <= 1.1 for r in rows]
-    covers = [
-        lo <= 1.1 and hi >= 0.9
-        for lo, hi in (r.get("ratio_ci95", [r["ratio"]] * 2) for r in rows)
-    ]
-    print(
-        f"{sum(inside)} of {len(rows)} ratios within 10% "
-        f"(from {min(ratios):.2f} to {max(ratios):.2f}); "
-        f"{sum(covers)} of {len(rows)} intervals reach the band"
-    )
-    for row in bench.get("speedups", []):
-        print(
-            f"zigzag over contiguous, causal, c={row['block_tokens']}: measured "
-            f"{row['measured']:.2f}x, predicted {row['predicted']:.2f}x"
-        )
-else:
-    print("no results/cpu-<date>.json committed yet: run benchmarks/bench_cpu_ring.py")
+
+
+widest_run = max(rows, key=lambda r: r["ratio_ci95"][1] - r["ratio_ci95"][0])
+inside = sum(0.9 <= r["ratio"] <= 1.1 for r in rows)
+reach = sum(r["ratio_ci95"][0] <= 1.1 and r["ratio_ci95"][1] >= 0.9 for r in rows)
+small, large = min(by_block), max(by_block)
+caption(
+    "Figure 10.2",
+    f"{inside} of {len(rows)} ratios sit in the green band and {reach} of {len(rows)} "
+    f"intervals reach it. The {small}-token blocks: {spread(by_block[small])}; the "
+    f"{large}-token blocks: {spread(by_block[large])}; the widest interval is a "
+    f"{widest_run['block_tokens']}-token {widest_run['layout']} run. A miss whose whole "
+    "interval lies "
+    "outside the band, run after run on the same side, would be something the model "
+    "lacks; a wide interval that covers the band is this shared machine's noise.",
+)
 
 # %% [markdown]
-# *Figure 10.2. What to notice:* how many bars sit in the green band, which side the others
-# miss on, and how wide their error bars are. A miss whose interval lies wholly outside the
-# band, run after run on the same side, is something the model lacks; a wide interval that
-# covers the band is this shared machine's noise.
-
-# %% [markdown]
-# ## GPU results
-#
-# `results/` holds measurements committed with their date and hardware: CPU runs from this
-# kind of machine and, when someone had one, GPU runs (`gpu-*.json`).
+# A ratio is only as good as the parameters behind it, so the same table also checks a
+# *relative* prediction that needs no absolute rate: how much faster zigzag is than
+# contiguous on a causal ring (lesson 6).
 
 # %%
-files = sorted(RESULTS.glob("*.json"))
-gpu_files = [f for f in files if f.name.startswith("gpu")]
+for row in bench["speedups"]:
+    print(
+        f"zigzag over contiguous, causal, c = {row['block_tokens']}: measured "
+        f"{row['measured']:.2f}x, predicted {row['predicted']:.2f}x"
+    )
+
+# %% [markdown]
+# ## What a CPU cannot tell you
+#
+# `results/` holds every measurement committed with its date and machine, CPU runs from this
+# kind of machine and, when someone had one, GPU runs (`gpu-*.json`):
+
+# %%
 listing = []
-for path in files:
+for path in sorted(RESULTS.glob("*.json")):
     data = json.loads(path.read_text())
     first = data[0] if isinstance(data, list) and data else data
     first = first if isinstance(first, dict) else {}
+    machine = first.get("machine", first.get("name", "-"))
+    if isinstance(
+        machine, dict
+    ):  # a machine described field by field: its name, if any
+        machine = machine.get("node", machine.get("name", "-"))
     listing.append(
         {
             "file": path.name,
             "date": str(first.get("date", first.get("when", "-")))[:10],
-            "machine": str(
-                (m := first.get("machine", first.get("name", "-"))).get("node", m)
-                if isinstance(m := first.get("machine", first.get("name", "-")), dict)
-                else m
-            )[:20],
+            "machine": str(machine),
             "backend": str(first.get("backend", "-")),
         }
     )
-print(table(listing, {"file": "{}", "date": "{}", "machine": "{}", "backend": "{}"}))
-if not gpu_files:
-    print()
-    print("No GPU results (results/gpu-*.json) are committed yet: every measured")
-    print("number in this lesson comes from this CPU, and nothing here has been")
-    print("checked against a GPU.")
+gpu_files = [row for row in listing if row["file"].startswith("gpu")]
+display(table(listing, {"file": "{}", "date": "{}", "machine": "{}", "backend": "{}"}))
+print(f"GPU measurements committed: {len(gpu_files)}")
 
 # %% [markdown]
-# If the list above has no `gpu-*.json`, there is no GPU measurement to compare with yet:
-# the GPU presets in lessons 5 to 9 use datasheet numbers (see `ringsim presets`), and their
-# predictions are untested. A CPU ring checks the *simulator's logic* (the schedule, the
-# overlap, the accounting) on a machine where the two numbers it needs can be measured; it
-# says nothing about how close a GPU's kernels get to their peak, or how a real NVLink or
-# InfiniBand fabric behaves under load.
+# A CPU ring checks the *simulator's logic* (the schedule, the overlap rule, the
+# accounting) on a machine where every number it needs can be measured. It says nothing about
+# how close a GPU's kernels come to their peak, or how NVLink and InfiniBand behave under
+# load: the GPU presets of lessons 5 to 9 are datasheet numbers, and until a `gpu-*.json` is
+# committed beside this table their predictions are hypotheses. Lesson 11 checks them
+# against published GPU measurements instead.
 #
 # ## Takeaways
 #
-# - Calibrate, predict, measure, compare: the ratio tells you whether the model holds on
-#   this machine.
-# - A rate-and-latency model is good where steps are long and regular, weaker where fixed
-#   costs and noise dominate.
-# - Treat GPU predictions without committed GPU measurements as hypotheses.
+# - The timer is a few measured numbers and the overlap rule; one step can be predicted by
+#   hand from them, and the timer agrees with the hand.
+# - Compare measured with predicted through the ratio and its interval: an interval that
+#   reaches the band is noise, one wholly outside it is a miss.
+# - Small blocks are fixed costs and noise; long steps are where a rate model is tested.
+# - A CPU checks the logic; GPU predictions wait for GPU measurements.
 #
-# Next: [why real rings fall short of the ideal](11_real_rings.py), the terms between the ideal
-# ring and a measured GPU ring.
+# Next: [why real rings fall short of the ideal](11_real_rings.py), the published GPU runs set
+# beside the model term by term.
 
 # %% tags=["remove-input"]
 kw = dict(heads=64, kv_heads=64, head_dim=256, dtype="fp32", include_latency=False)
-c_cpu = cost.overlap_threshold(profile, **kw)
-fp32_rate = profile.flops_for("fp32")
-widest = max(bench["runs"], key=lambda r: np.diff(r.get("ratio_ci95", [0, 0]))[0])
+c_cpu = ringsim.overlap_threshold(profile, **kw)
+widest = max(rows, key=lambda r: r["ratio_ci95"][1] - r["ratio_ci95"][0])
 lo, hi = widest["ratio_ci95"]
+noise = lo <= 1.1 and hi >= 0.9
 exercises(
     Exercise(
-        f"The committed calibration (`{profile_path.name}`) measured "
-        f"{fp32_rate / 1e9:.1f} GFLOP/s per rank (fp32) and a "
-        f"{profile.link_bandwidth / 1e9:.2f} GB/s link. Ignoring latency and fixed costs, "
+        f"The committed calibration measured $F$ = {F / 1e9:.1f} GFLOP/s per rank (fp32) and "
+        f"$B$ = {profile.link_bandwidth / 1e9:.2f} GB/s. Ignoring latency and fixed costs, "
         "what block size hides the transfers? (fp32 messages: 4 bytes a number.)",
-        "A step does $4c^2dh$ FLOPs and moves $2cdh$ fp32 numbers, $8cdh$ bytes: $c/2$ "
+        "A step does $4c^2dH$ FLOPs and moves $2cdH$ fp32 numbers, $8cdH$ bytes: $c/2$ "
         f"FLOPs per byte, so $c^* = 2F/B$ = {c_cpu:,.0f} tokens "
-        "(`cost.overlap_threshold(load_profile(...), dtype='fp32', "
-        "include_latency=False)`). With the measured per-call and per-message costs the "
-        "real boundary moves, which is why the lesson prints the calibrated threshold.",
+        "(`ringsim.overlap_threshold(profile, dtype='fp32', include_latency=False)`). The "
+        "fixed costs per call and per message move the real boundary: the worked example "
+        "above is where they enter.",
     ),
     Exercise(
         f"In the committed table, the run with block {widest['block_tokens']}, "
         f"{widest['layout']}{', causal' if widest['causal'] else ''} has ratio "
-        f"{widest['ratio']:.2f} with a 95% interval of {lo:.2f} to {hi:.2f}. Is it a miss "
-        "of the model or noise?",
-        f"The interval {'reaches' if lo <= 1.1 and hi >= 0.9 else 'misses'} the 0.9-1.1 "
-        "band"
+        f"{widest['ratio']:.2f} with a 95% interval of {lo:.2f} to {hi:.2f}, the widest of "
+        "the table. Is it a miss of the model or noise?",
+        f"The interval {'reaches' if noise else 'misses'} the 0.9 to 1.1 band"
         + (
             ", so this run cannot tell a model error from this machine's noise: it needs "
             "more repeats, or a quieter machine, before it says anything."
-            if lo <= 1.1 and hi >= 0.9
+            if noise
             else ", so the miss is larger than the noise: something the model lacks."
         ),
+    ),
+    Exercise(
+        "Predict the 2-rank pass at $c = 512$ by hand with the formula of the worked "
+        "example, then check it with `ringsim.simulate` on the profile.",
+        f"By hand: {by_hand(512)[2] * 1e3:.3f} ms; the timer: {by_timer(512) * 1e3:.3f} ms "
+        f"(`ringsim.simulate` on the profile). The step is bound by "
+        f"{'the link' if by_hand(512)[1] > by_hand(512)[0] else 'the compute'}.",
     ),
 )
 
@@ -437,14 +411,9 @@ exercises(
 references(
     "ring",
     "flash2",
-    "ring_flash_attention",
-    "torch_cp",
-    "megatron_cp",
     notes={
         "ring": "Section 5: the paper's measured throughput, which a simulator must meet.",
-        "ring_flash_attention": "Issues #23 (shard the sequence yourself), #51 (packed "
-        "documents in the zigzag ring), PR #48 (the llama3 varlen variant).",
-        "megatron_cp": "`get_batch_on_this_cp_rank` deals chunks $r$ and $2P-1-r$.",
+        "flash2": "The kernel whose block rate a GPU calibration would measure.",
     },
 )
 
@@ -461,29 +430,26 @@ references(
 # jumps between the humps. The slow hump came mostly from the harness, not the ring: right
 # after the barrier that lines the ranks up, its own messages and threads were still winding
 # down, and one rank's first send stalled for about 4 ms. The ranks now pause 20 ms after the
-# barrier (`kernels.distributed.repeats.start_line`) before a timed pass or probe, and the slow passes fell
-# from 50-78% to 3-11%. What is left is this shared machine's load, which drifts: the error
-# bars show each ratio's 95% bootstrap interval over its repeats (`ratio_ci95`).
+# barrier (`start_line` in the real backend's `repeats` module) before a timed pass or probe,
+# and the slow passes fell from 50-78% to 3-11%. What is left is this shared machine's load,
+# which drifts: the error bars show each ratio's 95% bootstrap interval over its repeats.
 #
 # Two effects are modelled rather than tuned away. On a CPU the transport's copies need the
 # same core as the compute, so a transfer does not hide behind compute: the calibration
-# measures an overlap efficiency `f` (`Hardware.overlap_efficiency`: 1 = the transfer hides
-# completely, 0 = the two add up, below 0 = contention) at the run's block and message size
-# (here about 0 for 1 MB and +0.1 for 8 MB), and the timer stretches each overlapped step by
-# `(1 - f) * min(compute, transfer)`. So on this machine double buffering buys almost nothing,
-# which a GPU, whose copy engines and NICs move data without the compute cores, would not
-# show. And each rank is pinned to a core of its own, as a host owns its hardware: unpinned,
-# the OS moves ranks and transport threads between the two cores and a 1 MB send sometimes
-# took 3 ms to post.
+# measures the overlap efficiency $f$ at the run's block and message size, and the timer
+# stretches each overlapped step by $(1 - f)$ times the shorter of compute and transfer (the
+# worked example). So on this machine double buffering buys little, which a GPU, whose copy
+# engines and NICs move data without the compute cores, would not show. And each rank is
+# pinned to a core of its own, as a host owns its hardware: unpinned, the OS moves ranks and
+# transport threads between the two cores and a 1 MB send sometimes took 3 ms to post.
 #
 # A third lesson is about *when* the ring is timed. On this virtual machine a rank's compute
 # sometimes runs 1.5-1.8x slow for a few tenths of a second. The probes take many samples
 # spread over seconds, so their medians step over such episodes; a ring timed in one
 # stretch of back-to-back passes either falls into one or not, and the 1024-token
 # repeats that did read 10-30% slow. The ring is now sampled as the probes are: a few passes
-# after each probe, run again while they spread too wide (the probes' own rule), the median
-# kept. And the link probe sends `k` and `v` as two messages, as a ring step does, so its
-# per-message cost is the step's.
+# after each probe, the median kept. And the link probe sends `k` and `v` as two messages, as
+# a ring step does, so its per-message cost is the step's.
 #
 # Two more came from reading the step table, not the totals. A line through two message
 # sizes only measures a bandwidth when the larger message takes visibly longer: here an
@@ -491,4 +457,3 @@ references(
 # 2 MB message, or the fit could put all the time into bandwidth and none into latency. And
 # the ratio is taken repeat by repeat, each repeat against the prediction from its own
 # probes: that is what pairing them in time is for.
-#

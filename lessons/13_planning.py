@@ -14,15 +14,16 @@
 # # 13. Planning a whole training step
 #
 # "How do I spread one training step of my model over my cluster at this length?" Lesson 12
-# timed the attention layer on its own. A real step has much more in it: the projections
+# timed the attention layer on its own. A real step holds more than attention: the projections
 # and the feed-forward network as GEMMs (matrix multiplies) at the rate their shapes allow,
-# elementwise kernels bound by memory bandwidth, tensor-parallel collectives, recomputed activations, the data-parallel
-# gradient traffic, the pipeline's bubble, the optimizer. The planner
-# (`ringsim plan`, `ringsim.timer.studies.planner.plan`) searches tensor parallelism (TP) x
+# elementwise kernels bound by memory bandwidth, tensor-parallel collectives, recomputed
+# activations, the data-parallel gradient traffic, the pipeline's bubble, the optimizer. The
+# planner (`ringsim plan`, `ringsim.plan`) searches tensor parallelism (TP) x
 # context parallelism (CP, a Ulysses degree times a ring degree, with every strategy and
 # layout) x data parallelism (DP) x recompute (and pipeline parallelism, PP, when asked),
 # drops what does not fit in memory, and ranks the rest by the predicted time of the
-# whole step.
+# whole step. One idea carries the lesson: **a step's time is the sum of its parts on one
+# GPU's critical path, and at long context the parts that grow with the sequence decide**.
 #
 # **You will be able to**
 #
@@ -33,34 +34,32 @@
 #   measurements set beside it.
 
 # %%
-from dataclasses import replace
-
 import matplotlib.pyplot as plt
+from IPython.display import display
 
-from ringsim.timer import cost
-from ringsim.timer.machine.topology import get_cluster
-from ringsim.timer.step.flops import model_tflops_per_gpu
-from ringsim.timer.step.models import get_model
-from ringsim.timer.studies.planner import plan
-from ringsim.timer.studies.validate import published_configuration, validate
-from ringsim.views.lessons import (
+import ringsim
+from ringsim import get_cluster, get_model, plan, validate
+from ringsim.teach import (
     Exercise,
     Markdown,
     caption,
+    compared,
     exercises,
+    model_tflops_per_gpu,
     notation,
+    plot_breakdown,
+    published_configuration,
     references,
     table,
     use_lesson_style,
 )
-from ringsim.views.planning import plot_breakdown, plot_plan
 
 use_lesson_style()
-TERMS = ("DP, TP, PP", "context parallelism (CP)", "GEMM", "checkpointing", "NCCL")
+TERMS = ("DP, TP, PP", "context parallelism (CP)", "GEMM", "NCCL")
 TERMS += ("Ulysses", "hybrid, double ring", "all-gather", "striped, zigzag, contiguous")
-TERMS += ("GQA, MHA", "NIC, InfiniBand", "NVLink, NVSwitch", "FLOP, GFLOP, TFLOP")
+TERMS += ("GQA, MHA", "NIC, InfiniBand", "FLOP, GFLOP, TFLOP")
 TERMS += ("TransformerEngine (TE)", "bf16", "1M, 1K (tokens)")
-notation(*("P", "N", "c", "H", "H_{kv}", "F", "B", "c^*", "L"), terms=TERMS)
+notation(*("c", "H", "H_{kv}", "F", "B"), terms=TERMS)
 
 
 # %%
@@ -95,8 +94,9 @@ def top(result, n=5):
 #
 # <details><summary>Answer</summary>
 #
-# Yes. The planner's best configuration splits the sequence (the table below); the one
-# without context parallelism is far slower. Splitting heads (TP) leaves every GPU with the
+# Yes. The planner's best configuration splits the sequence (the table below); the best one
+# without context parallelism is slower (the caption of Figure 13.1 says by how much).
+# Splitting heads (TP) leaves every GPU with the
 # activations of all 128K tokens, which do not fit unless every layer is recomputed, and its
 # collectives move the whole activation four times per pass. Splitting the sequence (CP)
 # shrinks the activations with the number of ranks and moves only keys and values.
@@ -110,27 +110,55 @@ print(
     f"{len(step.candidates) + len(step.dropped)} configurations: "
     f"{len(step.candidates)} fit and were ranked, {len(step.dropped)} do not fit"
 )
-print(top(step))
+display(top(step))
 no_cp = [c for c in step.candidates if c.parallel.cp == 1]
 best, best_no_cp = step.candidates[0], no_cp[0]
-print(f"best without context parallelism: {best_no_cp.label},")
-print(f"  {best_no_cp.step_time_s:.2f} s per step")
-plot_plan(step, title="Llama 3 8B, 128K x 16 sequences, 16 H100s")
+families = {}  # the best of each strategy and Ulysses degree, and the best without CP
+for cand in step.candidates:
+    key = (
+        "no CP"
+        if cand.parallel.cp == 1
+        else f"{cand.strategy}, U = {cand.ulysses_degree}"
+    )
+    families.setdefault(key, cand)
+with_cp = [kv for kv in families.items() if kv[0] != "no CP"]
+shown = [
+    *sorted(with_cp, key=lambda kv: kv[1].step_time_s)[:7],
+    ("no CP", families["no CP"]),
+]
+fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+for i, (family, cand) in enumerate(shown):
+    colour = "#D55E00" if family == "no CP" else "#0072B2"
+    ax.barh(i, cand.step_time_s, color=colour)
+    ax.text(
+        cand.step_time_s,
+        i,
+        f" {cand.step_time_s:.2f} s, {cand.bytes_per_host / 1e9:.0f} GB",
+        va="center",
+        fontsize=9,
+    )
+ax.set_yticks(
+    range(len(shown)),
+    [f"{fam}, TP{cand.parallel.tp}" for fam, cand in shown],
+    fontsize=9,
+)
+ax.invert_yaxis()
+ax.set_xlim(0, 1.3 * max(cand.step_time_s for _, cand in shown))
+ax.set_xlabel("predicted time per training step (s)")
+ax.set_title("Llama 3 8B, 128K x 16 sequences, 16 H100s: the best of each kind")
 plt.show()
-
-# %% [markdown]
-# *Figure 13.1. What to notice:* every configuration is a point, its predicted step
-# against its memory per GPU; the dashed line is what PyTorch leaves of the device. The
-# crosses on the floor do not fit and were never timed. The circled point is the best.
 
 # %% tags=["remove-input"]
 spare = best.headroom_bytes / 1e9
-longer = best_no_cp.step_time_s / best.step_time_s
-Markdown(
-    f"The best configuration, **{best.label}**, takes {best.step_time_s:.2f} s "
-    f"per step with {spare:.1f} GB to spare; the best one without context "
-    f"parallelism, {best_no_cp.label}, takes {best_no_cp.step_time_s:.2f} s "
-    f"({longer:.2f} times as long)."
+caption(
+    "Figure 13.1",
+    f"the fastest configuration of each kind that fits, of the {len(step.candidates)} the "
+    "planner ranked (blue: context parallelism, orange: none), with its memory per GPU. "
+    f"The best, **{best.label}**, takes {best.step_time_s:.2f} s per step with {spare:.1f} "
+    f"GB to spare; the best without context parallelism, {best_no_cp.label}, takes "
+    f"{best_no_cp.step_time_s:.2f} s: "
+    + compared(best_no_cp.step_time_s, best.step_time_s, more="slower", less="faster")
+    + ".",
 )
 
 # %% [markdown]
@@ -160,7 +188,7 @@ no_recompute = [
     c for c in step.dropped if c.parallel.cp == 1 and c.parallel.recompute == "none"
 ]
 none_no_cp = min(no_recompute, key=lambda c: c.bytes_per_host)
-need, usable = none_no_cp.bytes_per_host / 1e9, none_no_cp.memory_bytes / 1e9
+need, usable = none_no_cp.bytes_per_host / 1e9, none_no_cp.usable_bytes / 1e9
 attention, gemms = share(best, "attention_s"), share(best, "gemm_s")
 redo, tp_comm = share(best_no_cp, "recompute_s"), share(best_no_cp, "tp_comm_s")
 caption(
@@ -181,14 +209,19 @@ caption(
 # needed. And it moves only keys and values, of $H_{kv}$ heads against $H$ query heads,
 # which hide behind the attention's own compute once a rank's block $c$ is long enough:
 # lesson 6's causal threshold $c \geq 2F/B$, lowered by $H / H_{kv}$ for grouped-query
-# attention (lesson 14 works it through for every link). The two nodes meet at one NIC
-# per GPU, the slowest hop of the ring:
+# attention (lesson 14 works it through for every link).
+#
+# **A worked example.** The two nodes meet at one NIC per GPU, the slowest hop of the ring.
+# With the H100's peak rate $F$ and the NIC's $B$, the threshold is $2F/B$ divided by
+# $H/H_{kv}$; the best plain ring's block $c$ is the 128K tokens over its ring:
 
 # %%
 model = get_model("llama3-8b")
-nic = replace(cluster.hardware, link_bandwidth=cluster.inter_bandwidth)
+nic = cluster.hardware.with_link(cluster.inter_bandwidth)
 gqa = dict(heads=model.heads, kv_heads=model.n_kv_heads, head_dim=model.head_dim)
-threshold = 2 * cost.overlap_threshold(nic, **gqa, dtype="bf16", include_latency=False)
+threshold = 2 * ringsim.overlap_threshold(
+    nic, **gqa, dtype="bf16", include_latency=False
+)
 ring = next(c for c in step.candidates if c.strategy == "ring")
 ring_comm = ring.breakdown["cp_exposed_comm_s"]
 print(
@@ -290,7 +323,7 @@ def run_name(row):
     return f"{name}, {length}"
 
 
-print(
+display(
     table(
         [
             {
@@ -412,7 +445,7 @@ exercises(
         "(`model_tflops_per_gpu`) in the Megatron convention, which counts attention as "
         "if no mask hid any of it. What would it report if attention were counted "
         "causally (only the half of the scores the mask keeps)? "
-        '(`ringsim.timer.step.flops.model_tflops_per_gpu` with `"causal"`.)',
+        '(`ringsim.teach.model_tflops_per_gpu` with `"causal"`.)',
         f"{best.model_tflops_per_gpu:.0f} TFLOP/s per GPU counted the Megatron way, "
         f"{causal:.0f} counted causally ({1 - causal / best.model_tflops_per_gpu:.0%} "
         "less): at 128K tokens attention dominates the count, so the convention moves the "
@@ -422,7 +455,7 @@ exercises(
         "Why does the best configuration without context parallelism recompute every "
         "layer, and what does that cost?",
         f"Its activations without recompute need {none_no_cp.bytes_per_host / 1e9:.0f} GB "
-        f"per GPU, more than the {none_no_cp.memory_bytes / 1e9:.0f} GB PyTorch leaves. Full "
+        f"per GPU, more than the {none_no_cp.usable_bytes / 1e9:.0f} GB PyTorch leaves. Full "
         f"recompute runs each layer's forward again before its backward: "
         f"{share(best_no_cp, 'recompute_s'):.0%} of its step.",
     ),
@@ -442,9 +475,11 @@ exercises(
 # %% tags=["remove-input"]
 references(
     "llama3",
+    "nemo_long",
     "ulysses",
     "playbook",
     notes={
+        "nemo_long": "The published throughputs of Figure 13.3 (`nemo-long`).",
         "llama3": "Table 4 and Section 3.3: 4D parallelism, all-gather context "
         "parallelism at 128K, the interleaved pipeline.",
         "playbook": "tensor, sequence, context and pipeline parallelism side by side.",

@@ -11,97 +11,119 @@
 # ---
 
 # %% [markdown]
-# # 14. Capstone: a million tokens of Llama 3 8B on 64 H100s
+# # 14. Capstone: plan a million tokens of Llama 3 8B on 64 H100s
 #
-# One question, answered with everything the lessons built: can we train Llama 3 8B on one
-# sequence of 1M ($2^{20}$) tokens with 64 H100s (8 DGX nodes), and how long does a training
-# step take? Each section is one earlier lesson's tool, applied to this run.
+# This lesson is yours to drive. The job: train **Llama 3 8B on one sequence of 1M ($2^{20}$)
+# tokens per step on 64 H100s** (8 DGX nodes). You choose four things, and a checker sets
+# your choice beside the planner's best and says where the difference is:
+#
+# - the **layout** of the tokens: contiguous, striped or zigzag (lesson 6);
+# - the **Ulysses degree** $U$: how many GPUs of the context-parallel group split the heads
+#   with an all-to-all, the rest forming the ring ($R = P/U$, lesson 12);
+# - the **tensor-parallel degree**: how many GPUs split each layer's matrices (lesson 13);
+# - **recompute**: none, selective, or full (the forward keeps only each layer's input and
+#   the backward recomputes the rest, lesson 7).
 #
 # **You will be able to**
 #
-# - check that a long-context step fits, part by part, and what recomputing activations
-#   buys (lessons 7 and 13);
-# - decide whether the ring's transfers hide, inside a node and across nodes, with the causal
-#   threshold $2F/B$ and grouped-query attention (lessons 5, 6 and 9);
-# - choose a layout and a strategy from simulated timelines (lessons 6 and 12);
-# - read the planner's predicted step time part by part, and say how far to trust it
-#   (lesson 13).
+# - decide, with the library, whether a long-context step fits and what recompute buys;
+# - decide whether the ring's transfers hide across a node's NVLink and across its NICs;
+# - choose a layout, a Ulysses degree and a tensor-parallel degree, and explain the gap between
+#   your choice and the planner's best part by part.
 
 # %%
-from dataclasses import replace
-
 import matplotlib.pyplot as plt
+from IPython.display import display
 
-from ringsim.layouts import layout_names
-from ringsim.timer import RingConfig, cost
-from ringsim.timer.machine.topology import get_cluster
-from ringsim.timer.step.models import get_model
-from ringsim.timer.strategies import simulate_strategy
-from ringsim.timer.studies.planner import plan
-from ringsim.timer.studies.validate import validate
-from ringsim.views.lessons import (
+import ringsim
+from ringsim import RingConfig, get_cluster, get_model, plan, simulate_strategy
+from ringsim.teach import (
+    BACKWARD_FACTOR,
+    Choice,
     Exercise,
     Markdown,
     caption,
+    check_choice,
+    compared,
     exercises,
     notation,
+    plot_breakdown,
     references,
     table,
     use_lesson_style,
 )
-from ringsim.views.planning import plot_breakdown
 
 use_lesson_style()
 GB = 1e9
-TERMS = ("1M, 1K (tokens)", "GQA, MHA", "FSDP", "checkpointing", "DP, TP, PP")
-TERMS += ("context parallelism (CP)", "NIC, InfiniBand", "NVLink, NVSwitch", "GEMM")
-TERMS += ("striped, zigzag, contiguous", "hybrid, double ring", "all-gather", "Ulysses")
-TERMS += ("fp32, fp16", "bf16", "FLOP, GFLOP, TFLOP")
-notation(
-    *("P", "N", "c", "H", "H_{kv}", "d", "F", "B", "c^*", "L", "U, R"), terms=TERMS
+TERMS = (
+    "1M, 1K (tokens)",
+    "GQA, MHA",
+    "checkpointing",
+    "DP, TP, PP",
+    "NVLink, NVSwitch",
 )
+TERMS += ("context parallelism (CP)", "NIC, InfiniBand", "striped, zigzag, contiguous")
+TERMS += ("hybrid, double ring", "all-gather", "all-to-all", "Ulysses")
+TERMS += ("FLOP, GFLOP, TFLOP",)
+notation(*("P", "N", "c", "H", "H_{kv}", "F", "B", "U, R"), terms=TERMS)
+
+# %% [markdown]
+# ## The job
 
 # %%
 model = get_model("llama3-8b")
 cluster = get_cluster("dgx-h100").with_nodes(8)
 P, N = cluster.nodes * cluster.gpus_per_node, 2**20
 c = N // P
+print(f"{model.name}: {model.layers} layers, {model.heads} query heads sharing")
 print(
-    f"{model.name}: {model.layers} layers, {model.heads} query heads sharing "
-    f"{model.n_kv_heads} key/value heads"
+    f"  {model.n_kv_heads} key/value heads of {model.head_dim}, vocab {model.vocab:,}"
 )
-print(f"of {model.head_dim}, vocabulary {model.vocab:,}")
-print(f"{cluster.describe()}")
+print(cluster.describe())
 print(f"P = {P} GPUs, N = {N:,} tokens: c = N/P = {c:,} tokens per GPU")
+step = plan(model, N, cluster, implementation="cudnn")  # every configuration, timed
+print(f"the planner sized {len(step.candidates) + len(step.dropped)} configurations")
+kernels = cluster.hardware.arch.attention_kernels
+print(
+    f"attention at {step.implementation}'s rates; without implementation= the planner\n"
+    f"  takes {kernels[0]}, the first of the families frameworks run on "
+    f"{cluster.hardware.arch.name} ({', '.join(kernels)})"
+)
+
+# %% [markdown]
+# ## Your choice
+#
+# Edit the four fields and run the cell: `check_choice` finds your configuration among
+# everything the planner sized, says whether it fits, how it ranks, and where its time goes
+# against the best. The values below are a first guess with nothing thought through; the
+# four questions after it help you do better, and the end of the lesson checks your choice
+# again.
+
+# %%
+my_choice = Choice(layout="contiguous", ulysses=1, tp=1, recompute="none")
+check_choice(step, my_choice)
 
 # %% [markdown]
 # ## 1. Does it fit? (lessons 7 and 13)
 #
-# Lesson 7 counted a step's memory part by part; the planner of lesson 13 counts the same
-# parts for a whole training step (weights, gradients, optimizer state, activations,
-# logits, the working set of the layer running) and holds them against what PyTorch leaves
-# of the device. Here it plans every configuration of the 64 GPUs, with attention at
-# cuDNN's rates as in lesson 13; this section reads the memory of one: the plain ring over
-# all 64 GPUs, zigzag layout, without tensor parallelism.
+# The planner counts a step's memory part by part (weights, gradients, optimizer state,
+# activations, logits, the working set of the layer running) and holds it against what
+# PyTorch leaves of the device. Here: the plain ring over all 64 GPUs, zigzag, no tensor
+# parallelism, under each recompute choice.
 #
-# **Predict first.** Lesson 7's 7B model needed 8 A100s for a 1M-token step, with every
-# layer checkpointed. Spread over 64 H100s, does the step fit *without* recomputing
-# anything? Which part is largest?
+# **Predict first.** Lesson 7's 7B model needed 8 A100s for a 1M-token step with every layer
+# checkpointed. On 64 H100s, does the step fit *without* recomputing anything?
 #
 # <details><summary>Answer</summary>
 #
 # No. Without recompute, a layer's backward reads the activations its forward stored, for
-# every token of the GPU's block and every layer: that part alone is more than PyTorch
-# leaves of the device. Recomputing every layer (lesson 7's checkpointing: the forward
-# keeps only each layer's input) shrinks it to a small part, and the step fits. The
-# largest parts are then the weights and the gradients, which the planner's default
-# sharding keeps whole on every GPU (only the optimizer state is sharded), and the logits
-# of a 128,256-token vocabulary.
+# every token of the GPU's block and every layer: that part alone is more than PyTorch leaves
+# of the device. Full recompute (the forward keeps only each layer's input) shrinks it to a
+# small part and the step fits. The table says what selective recompute does.
 #
 # </details>
 
 # %%
-step = plan(model, N, cluster, implementation="cudnn")
 ring = {
     cand.parallel.recompute: cand
     for cand in step.candidates + step.dropped
@@ -111,16 +133,15 @@ choices = ("none", "selective", "full")
 parts = [k for k in ring["none"].memory if any(ring[r].memory[k] for r in choices)]
 rows = [{"part": k, **{r: ring[r].memory[k] / GB for r in choices}} for k in parts]
 rows.append({"part": "total", **{r: ring[r].bytes_per_host / GB for r in choices}})
-usable = ring["full"].memory_bytes
+usable = ring["full"].usable_bytes
 print(f"ring over {P} GPUs (TP1, CP{P}, zigzag), GB per GPU by recompute choice:")
-print(table(rows, {"part": "{}"} | {r: "{:.2f}" for r in choices}))
-print(
-    f"usable: {usable / GB:.1f} GB of {cluster.hardware.memory_bytes / GB:.0f}; "
-    f"fits: {', '.join(r for r in choices if ring[r].fits)}"
-)
+display(table(rows, {"part": "{}"} | {r: "{:.2f}" for r in choices}))
+fits = [r for r in choices if ring[r].fits]
+device = cluster.hardware.memory_bytes
+print(f"usable: {usable / GB:.1f} GB of {device / GB:.0f}; fits: {', '.join(fits)}")
 
 # %%
-fig, ax = plt.subplots(figsize=(7.0, 3.6))
+fig, ax = plt.subplots(figsize=(8, 3.9), layout="constrained")
 colours = ["#0072B2", "#56B4E9", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#999999"]
 bars = [f"{r} recompute" if r != "none" else "no recompute" for r in choices]
 bottom = [0.0] * len(choices)
@@ -133,7 +154,6 @@ ax.text(2.45, usable / GB, " usable", va="bottom", ha="right", fontsize=9)
 ax.set_ylabel("GB per GPU")
 ax.set_title("ring over 64 GPUs at 1M tokens: memory per GPU", fontsize=11)
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=9)
-fig.tight_layout()
 plt.show()
 
 # %% tags=["remove-input"]
@@ -142,66 +162,63 @@ caption(
     "Figure 14.1",
     f"without recompute the step needs {none.bytes_per_host / GB:.0f} GB per GPU, "
     f"{none.memory['activations'] / GB:.0f} GB of it activations, against the "
-    f"{usable / GB:.0f} GB usable (dashed); selective recompute saves "
-    f"{(none.bytes_per_host - ring['selective'].bytes_per_host) / GB:.1f} GB. Full "
-    f"recompute keeps {full.memory['activations'] / GB:.1f} GB of activations and the "
-    f"step fits in {full.bytes_per_host / GB:.0f} GB; the weights, the gradients and the "
-    "logits are then the largest parts.",
+    f"{usable / GB:.0f} GB usable (dashed). Full recompute keeps "
+    f"{full.memory['activations'] / GB:.1f} GB of activations and the step fits in "
+    f"{full.bytes_per_host / GB:.0f} GB; the weights, the gradients and the logits are then "
+    "the largest parts.",
 )
 
 # %% [markdown]
 # ## 2. Do the transfers hide? (lessons 5, 6 and 9)
 #
 # A ring step moves $K$ and $V$ of the $H_{kv}$ key/value heads while it computes all $H$
-# query heads: grouped-query attention divides the threshold by $H / H_{kv}$. The mask is
-# causal, so a balanced layout computes half a block at most steps and needs $2 F / B$
-# (lesson 6). Inside a node the link is NVLink; the ring also crosses nodes, where the link
-# is one NIC per GPU.
+# query heads, so grouped-query attention divides the threshold by $H/H_{kv}$; the mask is
+# causal, so a balanced layout needs $2F/B$ (lesson 6). Inside a node the link is NVLink;
+# a ring of 64 also crosses nodes, one NIC per GPU.
+#
+# **Predict first.** Does a block of $c$ = 16K tokens hide its transfer across the NIC?
+#
+# <details><summary>Answer</summary>
+#
+# Work it out: $F/B$ for the H100 and a 50 GB/s NIC is about 20K tokens, a quarter of that
+# with 32 query heads sharing 8 key/value heads, twice that for the causal mask:
+# so about 10K tokens, below $c$. The cell computes it for both links.
+#
+# </details>
 
 # %%
 kw = dict(heads=model.heads, kv_heads=model.n_kv_heads, head_dim=model.head_dim)
 kw |= dict(dtype="bf16", include_latency=False)
-links = {
-    "NVLink": cluster.intra_bandwidth,
-    "NIC": cluster.inter_bandwidth,
-}
 rows = []
-for name, bandwidth in links.items():
-    hw = replace(cluster.hardware, link_bandwidth=bandwidth)
-    threshold = cost.overlap_threshold(hw, **kw)
+for name, bandwidth in (
+    ("NVLink", cluster.intra_bandwidth),
+    ("NIC", cluster.inter_bandwidth),
+):
+    threshold = ringsim.overlap_threshold(cluster.hardware.with_link(bandwidth), **kw)
     rows.append(
-        {
-            "link": name,
-            "GB/s": bandwidth / 1e9,
-            "F/B (GQA)": threshold,
-            "2F/B causal": 2 * threshold,
-            "c / (2F/B)": c / (2 * threshold),
-        }
+        {"link": name, "GB/s": bandwidth / 1e9, "F/B (GQA)": threshold}
+        | {"2F/B causal": 2 * threshold, "c / (2F/B)": c / (2 * threshold)}
     )
-formats = {
-    "link": "{}",
-    "GB/s": "{:.0f}",
-    "F/B (GQA)": "{:,.0f}",
-    "2F/B causal": "{:,.0f}",
-}
-print(table(rows, formats | {"c / (2F/B)": "{:.1f}"}))
-
-# %% tags=["remove-input"]
+fmt = {"link": "{}", "GB/s": "{:.0f}", "F/B (GQA)": "{:,.0f}", "2F/B causal": "{:,.0f}"}
+display(table(rows, fmt | {"c / (2F/B)": "{:.1f}"}))
 nic = rows[-1]
-Markdown(
-    f"A GPU's block of $c$ = {c:,} tokens is {nic['c / (2F/B)']:.1f} times the "
-    f"{nic['2F/B causal']:,.0f} tokens a causal block needs to hide its transfer across "
-    "the NIC (lesson 13 found the same threshold: the same GPU, NIC and model), and "
-    f"{rows[0]['c / (2F/B)']:.0f} times the NVLink one: the ring's transfers hide on every "
-    "hop."
-)
 
 # %% [markdown]
-# ## 3. Which layout and strategy? (lessons 6, 9 and 12)
+# ## 3. Which layout? (lessons 6, 9 and 12)
 #
-# One attention layer, forward, simulated on the cluster at the H100's peak rate (the ideal
-# model of lessons 5 to 9): the flat ring in each layout, then the two-level strategies
+# One attention layer, forward, simulated on the cluster at the H100's peak rate (the
+# ideal model of lessons 5 to 9): the ring in each layout, then the two-level strategies
 # and all-gather with the zigzag layout.
+#
+# **Predict first.** How much longer does the contiguous ring take than the zigzag one?
+#
+# <details><summary>Answer</summary>
+#
+# Lesson 6's closed form: a contiguous causal ring of $P$ hosts idles $(P-1)/(2P-1)$ of its
+# compute slots, nearly half at $P = 64$, so it takes nearly twice as long as a balanced
+# ring. The cell prints both.
+#
+# </details>
 
 # %%
 base = RingConfig(
@@ -213,11 +230,12 @@ base = RingConfig(
     head_dim=model.head_dim,
     causal=True,
 )
-runs = {}
-for layout in layout_names():
-    runs[f"ring, {layout}"] = simulate_strategy(
+runs = {
+    f"ring, {layout}": simulate_strategy(
         base.replace(layout=layout), "ring", cluster=cluster
     )
+    for layout in ringsim.layout_names()
+}
 zigzag = base.replace(layout="zigzag")
 runs["hybrid U8 x R8, zigzag"] = simulate_strategy(
     zigzag, "hybrid", cluster=cluster, ulysses_degree=8
@@ -230,153 +248,161 @@ rows = [
         "candidate": name,
         "ms": s["total_time_s"] * 1e3,
         "compute": s["compute_time_s"] * 1e3,
-        "exposed": s["exposed_comm_s"] * 1e3,
+        "waiting": (s["total_time_s"] - s["compute_time_s"]) * 1e3,
         "idle": s["idle_fraction"],
-        "MB": s["memory_per_host_bytes"] / 1e6,
     }
     for name, s in summary.items()
 ]
-formats = {"candidate": "{}", "ms": "{:.1f}", "compute": "{:.1f}", "exposed": "{:.2f}"}
-print(table(rows, formats | {"idle": "{:.0%}", "MB": "{:,.0f}"}))
+formats = {"candidate": "{}", "ms": "{:.1f}", "compute": "{:.1f}", "waiting": "{:.2f}"}
+display(table(rows, formats | {"idle": "{:.0%}"}))
 
 # %%
-fig, ax = plt.subplots(figsize=(7.0, 3.4))
+fig, ax = plt.subplots(figsize=(8, 3.9), layout="constrained")
 names = [n.replace(", ", "\n") for n in summary]
-compute = [s["compute_time_s"] * 1e3 for s in summary.values()]
+busy = [s["compute_time_s"] * 1e3 for s in summary.values()]
 rest = [(s["total_time_s"] - s["compute_time_s"]) * 1e3 for s in summary.values()]
-ax.barh(names, compute, color="#0072B2", label="compute (busiest GPU)")
-ax.barh(names, rest, left=compute, color="#E69F00", label="idle or waiting")
+ax.barh(names, busy, color="#0072B2", label="compute of the busiest GPU")
+ax.barh(
+    names, rest, left=busy, color="#E69F00", label="the rest of the layer (waiting)"
+)
+for i, s in enumerate(summary.values()):
+    ax.text(
+        s["total_time_s"] * 1e3,
+        i,
+        f" idle {s['idle_fraction']:.0%}",
+        va="center",
+        fontsize=9,
+    )
 ax.invert_yaxis()
-ax.set_xlim(0, max(s["total_time_s"] for s in summary.values()) * 1e3 * 1.05)
+ax.set_xlim(0, max(s["total_time_s"] for s in summary.values()) * 1e3 * 1.2)
 ax.set_xlabel("one attention layer, forward (ms)")
 ax.set_title("layouts and strategies at 1M tokens, 64 H100s", fontsize=11)
 ax.tick_params(axis="y", labelsize=9)
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=9)
-fig.tight_layout()
 plt.show()
 
 # %% tags=["remove-input"]
 ring_z, ring_c = summary["ring, zigzag"], summary["ring, contiguous"]
-balanced = [s for name, s in summary.items() if "zigzag" in name or "striped" in name]
-gather = summary["all-gather, zigzag"]
+balanced = [s for name, s in summary.items() if "contiguous" not in name]
 caption(
     "Figure 14.2",
-    f"the contiguous ring idles {ring_c['idle_fraction']:.0%} of its GPUs and takes "
-    f"{ring_c['total_time_s'] / ring_z['total_time_s']:.1f}x the zigzag ring's time. The "
-    f"balanced ring, hybrid and double ring idle at most "
-    f"{max(s['idle_fraction'] for s in balanced if s is not gather):.0%}: their transfers "
-    f"hide. All-gather waits {gather['exposed_comm_s'] * 1e3:.1f} ms for the part of its "
-    "gather that its own block cannot hide.",
+    "each bar is one layer's time: the busiest GPU's compute (blue) and the rest of the "
+    "layer (orange), with the share of all GPUs' compute slots left idle written beside "
+    f"it. The contiguous ring takes {ring_c['total_time_s'] * 1e3:.0f} ms, "
+    + compared(
+        ring_c["total_time_s"], ring_z["total_time_s"], more="longer", less="shorter"
+    )
+    + " than the zigzag ring: its busiest GPU computes "
+    f"{ring_c['compute_time_s'] * 1e3:.0f} ms, "
+    + compared(ring_c["compute_time_s"], ring_z["compute_time_s"])
+    + f" than a zigzag GPU, while the others wait for it ({ring_c['idle_fraction']:.0%} of "
+    "the slots idle). The balanced "
+    f"candidates idle at most {max(s['idle_fraction'] for s in balanced):.0%}.",
 )
 
 # %% [markdown]
-# ## 4. The step time (lesson 13)
+# ## 4. Which $U$ and which tensor parallelism? (lessons 12 and 13)
 #
-# The planner of section 1 put the rest of the step around attention: the GEMMs, the
-# output head and the loss, the elementwise kernels, recompute, the collectives and the
-# optimizer, for every tensor-parallel degree, strategy, Ulysses degree and layout that
-# fits, best first.
+# At the peak rate the balanced candidates tie. At cuDNN's rates they do not: a kernel
+# runs a long call closer to its peak than a short one, and the ring's calls are as long as
+# its key/value block, $N/R$ tokens. Tensor parallelism splits the heads instead, shrinking
+# the weights and the logits, and adds collectives of its own.
+#
+# **Predict first.** Which gives longer attention calls: $U = 8$ (a ring of 8) or $U = 1$ (a
+# ring of 64)? What does a tensor-parallel degree of 2 do to the calls?
+#
+# <details><summary>Answer</summary>
+#
+# $U = 8$: its ring passes blocks of $N/8$ tokens against $N/64$, each GPU makes fewer, longer
+# calls. Tensor parallelism halves the heads a GPU computes and halves the context-parallel
+# group for the same 64 GPUs, so the ring's blocks grow again: the planner weighs that
+# against the collectives it adds. The cell shows the best of a few kinds, part by part.
+#
+# </details>
 
 # %%
 top = step.candidates[0]
-wide = max(len(cand.label) for cand in step.candidates[:5])
-print(f"{len(step.candidates)} configurations fit; the best five:")
-print(
+best_ring = min(
+    (x for x in step.candidates if x.strategy == "ring"), key=lambda x: x.step_time_s
+)
+tp2 = min(
+    (x for x in step.candidates if x.parallel.tp == 2), key=lambda x: x.step_time_s
+)
+display(
     table(
         [
             {
-                "s/step": cand.step_time_s,
-                "GB": cand.bytes_per_host / GB,
-                "configuration": cand.label,
+                "s/step": x.step_time_s,
+                "GB": x.bytes_per_host / GB,
+                "block": x.block_tokens,
             }
-            for cand in step.candidates[:5]
+            | {"configuration": x.label}
+            for x in (top, tp2, best_ring)
         ],
-        {"s/step": "{:.2f}", "GB": "{:.1f}", "configuration": f"{{:<{wide}}}"},
+        {"s/step": "{:.2f}", "GB": "{:.1f}", "block": "{:,}", "configuration": "{}"},
     )
 )
-print(f"best: {top.step_time_s:.2f} s per step, {N / top.step_time_s:,.0f} tokens/s")
-for key in ("attention_s", "recompute_s", "gemm_s"):
-    share = top.breakdown[key] / top.step_time_s
-    print(f"  {key[:-2]:>9}: {top.breakdown[key]:5.2f} s ({share:.0%})")
-best_ring = min(
-    (cand for cand in step.candidates if cand.strategy == "ring"),
-    key=lambda x: x.step_time_s,
-)
-contiguous = min(
-    (cand for cand in step.candidates if cand.layout == "contiguous"),
-    key=lambda x: x.step_time_s,
-)
 plot_breakdown(
-    step,
-    candidates=[top, best_ring, contiguous],
-    title="where a 1M-token step goes, one GPU",
+    step, candidates=[top, tp2, best_ring], title="where a 1M-token step goes"
 )
 plt.show()
 
 # %% tags=["remove-input"]
 caption(
     "Figure 14.3",
-    f"attention is {top.attention_s / top.step_time_s:.0%} of the best step and "
-    f"recompute, a second forward of every layer, "
-    f"{top.breakdown['recompute_s'] / top.step_time_s:.0%}; everything else together is "
-    f"{1 - (top.attention_s + top.breakdown['recompute_s']) / top.step_time_s:.0%}. The "
-    f"contiguous layout costs {contiguous.step_time_s / top.step_time_s:.1f}x, in "
-    "attention and in its recompute.",
+    f"attention is {top.attention_s / top.step_time_s:.0%} of the best step and recompute, "
+    f"a second forward of every layer, {top.breakdown['recompute_s'] / top.step_time_s:.0%}. "
+    f"The best plain ring takes {best_ring.step_time_s:.2f} s, "
+    + compared(best_ring.step_time_s, top.step_time_s, more="longer", less="shorter")
+    + f" than the best: its blocks of {best_ring.block_tokens:,} tokens against "
+    f"{top.block_tokens:,} make shorter attention calls.",
 )
 
 # %% [markdown]
-# At the peak rate, section 3 found the balanced candidates tied. At cuDNN's rates they
-# are not: the planner at the peak (`implementation="ideal"`) and at cuDNN's rates, side
-# by side, with section 3's layer time as a check on the first.
+# ## Your choice, checked again
+#
+# Put what the four questions told you into `my_choice` above and run it again, or edit the
+# cell below. Open the planner's answer only after you have tried.
 
 # %%
-peak = plan(model, N, cluster, implementation="ideal")
-peak_ring = next(
-    cand
-    for cand in peak.candidates
-    if (cand.strategy, cand.layout, cand.parallel.tp) == ("ring", "zigzag", 1)
-)
-per_layer = ring_z["total_time_s"] * model.layers * (1 + cost.BACKWARD_FACTOR)
-fastest = peak.candidates[0]
-print(f"at the peak:\n  best: {fastest.label}: {fastest.step_time_s:.2f} s")
-print(f"  attention of TP1 CP64(ring, zigzag): {peak_ring.attention_s:.2f} s")
-layer_ms = ring_z["total_time_s"] * 1e3
-print(
-    f"  check: {layer_ms:.0f} ms per layer forward x {model.layers} layers "
-    f"x (1 + {cost.BACKWARD_FACTOR} backward) = {per_layer:.2f} s"
-)
-print(f"at cuDNN's rates:\n  best: {top.label}: {top.step_time_s:.2f} s")
-print(f"  best ring: {best_ring.label}: {best_ring.step_time_s:.2f} s")
+second_choice = Choice(layout="zigzag", ulysses=1, tp=1, recompute="full")
+check_choice(step, second_choice)
 
-# %% tags=["remove-input"]
-Markdown(
-    f"At the peak the {peak.candidates[0].strategy} is best, and the next four are within "
-    f"{peak.candidates[4].step_time_s / peak.candidates[0].step_time_s - 1:.1%} of it. "
-    f"At cuDNN's rates the step takes "
-    f"{top.step_time_s / peak.candidates[0].step_time_s:.1f} times as long, and the "
-    f"{top.strategy} with $U$ = {top.ulysses_degree} beats the best ring by "
-    f"{1 - top.step_time_s / best_ring.step_time_s:.0%}: its ring passes blocks of "
-    f"{top.block_tokens:,} tokens against the ring's {best_ring.block_tokens:,}, "
-    "so each GPU makes fewer, longer attention calls, which cuDNN runs closer to its "
-    "peak (lesson 13 found the same at 128K)."
+# %% [markdown]
+# <details><summary>The planner's answer</summary>
+#
+# The cell below asks the checker about the planner's own best; its verdict names the
+# configuration and its step time. Any choice whose verdict says "about the same" is as good
+# an answer: the model cannot tell them apart.
+#
+# </details>
+
+# %% tags=["hide-input"]
+answer = Choice(
+    layout=top.layout,
+    ulysses=top.ulysses_degree,
+    tp=top.parallel.tp,
+    recompute=top.parallel.recompute,
 )
+check_choice(step, answer)
 
 # %% [markdown]
 # ### How far to trust it
 #
-# Lesson 13 set the same step model beside NeMo's published runs. Its longest row is the
+# Lesson 13 set the same step model beside NeMo's published runs; its longest row is the
 # nearest to this one: Llama 2 7B at 1M tokens with context parallelism.
 
 # %%
-nemo = [r for r in validate(experiments=["nemo-long"]) if r["config"]["seq_len"] == N]
+nemo = [
+    r
+    for r in ringsim.validate(experiments=["nemo-long"])
+    if r["config"]["seq_len"] == N
+]
 row = nemo[0]
+print(f"NeMo, Llama 2 7B fp8, {N // 2**20}M tokens on {row['config']['gpus']:,} GPUs,")
 print(
-    f"NeMo, Llama 2 7B fp8, {N // 2**20}M tokens on {row['config']['gpus']:,} GPUs, "
-    "model TFLOP/s per GPU:"
-)
-print(
-    f"  published {row['published']:.0f}, predicted {row['predicted']:.0f} "
-    f"({row['error']:+.0%})"
+    f"model TFLOP/s per GPU: published {row['published']:.0f}, predicted "
+    f"{row['predicted']:.0f} ({row['error']:+.0%})"
 )
 print(
     f"this step, if it is missed alike: {top.step_time_s * (1 + row['error']):.0f} s "
@@ -386,76 +412,86 @@ print(
 # %% tags=["remove-input"]
 Markdown(
     f"The model predicted that run {row['error']:+.0%} too fast, so read "
-    f"{top.step_time_s:.0f} s as an optimistic estimate: if this run is missed the same "
-    f"way, a step takes about {top.step_time_s * (1 + row['error']):.0f} s. What is "
-    "solid is the structure: the step fits only with full recompute, attention is most "
-    "of it, and the transfers hide."
+    f"{top.step_time_s:.0f} s as an optimistic estimate: missed the same way, a step takes "
+    f"about {top.step_time_s * (1 + row['error']):.0f} s. What is solid is the structure: the "
+    "step fits only with full recompute, attention is most of it, and the transfers hide."
 )
 
 # %% [markdown]
 # ## Takeaways
 #
-# - Memory: at $P = 64$ a GPU holds only $c$ tokens of the sequence, yet the activations
-#   of every layer still do not fit; recomputing every layer does, and the weights,
-#   gradients and logits become the largest parts.
+# - Memory first: at $P = 64$ a GPU holds only $c$ tokens, yet every layer's activations do
+#   not fit; full recompute does.
 # - Overlap: with GQA and a causal mask the threshold is $2 F H_{kv} / (B H)$; a 16K-token
 #   block hides even behind a 50 GB/s NIC.
-# - Layout before strategy: contiguous nearly doubles the time; among balanced layouts the
-#   strategies tie at the peak, and the kernel's rate on the calls each makes picks the
-#   winner.
-# - A predicted step is a model: hold it against the nearest published run before you
-#   trust its level.
+# - Layout before strategy: contiguous wastes nearly half the slots; among balanced layouts
+#   the kernel's rate on the calls each makes picks the winner.
+# - A predicted step is a model: hold it against the nearest published run before you trust
+#   its level.
 #
-# Back to [the start](01_memory_wall.py), or open [the notation page](notation.md).
+# Next: [from the simulator to real code](15_from_simulator_to_real_code.py), where each line
+# of the schedule lives in the libraries people train with.
 
 # %% tags=["remove-input"]
 two_m = plan(model, 2 * N, cluster, implementation="cudnn")
 double = two_m.candidates[0]
-lean_tp1 = min(
-    (cand for cand in two_m.dropped if cand.parallel.tp == 1),
-    key=lambda x: x.bytes_per_host,
-)
 a100 = get_cluster("dgx-a100").with_nodes(8)
-a100_nic = replace(a100.hardware, link_bandwidth=a100.inter_bandwidth)
-a100_threshold = 2 * cost.overlap_threshold(a100_nic, **kw)
+a100_threshold = 2 * ringsim.overlap_threshold(
+    a100.hardware.with_link(a100.inter_bandwidth), **kw
+)
 zero3 = plan(model, N, cluster, implementation="cudnn", sharding="zero3")
+peak = plan(model, N, cluster, implementation="ideal")
+peak_ring = next(
+    x
+    for x in peak.candidates
+    if (x.strategy, x.layout, x.parallel.tp) == ("ring", "zigzag", 1)
+)
 lean_none = min(
-    (cand for cand in zero3.dropped if cand.parallel.recompute == "none"),
+    (x for x in zero3.dropped if x.parallel.recompute == "none"),
     key=lambda x: x.bytes_per_host,
 )
+per_layer = ring_z["total_time_s"] * model.layers * (1 + BACKWARD_FACTOR)
 exercises(
     Exercise(
-        f"Double the sequence to $2^{{21}}$ = {2 * N:,} tokens on the same {P} H100s. Does it "
-        "fit, and how does the step time change? Predict the factor before you run `plan`.",
-        f"It fits, as `{double.label}` ({double.bytes_per_host / GB:.1f} GB per GPU), "
-        "but no longer without tensor parallelism: the leanest configuration without it "
-        f"needs {lean_tp1.bytes_per_host / GB:.0f} GB, its logits alone "
-        f"{lean_tp1.memory['logits'] / GB:.0f} GB, and tensor parallelism splits the "
-        "weights, the gradients and the logits. The step takes "
-        f"{double.step_time_s:.0f} s, {double.step_time_s / top.step_time_s:.1f}x the 1M "
-        "step: attention, most of it, grows with $N^2$ (four times), the rest with $N$.",
+        f"Double the sequence to $2^{{21}}$ = {2 * N:,} tokens on the same {P} H100s. "
+        "Predict the factor on the step time before you run `plan`.",
+        f"It fits, as `{double.label}` ({double.bytes_per_host / GB:.1f} GB per GPU), and "
+        f"takes {double.step_time_s:.0f} s, {double.step_time_s / top.step_time_s:.1f}x the "
+        "1M step: attention, most of the step, grows with $N^2$ (four times), the rest with "
+        "$N$ (twice).",
     ),
     Exercise(
         "The same run on 8 DGX A100 nodes, whose NICs carry 25 GB/s. Does the cross-node hop "
         "still hide behind a 16K-token causal block?",
-        f"$2F/B$ with GQA is {a100_threshold:,.0f} tokens on the A100's NIC against "
-        f"$c$ = {c:,}: {'yes' if c >= a100_threshold else 'no'}, "
-        f"{'with' if c >= a100_threshold else 'short by'} a factor "
-        f"{max(c, a100_threshold) / min(c, a100_threshold):.1f} "
-        f"{'to spare' if c >= a100_threshold else ''}. "
-        "(`cost.overlap_threshold` on the `dgx-a100` NIC, doubled for the causal mask: "
-        "the A100's lower peak rate lowers the threshold more than its slower NIC raises "
-        "it.)",
+        f"$2F/B$ with GQA is {a100_threshold:,.0f} tokens on the A100's NIC against $c$ = "
+        f"{c:,}: {'yes' if c >= a100_threshold else 'no'}. On the H100's NIC it is "
+        f"{nic['2F/B causal']:,.0f}: the A100's peak rate is lower by "
+        f"{cluster.hardware.flops_for('bf16') / a100.hardware.flops_for('bf16'):.1f}x and its "
+        f"NIC slower by {cluster.inter_bandwidth / a100.inter_bandwidth:.1f}x, and $F/B$ "
+        "moves with their ratio.",
     ),
     Exercise(
         "Shard the weights and gradients too, FSDP's way (`plan(..., sharding='zero3')`). "
         "How much memory does the best step save, and can it now skip recompute?",
         f"The best step needs {zero3.candidates[0].bytes_per_host / GB:.1f} GB instead of "
-        f"{top.bytes_per_host / GB:.1f} and takes {zero3.candidates[0].step_time_s:.2f} s "
-        f"against {top.step_time_s:.2f}. It still cannot skip recompute: the leanest "
+        f"{top.bytes_per_host / GB:.1f}. It still cannot skip recompute: the leanest "
         f"configuration without it, `{lean_none.label}`, needs "
         f"{lean_none.bytes_per_host / GB:.0f} GB. The activations, not the model states, "
         "force the recompute.",
+    ),
+    Exercise(
+        "Check section 3's layer time against the planner at the peak rate "
+        "(`implementation='ideal'`): multiply the zigzag ring's forward layer time by the "
+        f"layers and by $1 + {BACKWARD_FACTOR}$ for the backward, and set it beside the "
+        "attention of the planner's plain zigzag ring.",
+        f"{ring_z['total_time_s'] * 1e3:.0f} ms x {model.layers} x "
+        f"{1 + BACKWARD_FACTOR} = {per_layer:.2f} s of attention per step at the peak rate. "
+        f"The planner at the peak rate gives `{peak_ring.label}` "
+        f"{peak_ring.attention_s:.2f} s of attention, "
+        + compared(peak_ring.attention_s, per_layer, more="more", less="less")
+        + f". Its best at cuDNN's rates spends {top.attention_s:.2f} s on attention, "
+        + compared(top.attention_s, per_layer, more="more", less="less")
+        + ": a real kernel runs below the peak.",
     ),
 )
 
@@ -464,9 +500,10 @@ references(
     "llama3",
     "ring",
     "striped",
-    "ulysses",
+    "usp",
     notes={
         "llama3": "The model's shape (Table 3) and context parallelism with zigzag chunks.",
         "ring": "The ring and its overlap condition.",
+        "usp": "Ulysses inside the node, the ring across: the hybrid the planner picks.",
     },
 )

@@ -37,26 +37,26 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 
-from kernels.distributed.launch import RunConfig
-from kernels.distributed.profiled import record_ring
-from ringsim.timer import RingConfig, simulate
-from ringsim.timer.cost import attention_flops
-from ringsim.timer.machine.hardware import get_hardware
-from ringsim.timer.studies.compare import compare_ring
-from ringsim.traces import read_ring, read_traces
-from ringsim.views.compare import plot_comparison
-from ringsim.views.gpu_trace import write_gpu_traces
-from ringsim.views.lessons import (
+from ringsim import RingConfig, attention_flops, get_hardware, simulate
+from ringsim.teach import (
     Exercise,
     Markdown,
     caption,
+    compare_ring,
+    compared,
     exercises,
     notation,
+    plot_comparison,
+    read_ring,
+    read_traces,
+    record_real_ring,
     references,
     scaled,
     table,
     use_lesson_style,
+    write_gpu_traces,
 )
 
 use_lesson_style()
@@ -67,16 +67,17 @@ def say(text: str) -> None:
     print(textwrap.fill(text, 88))
 
 
-TERMS = ("gloo", "NCCL", "striped, zigzag, contiguous", "fp32, fp16", "bf16")
-TERMS += ("FA2, FA3 (FA)", "FLOP, GFLOP, TFLOP", "causal mask")
+TERMS = ("gloo", "NCCL", "striped, zigzag, contiguous", "fp32, fp16")
+TERMS += ("FA2, FA3 (FA)", "FLOP, GFLOP, TFLOP", "causal mask", "1M, 1K (tokens)")
 notation(*("P", "c", "H", "d", "s", "F", "B"), terms=TERMS)
 
 # %% [markdown]
 # ## Recording a ring
 #
-# `kernels.distributed.profiled.record_ring` runs the ring of lesson 10 (separate processes
-# over gloo, a causal zigzag ring) with every rank inside `torch.profiler.profile(
-# record_shapes=True)`, and each rank exports its own Chrome trace, as you would:
+# `record_real_ring` (the real backend's `kernels.distributed.profiled.record_ring`) runs
+# the ring of lesson 10 (separate processes over gloo, a causal zigzag ring) with every rank
+# inside `torch.profiler.profile(record_shapes=True)`, and each rank exports its own Chrome
+# trace, as you would:
 #
 # ```python
 # from torch.profiler import ProfilerActivity, profile
@@ -92,7 +93,10 @@ notation(*("P", "c", "H", "d", "s", "F", "B"), terms=TERMS)
 # the heads; without it, the flags of `ringsim compare` must say them.
 
 # %%
-config = RunConfig(
+folder = Path(tempfile.mkdtemp(prefix="ringsim-lesson16-"))
+paths = record_real_ring(
+    folder,
+    hosts=2,
     seq_len=scaled(2048, multiple=64),
     heads=2,
     head_dim=32,
@@ -101,16 +105,13 @@ config = RunConfig(
     backward=False,
     warmup=1,
     repeats=3,
-    return_tensors=False,
 )
-folder = Path(tempfile.mkdtemp(prefix="ringsim-lesson16-"))
-paths, answers = record_ring(config, 2, folder, gz=True)
 for path in paths:
     print(f"{path.name}: {path.stat().st_size / 1024:.0f} KiB")
 names = Counter(e.name for e in read_traces(paths).ranks[0].events)
 wanted = ("c10d::send", "c10d::recv_", "gloo:send", "gloo:recv", "RingAttention")
 wanted += ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::logaddexp")
-print(
+display(
     table(
         [{"event on rank 0": n, "count": names[n]} for n in wanted],
         {"event on rank 0": "{}", "count": "{}"},
@@ -131,12 +132,11 @@ print(
 #
 # <details><summary>Answer</summary>
 #
-# The calls. A causal ring computes fewer key-query pairs than a full one, and each layout
-# shows it differently: a contiguous causal ring has rank $r$ compute only $r + 1$ of its
-# $P$ blocks (it skips the rest), while a zigzag ring computes at every step, and after its
-# own block with half blocks (half of the queries against a whole block, or all of them
-# against half of it).
-# The reader counts the calls per rank and reads their shapes.
+# The calls. Under a causal mask a ring computes fewer key-query pairs than without, and each
+# layout shows it differently: a contiguous causal ring has rank $r$ compute only $r + 1$ of
+# its $P$ blocks (it skips the rest), while a zigzag ring computes at every step, and after
+# its own block with half blocks (half of the queries against a whole block, or all of them
+# against half of it). The reader counts the calls per rank and reads their shapes.
 #
 # </details>
 
@@ -159,7 +159,7 @@ rows = [
         "layout",
     )
 ]
-print(table(rows, {"field": "{}", "value": "{}", "from": "{}"}))
+display(table(rows, {"field": "{}", "value": "{}", "from": "{}"}))
 passes = ", ".join(f"{t * 1e3:.2f}" for t in recorded.pass_times)
 print(f"{len(recorded.pass_times)} passes: {passes} ms")
 print(f"compared step by step: pass {recorded.typical}, the median")
@@ -169,7 +169,7 @@ print(f"compared step by step: pass {recorded.typical}, the median")
 #
 # `ringsim compare rank0.json.gz rank1.json.gz` simulates the same ring (this machine's
 # calibrated profile, `cpu-calibrated`, is the default for a trace with no GPU in it) and
-# sets the two side by side. Each step is timed on its slowest host, from the end of that
+# sets the two side by side. Each step $s$ is timed on its slowest host, from the end of that
 # host's previous step to the end of this one, and split into its attention calls, the rest
 # of its compute (the merges), the time it waited for a block already on its way (exposed
 # transfer) and the rest (idle: a neighbour that posted late, the host's own gaps).
@@ -218,7 +218,9 @@ for s, (m, p) in enumerate(
         }
     )
 number = "{:.2f}"
-print(table(step_rows, {"step": "{}", **dict.fromkeys(list(step_rows[0])[1:], number)}))
+display(
+    table(step_rows, {"step": "{}", **dict.fromkeys(list(step_rows[0])[1:], number)})
+)
 most = comparison.differs_most()
 say(f"differs most: {most['what']}, {most['difference_s'] * 1e3:+.2f} ms")
 
@@ -244,8 +246,9 @@ caption(
 #
 # A comparison names a term; the trace can often tell whether the term is the model's error
 # or the run's. The attention calls are a clean case: each call's FLOPs are known from the
-# shapes, and the trace times the call, so the trace measures the rate this machine
-# achieved, to be set beside the rate the profile assumes.
+# shapes ($4c^2dH$ for a full block of $c$ tokens, lesson 5; a causal step computes the
+# share of it its mask leaves), and the trace times the call, so the trace measures the rate
+# $F$ this machine achieved, to be set beside the rate the profile assumes.
 
 # %%
 c = values["block_tokens"]
@@ -261,14 +264,15 @@ say(
 )
 
 # %% tags=["remove-input"]
-ratio = assumed / achieved
 Markdown(
-    f"The calls ran {ratio:.1f} times {'slower' if ratio > 1 else 'faster'} than the "
-    "profile's rate (its fixed cost per call aside). On a CPU shared with other work, and "
+    "The calls ran "
+    + compared(assumed, achieved, more="slower", less="faster")
+    + " than the profile's rate (its fixed cost per call aside). On a CPU shared with other "
+    "work, and "
     "under a profiler that times every op, that is the machine of this moment, not the "
     "model: to separate the two, recalibrate (`ringsim calibrate`) just before recording, "
     "as lesson 10 does before every repeat. The other "
-    "terms read the same way: exposed transfer is the link's rate and latency, idle the "
+    "terms read the same way: exposed transfer is the link's rate $B$ and latency, idle the "
     "ranks' start skew and the host's own gaps."
 )
 
@@ -325,7 +329,7 @@ rows = [
     for k, t in terms.items()
 ]
 ms = "{:.3f} ms"
-print(table(rows, {"term": "{}", "measured": ms, "predicted": ms}))
+display(table(rows, {"term": "{}", "measured": ms, "predicted": ms}))
 
 # %%
 plot_comparison(gpu, width=8)

@@ -45,20 +45,70 @@ from ringsim.checks import (
     check_positive_int,
     check_segment_ids,
 )
-from ringsim.masks import BlockKind
+from ringsim.masks import BlockKind, offset_bounds
 
 
 class KernelCall(NamedTuple):
     """One attention call of a ring step: ``q_tokens`` queries against ``k_tokens`` keys under
     ``mask`` (a name of ``ringsim.timer.machine.kernel_model.MASKS``); ``visible`` the fraction
     of its pairs computed (``"documents"`` needs it); ``sliced``: the call's output is merged
-    into a slice of the host's rows (a sliced merge, which copies them back)."""
+    into a slice of the host's rows (a sliced merge, which copies them back); ``band``
+    ``(lo, hi)`` (``"window"`` needs it): query row ``r`` sees keys ``r + lo`` to ``r + hi``
+    of the call (a sliding window's band, ``band_call``)."""
 
     q_tokens: int
     k_tokens: int
     mask: str
     visible: float | None = None
     sliced: bool = False
+    band: tuple[int, int] | None = None
+
+
+def band_call(n: int, m: int, lo: int, hi: int, *, sliced: bool = False) -> KernelCall | None:
+    """The call for ``n`` queries against ``m`` keys where query ``a`` sees keys ``a + lo`` to
+    ``a + hi`` (a sliding window between two runs of positions, ``Layout.window_calls``), cut
+    to the queries that see a key and the keys some query sees (``None``: none), as a ring
+    would slice its inputs. A band that cuts nothing but a causal diagonal is that call
+    (``"full"``, ``"causal-diagonal"``, ``"offset-causal"``), as flash-attn drops a window
+    wider than the keys (``flash_api.cpp``, Dao-AILab/flash-attention at 0251105a); else a
+    ``"window"`` call with its ``band``. ``sliced``: the call's rows are a slice of the
+    host's (``KernelCall.sliced``), also whenever the cut leaves fewer than ``n`` rows."""
+    a0, a1 = max(0, -hi), min(n - 1, m - 1 - lo)  # queries that see some key
+    if a1 < a0:
+        return None
+    b0, b1 = max(0, a0 + lo), min(m - 1, a1 + hi)
+    q, k, shift = a1 - a0 + 1, b1 - b0 + 1, b0 - a0
+    lo, hi = lo - shift, hi - shift  # the band of the cut call
+    sliced = sliced or q < n
+    if q - 1 + lo <= 0:  # every row sees back to the first key
+        if hi >= k - 1:
+            return KernelCall(q, k, "full", None, sliced)
+        if hi == k - q:
+            return KernelCall(q, k, "causal-diagonal", None, sliced)
+        if hi == k - q - 1:
+            return KernelCall(q, k, "offset-causal", None, sliced)
+    return KernelCall(q, k, "window", None, sliced, (lo, hi))
+
+
+def run_window_call(
+    q0: int,
+    n: int,
+    k0: int,
+    m: int,
+    stride: int,
+    sliding_window: int,
+    causal: bool,
+    *,
+    sliced: bool = False,
+) -> KernelCall | None:
+    """The ``band_call`` of queries at ``q0 + stride a`` (``0 <= a < n``) against keys at
+    ``k0 + stride b`` (``0 <= b < m``) under ``sliding_window`` (``ringsim.masks``' rule):
+    pair ``(a, b)`` is ``offset + stride (a - b)`` tokens apart, ``offset = q0 - k0``."""
+    low, high = offset_bounds(causal, sliding_window)
+    offset = q0 - k0
+    lo = -((high - offset) // stride)  # b - a >= lo
+    hi = m if low is None else (offset - low) // stride  # b - a <= hi
+    return band_call(n, m, lo, hi, sliced=sliced)
 
 
 class Layout:
@@ -191,6 +241,52 @@ class Layout:
         """``(P,)`` how many of the ``P`` kv blocks each host computes any pair of, under
         ``sliding_window``, in closed form (``None``: none known)."""
         return None
+
+    def window_calls(
+        self, hosts: int, c: int, q_host: int, kv_host: int, sliding_window: int, causal: bool
+    ) -> tuple[KernelCall, ...] | None:
+        """The calls a ring makes for ``q_host``'s queries against ``kv_host``'s block under
+        ``sliding_window`` (no documents): one ``band_call`` per pair of the two hosts' runs
+        (``runs``) whose band holds a pair, each cut to the rows and keys it needs (no call at
+        all: ``()``). ``None`` where the layout has no runs (the ring then makes a masked call
+        over the tiles the window leaves, as for documents). No ring library runs a sliding
+        window today (zhuzilin/ring-flash-attention, TransformerEngine's P2P ring refuse
+        one); these are the calls one that slices its inputs would make."""
+        q_runs, k_runs = self.runs(hosts, c, q_host), self.runs(hosts, c, kv_host)
+        if q_runs is None or k_runs is None:
+            return None
+        (q_starts, n, stride), (k_starts, m, _) = q_runs, k_runs
+        sliced = len(q_starts) > 1
+        calls = (
+            run_window_call(q0, n, k0, m, stride, sliding_window, causal, sliced=sliced)
+            for q0 in q_starts.tolist()
+            for k0 in k_starts.tolist()
+        )
+        return tuple(call for call in calls if call is not None)
+
+    def gathered_window_calls(
+        self, hosts: int, c: int, host: int, sliding_window: int, causal: bool
+    ) -> tuple[KernelCall, ...] | None:
+        """``gathered_calls`` under ``sliding_window``: each run of ``host``'s consecutive
+        positions against the gathered keys its window reaches, as TransformerEngine's
+        all-gather context parallelism slices them (``get_kv_seq_info_after_all_gather``:
+        keys from ``max(0, chunk end - chunk length - left)`` to ``chunk end + right``;
+        NVIDIA/TransformerEngine ``transformer_engine/pytorch/attention/dot_product_attention/
+        context_parallel.py`` at 9c61cd7e). ``None`` where the host's positions are not runs
+        of consecutive tokens (striped: the all-gather makes the ring's per-block calls)."""
+        runs = self.runs(hosts, c, host)
+        if runs is None or runs[2] != 1:
+            return None
+        starts, n, _ = runs
+        low, high = offset_bounds(causal, sliding_window)
+        N, calls = hosts * c, []
+        for q0 in starts.tolist():
+            k0 = max(0, q0 - high)
+            k1 = N if low is None else min(N, q0 + n - low)
+            call = run_window_call(q0, n, k0, k1 - k0, 1, sliding_window, causal)
+            if call is not None:
+                calls.append(call)
+        return tuple(calls)
 
     # -- the kernel call of a ring step ------------------------------------------------------
     def step_call(

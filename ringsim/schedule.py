@@ -34,6 +34,7 @@ every hop is one neighbour: the schedule of the full ring, unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -174,17 +175,23 @@ class Schedule:
 
     # -- the ring that runs: every step, or under a window the live ones --------------------
     @cached_property
-    def ring_steps(self) -> tuple[int, ...]:
-        """The steps the ring runs, in order: all ``P`` without a window; under one the live
-        steps (``live_steps``: step 0 always, every host sees itself)."""
+    def ring_steps(self) -> Sequence[int]:
+        """The steps the ring runs, in order: all ``P`` without a window (a ``range``, no
+        list of ``P`` steps); under one the live steps (``live_steps``: step 0 always, every
+        host sees itself)."""
         if self.sliding_window is None:
-            return tuple(range(self.steps))
+            return range(self.steps)
         return self.live_steps
 
     def hops_after(self, step: int) -> int:
         """How many hosts ahead each block travels after ``step``: to the next ring step's
         holder (forward after the last: 0, nothing moves), backward after the last ring step
         ``s`` home to its owner, ``P - s`` hops (0 if it never left). 1 without a window."""
+        if self.sliding_window is None:  # every step, one hop (O(1): rings of 2^40 hosts)
+            if not 0 <= step < self.steps:
+                return 0
+            last = step == self.steps - 1
+            return 0 if last and self.pass_ == Pass.FORWARD else 1 % self.steps
         steps, at = self.ring_steps, self._ring_index.get(step)
         if at is None:
             return 0
@@ -204,6 +211,34 @@ class Schedule:
     def recv_from_at(self, step: int) -> np.ndarray:
         """``(P,)`` the host each host receives from after ``step`` (mirror of ``send_to_at``)."""
         return (np.arange(self.hosts) - (self.hops_after(step) or 1)) % self.hosts
+
+    # -- the calls of a windowed cell ------------------------------------------------------
+    def pairs_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(query hosts, kv hosts)`` ``(P,)`` each: whose queries meet whose block at
+        ``step`` (every host, and the owner of the block it holds)."""
+        return np.arange(self.hosts), self.kv_owner(step)
+
+    def cell_key(self, q_hosts: np.ndarray, kv_hosts: np.ndarray) -> np.ndarray:
+        """A key per cell that equal cells share: the owners' distance where the layout's
+        masks depend on it alone (``_table_mode`` ``"offset"``), else the pair."""
+        if self._table_mode == "offset":
+            return np.asarray(kv_hosts) - np.asarray(q_hosts)
+        return np.asarray(q_hosts) * self.hosts + np.asarray(kv_hosts)
+
+    def cell_calls(self, q_host: int, kv_host: int):
+        """The kernel calls of ``q_host``'s queries against ``kv_host``'s block under the
+        sliding window (``Layout.window_calls``: one per pair of runs the window reaches, cut
+        to what it needs), ``None`` where the layout has no runs or documents are packed."""
+        if self.sliding_window is None or self.segment_ids is not None:
+            return None
+        return self.layout.window_calls(
+            self.hosts,
+            self.block_tokens,
+            int(q_host),
+            int(kv_host),
+            self.sliding_window,
+            self.causal,
+        )
 
     # -- liveness: which cells hold a visible pair ------------------------------------------
     def live_at(self, step: int) -> np.ndarray:
@@ -432,7 +467,7 @@ class Schedule:
             "-" * len(head),
         ]
         for s in range(self.steps):
-            if s not in self._ring_index:
+            if s not in self.ring_steps:
                 lines.append(f"{s:4d} | (skipped: no host computes, no block stops here)")
                 continue
             owners, kinds, sends = self.kv_owner(s), self.kind_at(s), self.payload(s)

@@ -59,7 +59,17 @@ DOUBLE_RING = Sharing(
     windowed=True,
 )
 
-SHARINGS: dict[str, Sharing] = {s.name: s for s in (RING, ULYSSES, ALLGATHER, HYBRID, DOUBLE_RING)}
+LLAMA3 = Sharing(
+    "llama3",
+    "all-gather every key and value, then each host attends its slice of each packed "
+    "document: one variable-length call (Llama 3's packed documents)",
+    "X",
+    "#56B4E9",
+)
+
+SHARINGS: dict[str, Sharing] = {
+    s.name: s for s in (RING, ULYSSES, ALLGATHER, HYBRID, DOUBLE_RING, LLAMA3)
+}
 """Every strategy's record, by name, in the order figures list them."""
 
 DEFAULT_DRAWING = ("P", "#999999")

@@ -240,3 +240,47 @@ def test_kinds_are_asked_not_compared_by_name():
             if COMPARISON.search(code) and not code.lstrip().startswith("for "):
                 offenders.append(f"{rel}:{number}: {line.strip()}")
     assert offenders == []
+
+
+# The lessons' faces: ``ringsim`` (the public API) and ``ringsim.teach`` (the teaching face,
+# its docstring says why). A lesson that imports an internal module breaks when a room moves.
+LESSON_FACES = ("ringsim", "ringsim.teach")
+
+
+def _lesson_imports(path: Path) -> list[str]:
+    """Every first-party module (``ringsim``, ``kernels``) a lesson imports, by name:
+    ``from ringsim import teach`` is ``ringsim.teach``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] not in PACKAGES:
+                continue
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.append(submodule if submodule in MODULES else node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in PACKAGES]
+    return found
+
+
+def test_lessons_import_only_ringsim_and_its_teaching_face():
+    lessons = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
+    assert lessons, "no lessons found"
+    offenders = {
+        path.name: bad
+        for path in lessons
+        if (bad := [m for m in _lesson_imports(path) if m not in LESSON_FACES])
+    }
+    assert offenders == {}, f"lessons import internal modules (use ringsim.teach): {offenders}"
+
+
+def test_the_teaching_face_needs_neither_matplotlib_nor_the_real_backend():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ringsim.teach; "
+        "print(sorted(m for m in ('matplotlib', 'torch', 'kernels') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

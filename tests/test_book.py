@@ -187,6 +187,7 @@ PAGE_PROBE = """
 (async () => {
   if (document.readyState !== 'complete')
     await new Promise((r) => window.addEventListener('load', r, {once: true}));
+  await document.fonts.ready;  // widths are measured in the fonts the page shows
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
   for (const im of document.images) im.loading = 'eager';  // none waits to be scrolled to
   await Promise.all([...document.images].filter((im) => !im.complete).map((im) =>
@@ -207,8 +208,10 @@ PAGE_PROBE = """
                  .map((t) => t.slice(0, 80)),
     links: [...document.querySelectorAll('a[href]')].map((a) => a.getAttribute('href')),
     // code and printed output wider than their column (cut off at the right edge)
+    // the pre, or the box it scrolls in (div.highlight), when it is wider than it shows
     cutOff: [...document.querySelectorAll('article pre')]
-      .filter((pre) => pre.scrollWidth > pre.clientWidth + 1)
+      .filter((pre) => [pre, pre.closest('div.highlight, div.cell_output')].some(
+        (box) => box && box.scrollWidth > box.clientWidth))
       .map((pre) => pre.innerText.split('\\n')
         .reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100)),
     resources: performance.getEntriesByType('resource').map((e) => e.name),
@@ -265,6 +268,23 @@ def test_lesson_page_renders_math(pages: dict, name: str) -> None:
         assert page["mathjax"], f"{name}: has formulas but MathJax did not load"
     assert not page["unrendered"], f"{name}: formulas MathJax left as TeX: {page['unrendered']}"
     assert not page["rawTex"], f"{name}: TeX delimiters left in the text: {page['rawTex']}"
+
+
+def test_math_sources_lose_no_character(book_html: Path) -> None:
+    """The TeX MathJax typesets contains no unescaped % (TeX's comment, which deletes the rest
+    of the formula: lesson 2 once printed "87" for "87%") and no 16,384 (set as "16, 384")."""
+    bad = {}
+    for page in sorted(book_html.glob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        formulas = re.findall(r'<(?:span|div) class="math[^"]*">(.*?)</(?:span|div)>', text, re.S)
+        wrong = [
+            f[:80]
+            for f in formulas
+            if re.search(r"(?<!\\)%", f) or re.search(r"\d,\s?\d{3}(?!\d)", f)
+        ]
+        if wrong:
+            bad[page.name] = wrong
+    assert not bad, f"formulas that lose characters: {bad}"
 
 
 def test_math_is_typeset_somewhere(pages: dict) -> None:
@@ -370,14 +390,18 @@ LAYOUT_PROBE = """
   const article = document.querySelector('article.bd-article') || document.querySelector('article');
   const figures = [...article.querySelectorAll('img')].map((im) => ({
     src: im.currentSrc || im.src, natural: im.naturalWidth,
-    shown: im.getBoundingClientRect().width, report: im.dataset.ringsim || null}));
+    shown: im.getBoundingClientRect().width, report: im.dataset.ringsim || null,
+    linked: Boolean(im.closest('a.rs-figure-link'))}));
+  const cells = [...article.querySelectorAll('.rs-table td, .rs-table th')];
+  const table_px = Math.min(99, ...cells.map((c) => parseFloat(getComputedStyle(c).fontSize)));
   const captions = [...article.querySelectorAll('p')]
     .filter((p) => /^(Figures?|Animation) [0-9]+\\.[0-9]+/.test(p.innerText))
     .map((p) => ({text: p.innerText.slice(0, 60),
                   lines: Math.round(p.getBoundingClientRect().height
                                     / parseFloat(getComputedStyle(p).lineHeight))}));
   return {viewport: window.innerWidth, article: article.getBoundingClientRect().width,
-          figures, captions};
+          figures, captions, table_px,
+          overflow: document.documentElement.scrollWidth - window.innerWidth};
 })()
 """
 
@@ -399,26 +423,31 @@ def layouts(book_html: Path) -> dict[str, dict[int, dict]]:
 
 
 def _figure_report(figure: dict) -> dict | None:
-    """The report ``lessons.figure_report`` wrote into the figure's PNG (or onto the
-    animation player's <img>): smallest text in PNG pixels, legends over data."""
+    """The report ``ringsim.teach.figure_report`` wrote into the figure's SVG (its
+    ``<dc:description>``) or PNG (a text chunk), or onto the animation player's <img>:
+    smallest text in pixels of the image at its natural size, legends over data."""
     if figure["report"]:
         return json.loads(figure["report"])
     parts = urlsplit(figure["src"])
     if parts.scheme != "file":
         return None
+    path = Path(unquote(parts.path))
+    if path.suffix == ".svg":
+        import html
+
+        found = re.search(r"<dc:description>(.*?)</dc:description>", path.read_text(), re.S)
+        return json.loads(html.unescape(found.group(1))) if found else None
     from PIL import Image
 
-    with Image.open(unquote(parts.path)) as image:
+    with Image.open(path) as image:
         text = image.info.get("ringsim")
     return json.loads(text) if text else None
 
 
-@pytest.mark.parametrize("name", _lesson_pages())
-def test_figure_text_is_readable_at_the_book_width(layouts: dict, name: str) -> None:
-    """No figure text under 9 px as a 1280-px window shows it: the PNG's smallest font (in
-    its own pixels) times the shown/natural width ratio."""
+def _small_text(figures: list[dict]) -> tuple[list[str], list[str]]:
+    """(figures whose text shows under ``MIN_TEXT_PX``, figures without a report)."""
     small, unchecked = [], []
-    for figure in layouts[name][1280]["figures"]:
+    for figure in figures:
         report = _figure_report(figure)
         if report is None:
             unchecked.append(figure["src"][-50:])
@@ -430,8 +459,41 @@ def test_figure_text_is_readable_at_the_book_width(layouts: dict, name: str) -> 
                 f"{figure['natural']} px figure shown {figure['shown']:.0f} px wide "
                 f"= {shown_px:.1f} px"
             )
+    return small, unchecked
+
+
+@pytest.mark.parametrize("name", _lesson_pages())
+@pytest.mark.parametrize("width", [1280, PHONE_PX])
+def test_figure_text_is_readable(layouts: dict, name: str, width: int) -> None:
+    """No figure text under 9 px as a 1280-px window or a 414-px phone shows it: the figure's
+    smallest font (in pixels of the image at its natural size) times the shown/natural width
+    ratio. On a phone a figure keeps its own size in a box that scrolls sideways."""
+    small, unchecked = _small_text(layouts[name][width]["figures"])
     assert not unchecked, f"{name}: figures without a text report (use_lesson_style): {unchecked}"
-    assert not small, f"{name}: figure text under {MIN_TEXT_PX} px:\n" + "\n".join(small)
+    assert not small, f"{name} at {width} px: figure text under {MIN_TEXT_PX} px:\n" + "\n".join(
+        small
+    )
+
+
+@pytest.mark.parametrize("name", _lesson_pages())
+def test_figures_are_svg_and_open_alone(layouts: dict, name: str) -> None:
+    """Every figure of a cell is an SVG (sharp at any zoom), wrapped in a link to itself."""
+    figures = [f for f in layouts[name][1280]["figures"] if not f["report"]]
+    assert figures, f"{name}: no figure"
+    not_svg = [f["src"][-50:] for f in figures if not f["src"].endswith(".svg")]
+    unlinked = [f["src"][-50:] for f in figures if not f["linked"]]
+    assert not not_svg, f"{name}: figures that are not SVG: {not_svg}"
+    assert not unlinked, f"{name}: figures that do not open alone: {unlinked}"
+
+
+@pytest.mark.parametrize("name", _lesson_pages())
+def test_a_phone_page_never_scrolls_sideways(layouts: dict, name: str) -> None:
+    """On a 414-px phone wide outputs (figures, tables, code) scroll inside their own box;
+    the page itself is never wider than the screen, and a printed table's text is 9 px or
+    more."""
+    phone = layouts[name][PHONE_PX]
+    assert phone["overflow"] <= 0, f"{name}: the page is {phone['overflow']} px too wide"
+    assert phone["table_px"] >= MIN_TEXT_PX, f"{name}: table text {phone['table_px']} px"
 
 
 @pytest.mark.parametrize("name", _lesson_pages())

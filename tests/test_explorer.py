@@ -56,7 +56,9 @@ def data(data_path: Path) -> dict:
 class Tab:
     """One browser tab on the explorer page, ``width`` CSS pixels wide."""
 
-    def __init__(self, browser: test_book.Browser, url: str, width: int) -> None:
+    def __init__(
+        self, browser: test_book.Browser, url: str, width: int, media: list | None = None
+    ) -> None:
         self.browser = browser
         self.target = browser.send("Target.createTarget", url="about:blank")["targetId"]
         attached = browser.send("Target.attachToTarget", targetId=self.target, flatten=True)
@@ -72,6 +74,8 @@ class Tab:
             deviceScaleFactor=1,
             mobile=width < 600,
         )
+        if media:  # e.g. prefers-reduced-motion, as the page will first see it
+            browser.send("Emulation.setEmulatedMedia", self.session, features=media)
         browser.send("Page.navigate", self.session, url=url)
         self.wait_ready(url)
 
@@ -204,6 +208,16 @@ def test_data_covers_every_ring_and_slider_stop(data: dict) -> None:
     assert shape == {(len(lab["block_tokens"]), len(lab["bandwidths"]))}
     used = {i for g in data["timing"].values() for row in g for i in row}
     assert used == set(range(len(data["timelines"]))), "every stored timeline is used"
+    assert set(data["threshold_kind"]) == set(data["rings"])
+    strategies = data["strategies"]
+    assert set(strategies["index"]) == {
+        f"{p}/{mask}/{pass_}"
+        for p in ex.STRATEGY_HOSTS
+        for mask in ("causal", "full")
+        for pass_ in RING_PASSES
+    }
+    used = {i for g in strategies["index"].values() for row in g for i in row}
+    assert used == set(range(len(strategies["entries"])))
 
 
 @pytest.mark.parametrize(
@@ -368,7 +382,12 @@ for (const mask of ['causal', 'full']) for (const pass of data.passes) {
     frames.push({
       t: Number(root().dataset.t), step: Number(root().dataset.step),
       kinds: root().dataset.kinds, status: $('.rx-status').textContent,
-      held: $$('#rx-ring .rx-held').length, cells: $$('#rx-grid .rx-cell').length,
+      clock: $('.rx-clock').textContent,
+      held: $$('#rx-ring .rx-held').map((r) => [Number(r.closest('.rx-host').dataset.host),
+        Number(r.dataset.owner), r.dataset.state, Number(r.dataset.step)]),
+      slots: $$('#rx-ring .rx-slot').map((r) => [Number(r.closest('.rx-host').dataset.host),
+        r.dataset.state, r.dataset.awaits]),
+      cells: $$('#rx-grid .rx-cell').length,
       done: $$('#rx-grid .rx-done').length, lines: $$('#rx-errors .rx-line').length,
       lanes: $$('#rx-lanes .rx-lane').length, stepDisabled: $('#rx-step').disabled,
     });
@@ -415,7 +434,8 @@ def test_walk_shows_every_ring_to_its_end(walk: list[dict], data: dict) -> None:
         if len(frames) != hosts + 1 or not frames[-1]["stepDisabled"]:
             problems.append(f"{ring['name']}: {len(frames)} frames, step still enabled")
         for f in frames:
-            if (f["held"], f["cells"], f["lines"], f["lanes"]) != (hosts, hosts**2, hosts, hosts):
+            shown = len(f["held"]) + len(f["slots"])
+            if (shown, f["cells"], f["lines"], f["lanes"]) != (hosts, hosts**2, hosts, hosts):
                 problems.append(f"{ring['name']} t={f['t']}: {f}")
     assert not problems, problems[:5]
 
@@ -711,7 +731,7 @@ for (const p of window.RING_DATA.hosts) {
   choose(p, 'contiguous', 'causal', 'forward');
   set('#rx-scrub', 700);
   const clipped = [];
-  for (const id of ['#rx-ring', '#rx-lanes', '#rx-grid', '#rx-errors']) {
+  for (const id of ['#rx-ring', '#rx-lanes', '#rx-grid', '#rx-errors', '#rx-strategies']) {
     const frame = box($(id));
     for (const t of $$(`${id} text`)) {
       if (t.textContent && !inside(box(t), frame)) clipped.push(`${id}: ${t.textContent}`);
@@ -800,3 +820,321 @@ def test_explorer_is_offline_and_error_free(tab: Tab) -> None:
     errors = [e["params"]["exceptionDetails"] for e in tab.events("Runtime.exceptionThrown")]
     assert not errors, errors
     assert json.dumps(requests).count("explorer-data.js") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Right at every frame: what a host holds, who waits, the thresholds, the backward's bytes
+# ---------------------------------------------------------------------------------------------
+
+
+def _holds_units(data: dict, name: str) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The stored hold intervals of a ring at the default sliders, in page units."""
+    lab = data["lab"]
+    ci, bi = lab["block_tokens"].index(DEFAULT_BLOCK), lab["bandwidths"].index(DEFAULT_BANDWIDTH)
+    entry = data["timelines"][data["timing"][name][ci][bi]]
+    hosts = int(name.split("/")[0])
+    start, end = _decode(entry["holds"], hosts)
+    return start, end, entry
+
+
+@pytest.mark.parametrize("hosts", [2, 5, 8, 16])
+@pytest.mark.parametrize("pass_", RING_PASSES)
+def test_a_block_is_held_by_one_host_at_a_time_and_only_after_it_arrived(hosts, pass_) -> None:
+    """ringsim.views.explorer.holds on the timer's own timelines (seconds): the host holding
+    a block starts no earlier than the block's arrival (the end of its message) and covers its
+    compute; the next host takes it up only after this one let it go."""
+    for layout in layout_names():
+        for causal in (True, False):
+            for block, bandwidth in ((512, 300e9), (32768, 12.5e9), (131072, 6.25e9)):
+                result = _timeline(hosts, layout, causal, pass_, block, bandwidth)
+                tl = result.timeline
+                kv = kv_messages(tl).get("send") if pass_ == "backward" else None
+                start, end = ex.holds(tl, kv or (tl.send_start, tl.send_start))
+                arrival = np.zeros_like(start)
+                arrival[1:] = np.roll((kv or (tl.send_start, tl.send_end))[1][:-1], 1, axis=1)
+                name = f"P={hosts} {layout} causal={causal} {pass_} c={block}"
+                ok = tl.compute_end > tl.compute_start  # computed blocks; a skipped one: NaN
+                assert np.isnan(start[~ok]).all() and not np.isnan(start[ok]).any(), name
+                assert (start[ok] >= arrival[ok] - 1e-12).all(), f"{name}: held before it arrived"
+                assert (end[ok] >= tl.compute_end[ok] - 1e-9 * result.makespan).all() or (
+                    # cut short only by the next host taking the block up (within rounding)
+                    np.nanmax(tl.compute_end - end) < 1e-4 * result.makespan
+                ), f"{name}: held shorter than its compute"
+                # the same block one step later, on the next host: never before this one let go
+                later = np.roll(start[1:], -1, axis=1)
+                both = ~np.isnan(later) & ~np.isnan(end[:-1])
+                assert (end[:-1][both] <= later[both]).all(), f"{name}: one block on two hosts"
+                mine = ~np.isnan(start[1:]) & ~np.isnan(end[:-1])
+                assert (end[:-1][mine] <= start[1:][mine]).all(), f"{name}: two blocks on a host"
+
+
+def test_threshold_kind_is_f_over_b_or_twice_it() -> None:
+    """A balanced causal ring (striped, zigzag) needs 2 F/B; a full ring and a contiguous
+    causal one (its busiest host computes whole blocks) need F/B."""
+    for pass_ in RING_PASSES:
+        assert ex.threshold_kind(8, "zigzag", True, pass_) == "causal"
+        assert ex.threshold_kind(8, "striped", True, pass_) == "causal"
+        assert ex.threshold_kind(8, "contiguous", True, pass_) == "full"
+        for layout in layout_names():
+            assert ex.threshold_kind(8, layout, False, pass_) == "full"
+
+
+@pytest.mark.parametrize(
+    ("hosts", "causal", "pass_", "block", "bandwidth"),
+    [(8, True, "forward", 32768, 12.5e9), (4, False, "backward", 4096, 300e9)],
+)
+def test_strategy_lanes_are_the_timers(data, hosts, causal, pass_, block, bandwidth) -> None:
+    """The strategies panel stores each strategy's makespan and the lane of its slowest host
+    as ringsim.simulate_strategy times them (ring, all-gather, Ulysses, two-node hybrid)."""
+    lab = data["lab"]
+    ci, bi = lab["block_tokens"].index(block), lab["bandwidths"].index(bandwidth)
+    key_ = f"{hosts}/{'causal' if causal else 'full'}/{pass_}"
+    entry = data["strategies"]["entries"][data["strategies"]["index"][key_][ci][bi]]
+    config = ex.lab_config(hosts, "zigzag", causal, pass_, block, bandwidth)
+    runs = ex.strategy_runs(config)
+    assert [lane["label"] for lane in entry["lanes"]] == list(runs)
+    span = max(run.makespan for run in runs.values())
+    assert entry["span"] == pytest.approx(span, rel=1e-5)
+    for lane, run in zip(entry["lanes"], runs.values(), strict=True):
+        assert lane["makespan"] == pytest.approx(run.makespan, rel=1e-5)
+        tl = run.timeline
+        h = lane["host"]
+        pairs = zip(tl.compute_start[:, h], tl.compute_end[:, h], strict=True)
+        busy = [(a, b) for a, b in pairs if b > a]
+        assert len(lane["compute"]) == len(busy)
+        for (a_u, b_u), (a, b) in zip(lane["compute"], busy, strict=True):
+            assert a_u / lab["time_units"] * span == pytest.approx(a, abs=span / 1000)
+            assert b_u / lab["time_units"] * span == pytest.approx(b, abs=span / 1000)
+
+
+def test_walk_draws_only_blocks_a_host_holds(walk: list[dict], data: dict) -> None:
+    """At every frame of every ring: each filled block is the one the library says the host
+    holds then, no block is filled on two hosts at once, and a host holding nothing shows an
+    empty slot (waiting for a block that has not arrived, or done)."""
+    problems = []
+    for ring in walk:
+        start, end, _ = _holds_units(data, ring["name"])
+        rec = data["rings"][ring["name"]]
+        for f in ring["frames"]:
+            t = f["t"]
+            owners = [owner for _, owner, _, _ in f["held"]]
+            if len(owners) != len(set(owners)):
+                problems.append(f"{ring['name']} t={t}: a block on two hosts {f['held']}")
+            for host, owner, _, step in f["held"]:
+                if not (start[step, host] <= t < end[step, host]):
+                    problems.append(f"{ring['name']} t={t}: host {host} shows step {step}")
+                if owner != int(rec["owners"][step][host], 36):
+                    problems.append(f"{ring['name']} t={t}: host {host} shows kv{owner}")
+            for host, state, _ in f["slots"]:
+                if ((start[:, host] <= t) & (t < end[:, host])).any():
+                    problems.append(f"{ring['name']} t={t}: host {host} holds, drawn {state}")
+    assert not problems, problems[:5]
+
+
+def test_walk_step_ends_say_who_waits(walk: list[dict], data: dict) -> None:
+    """At each step's end the status numbers the step as "Step k of n" (k = s + 1, n the
+    steps) and names the hosts that wait for their next block, as the timeline has them."""
+    problems = []
+    for ring in walk[::5]:
+        hosts = int(ring["name"].split("/")[0])
+        entry = _holds_units(data, ring["name"])[2]
+        compute_start, compute_end = _decode(entry["compute"], hosts)
+        steps = len(entry["step_ends"])
+        for f in ring["frames"]:
+            t = f["t"]
+            if not f["status"].startswith(f"Step {f['step'] + 1} of {steps} (s = {f['step']})"):
+                problems.append(f"{ring['name']} t={t}: {f['status'][:40]}")
+            done = (compute_end <= t).sum(axis=0)
+            computing = ((compute_start <= t) & (t < compute_end)).any(axis=0)
+            waits = [h for h in range(hosts) if not computing[h] and done[h] < steps]
+            said = re.search(r"(\d+) hosts? waits? for the next block", f["status"])
+            if (int(said.group(1)) if said else 0) != len(waits):
+                problems.append(f"{ring['name']} t={t}: waiting {waits}, status {f['status']}")
+            if waits and "(" not in f["status"].split("for the next block")[1][:3]:
+                problems.append(f"{ring['name']} t={t}: no reason given: {f['status']}")
+    assert not problems, problems[:5]
+
+
+def test_walk_clock_names_the_threshold_that_applies_and_counts_dk_dv(walk, data) -> None:
+    """The clock names F/B or 2 F/B as the ring needs (threshold_kind), with its value, and a
+    backward clock times the dk, dv message beside k, v."""
+    lab = data["lab"]
+    bi = lab["bandwidths"].index(DEFAULT_BANDWIDTH)
+    problems = []
+    for ring in walk:
+        pass_ = ring["name"].split("/")[3]
+        kind = data["threshold_kind"][ring["name"]]
+        marks = lab["thresholds"][pass_]
+        need = marks["by_bandwidth"][bi][kind][0]
+        want = f"needs c ≥ {marks['names'][kind]} = {round(need):,} tokens"
+        clock = ring["frames"][-1]["clock"]
+        if want not in clock:
+            problems.append(f"{ring['name']}: {want!r} not in {clock!r}")
+        if (pass_ == "backward") != ("dk, dv" in clock):
+            problems.append(f"{ring['name']}: dk, dv in the clock: {clock!r}")
+    assert not problems, problems[:5]
+
+
+def test_keyboard_drives_the_explorer(tab: Tab, data: dict) -> None:
+    got = tab.run(
+        """
+        choose(8, 'contiguous', 'causal', 'forward');
+        const key = (k) => document.body.dispatchEvent(
+          new KeyboardEvent('keydown', {key: k, bubbles: true}));
+        document.activeElement && document.activeElement.blur();
+        key('ArrowRight'); key('ArrowRight');
+        const two = Number(state().t);
+        key('ArrowLeft');
+        const one = Number(state().t);
+        const speed0 = state().speed;
+        key('+');
+        const faster = state().speed;
+        key(' ');
+        const playing = state().playing;
+        key(' ');
+        const paused = state().playing;
+        key('Home');
+        return {two, one, speed0, faster, playing, paused, t: Number(state().t)};
+        """
+    )
+    lab = data["lab"]
+    ci, bi = lab["block_tokens"].index(DEFAULT_BLOCK), lab["bandwidths"].index(DEFAULT_BANDWIDTH)
+    ends = data["timelines"][data["timing"]["8/contiguous/causal/forward"][ci][bi]]["step_ends"]
+    assert got["two"] == ends[1] and got["one"] == ends[0]
+    assert float(got["faster"]) == 2 * float(got["speed0"])
+    assert (got["playing"], got["paused"], got["t"]) == ("1", "0", 0)
+
+
+def test_reduced_motion_plays_step_by_step(browser, book_html: Path, data: dict) -> None:
+    """With prefers-reduced-motion the page says so (data-motion) and play only ever shows
+    the start and the ends of steps, never a moment in between."""
+    reduce = [{"name": "prefers-reduced-motion", "value": "reduce"}]
+    t = Tab(browser, (book_html / "explorer.html").as_uri(), 1280, media=reduce)
+    try:
+        got = t.run(
+            """
+            choose(4, 'zigzag', 'causal', 'forward');
+            set('#rx-speed', 4);
+            const seen = new Set();
+            $('#rx-play').click();
+            while (state().playing === '1') { seen.add(Number(state().t)); await sleep(10); }
+            seen.add(Number(state().t));
+            return {motion: state().motion, seen: [...seen]};
+            """
+        )
+    finally:
+        t.close()
+    lab = data["lab"]
+    ci, bi = lab["block_tokens"].index(DEFAULT_BLOCK), lab["bandwidths"].index(DEFAULT_BANDWIDTH)
+    ends = data["timelines"][data["timing"]["4/zigzag/causal/forward"][ci][bi]]["step_ends"]
+    assert got["motion"] == "reduced"
+    assert set(got["seen"]) <= {0, *ends, lab["time_units"]}, got["seen"]
+    assert len(got["seen"]) >= 3, "play moved through the steps"
+
+
+def test_strategies_panel_draws_the_stored_lanes(tab: Tab, data: dict) -> None:
+    got = tab.run(
+        """
+        choose(8, 'zigzag', 'causal', 'forward');
+        const lanes = $$('#rx-strategies .rx-strategy').map((g) => ({label: g.dataset.label,
+          makespan: Number(g.dataset.makespan),
+          compute: [...g.querySelectorAll('.rx-strategy-compute')].map((r) =>
+            [Number(r.dataset.start), Number(r.dataset.end)])}));
+        const note = $('#rx-strategies-note').textContent;
+        choose(5, 'zigzag', 'causal', 'forward');
+        return {lanes, note, other: $('#rx-strategies-note').textContent,
+                empty: $$('#rx-strategies .rx-strategy').length};
+        """
+    )
+    lab = data["lab"]
+    ci, bi = lab["block_tokens"].index(DEFAULT_BLOCK), lab["bandwidths"].index(DEFAULT_BANDWIDTH)
+    entry = data["strategies"]["entries"][data["strategies"]["index"]["8/causal/forward"][ci][bi]]
+    assert [lane["label"] for lane in got["lanes"]] == [lane["label"] for lane in entry["lanes"]]
+    for drawn, stored in zip(got["lanes"], entry["lanes"], strict=True):
+        assert drawn["makespan"] == stored["makespan"]
+        assert drawn["compute"] == stored["compute"]
+    fastest = min(entry["lanes"], key=lambda lane: lane["makespan"])["label"]
+    assert f"the fastest is {fastest}" in got["note"]
+    assert got["empty"] == 0 and "P = 4, 8, 16" in got["other"]
+
+
+def test_things_to_try_name_the_threshold_and_the_strategies_right(data: dict) -> None:
+    """ "Things to try" says 2 F/B where a balanced causal ring needs it (the transfers come out
+    as the 2 F/B mark passes c), and that below the ring's threshold Ulysses and the hybrid
+    beat the ring while a fast link lets the ring win."""
+    text = (ROOT / "book" / "explorer.md").read_text()
+    assert "the 2 F/B mark on the block-size" in text
+    lab = data["lab"]
+    ci = lab["block_tokens"].index(32768)
+    for bi, b in enumerate(lab["bandwidths"]):
+        entry = data["timelines"][data["timing"]["8/zigzag/causal/forward"][ci][bi]]
+        need = lab["thresholds"]["forward"]["by_bandwidth"][bi]["causal"][0]
+        if 32768 > 1.05 * need:
+            assert entry["exposed"] < 0.02, (b, need)
+        elif 32768 < 0.95 * need:
+            assert entry["exposed"] > 0.02, (b, need)
+    index = data["strategies"]["index"]["8/causal/forward"]
+    slow = data["strategies"]["entries"][index[lab["block_tokens"].index(4096)][1]]
+    times = {lane["label"].split(" ")[0]: lane["makespan"] for lane in slow["lanes"]}
+    assert times["Ulysses"] < times["ring"] and times["hybrid"] < times["ring"]
+    assert "Ulysses and the two-node hybrid" in text
+    fast = data["strategies"]["entries"][index[lab["block_tokens"].index(4096)][-1]]
+    times = {lane["label"].split(" ")[0]: lane["makespan"] for lane in fast["lanes"]}
+    assert times["ring"] == min(times.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# The sliding window: the steps a windowed ring skips and its jumps
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("hosts", "layout", "pass_"),
+    [(8, "zigzag", "forward"), (8, "contiguous", "backward"), (5, "striped", "forward")],
+)
+def test_window_data_are_the_librarys_windowed_schedules(data, hosts, layout, pass_) -> None:
+    windows = data["windows"]
+    assert windows["tokens"] == list(ex.WINDOW_TOKENS)
+    assert set(windows["rings"]) == set(data["rings"])
+    entries = windows["rings"][ex.key(hosts, layout, True, pass_)]
+    for w, entry in zip(windows["tokens"], entries, strict=True):
+        sched = ringsim.build_schedule(
+            hosts, layout, True, pass_, seq_len=hosts * 4, sliding_window=w
+        )
+        assert entry["steps"] == list(sched.ring_steps)
+        assert entry["hops"] == [sched.hops_after(s) for s in sched.ring_steps]
+        assert entry["kinds"] == ["".join(map(str, sched.kind_at(s))) for s in range(hosts)]
+
+
+def test_things_to_try_under_a_window_are_the_schedules(data: dict) -> None:
+    """The page's claims: at 2 tokens contiguous and striped run two steps, zigzag jumps six
+    hosts from its second step to its last; at 8 tokens contiguous runs three."""
+    rings, tokens = data["windows"]["rings"], data["windows"]["tokens"]
+    two, eight = tokens.index(2), tokens.index(8)
+    steps = lambda layout, w: rings[ex.key(8, layout, True, "forward")][w]["steps"]
+    assert steps("contiguous", two) == steps("striped", two) == [0, 1]
+    assert steps("zigzag", two) == [0, 1, 7]
+    assert rings[ex.key(8, "zigzag", True, "forward")][two]["hops"][1] == 6
+    assert len(steps("contiguous", eight)) == 3
+    assert len(steps("striped", eight)) == len(steps("zigzag", eight)) == 8
+
+
+def test_window_panel_draws_the_skipped_steps_and_the_jumps(tab: Tab, data: dict) -> None:
+    got = tab.run(
+        """
+        choose(8, 'zigzag', 'causal', 'forward');
+        const pick = (value) => {
+          const sel = $('#rx-window'); sel.value = value;
+          sel.dispatchEvent(new Event('change'));
+          return {skipped: $$('#rx-window-fig .rx-skipped').length,
+                  jumps: $$('#rx-window-fig .rx-jump').map((t) => t.textContent),
+                  note: $('#rx-window-note').textContent};
+        };
+        return {two: pick('1'), none: pick('none')};
+        """
+    )
+    entry = data["windows"]["rings"][ex.key(8, "zigzag", True, "forward")][1]
+    assert got["two"]["skipped"] == 8 - len(entry["steps"]) == 5
+    assert got["two"]["jumps"] == ["→ +1", "→ +6", "stop"]
+    assert "runs 3 of its 8 steps" in got["two"]["note"]
+    assert got["none"]["skipped"] == 0 and "No window" in got["none"]["note"]

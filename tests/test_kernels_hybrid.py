@@ -61,7 +61,16 @@ RUNS = [  # (config, U, placement) on 4 ranks
     ),
     (RunConfig(16, heads=3, kv_heads=3, head_dim=4, seed=6), 2, "ulysses-inner"),  # U !| kv heads
     (RunConfig(16, heads=2, kv_heads=2, head_dim=4, seed=7), 3, "ulysses-inner"),  # U !| P
+    # KV replication (verl's rule): U past the kv heads, a multiple of them dividing Hq
+    (RunConfig(16, heads=4, kv_heads=2, head_dim=8, causal=True, seed=8), 4, "ulysses-inner"),
+    (
+        RunConfig(32, heads=4, kv_heads=1, head_dim=8, layout="zigzag", causal=True, seed=9),
+        2,
+        "ring-inner",
+    ),
+    (RunConfig(16, heads=2, kv_heads=1, head_dim=4, seed=10), 4, "ulysses-inner"),  # U !| Hq
 ]
+REPLICATED = (7, 8)  # the runs above that replicate kv heads
 
 
 def _all_to_all_checks(rank: int, hosts: int) -> dict:
@@ -119,6 +128,10 @@ def test_four_ranks_against_float64_and_the_all_to_alls():
     for r in results:
         assert "ulysses_degree=2 must divide kv_heads=3" in r[5], r[5]
         assert "ulysses_degree must divide the world size 4" in r[6], r[6]
+        assert "ulysses_degree=4 exceeds kv_heads=1 (heads=2)" in r[9], r[9]
+    for i in REPLICATED:  # the replicas' dk, dv summed back: exact per token and head
+        config, ulysses, placement = RUNS[i]
+        _check_against_reference([r[i] for r in results], config, ulysses, placement)
     checks = [r[0] for r in per_rank]
     for rank, got in enumerate(checks):
         assert (got["u"], got["j"]) == (rank % 2, rank // 2)

@@ -163,6 +163,26 @@ def test_a_legend_over_bars_or_points_is_reported() -> None:
     plt.close(fig)
 
 
+def test_a_legend_over_an_error_bars_whisker_is_reported() -> None:
+    """A whisker whose two ends lie outside the legend's box still runs through it (Figure
+    10.2's legend once sat on one unreported: only the ends were tested)."""
+    import matplotlib.pyplot as plt
+
+    from ringsim.views.lessons import legends_over_data
+
+    fig, ax = plt.subplots()
+    ax.bar([0, 1, 2], [0.2, 0.2, 0.2], color="white")
+    ax.errorbar([2], [0.5], yerr=[[0.45], [0.45]], fmt="none", ecolor="black")
+    ax.set_xlim(-0.5, 2.5)
+    ax.set_ylim(0, 1)
+    ax.axhspan(0.45, 0.55, alpha=0.15, label="a band")
+    ax.legend(loc="center right")
+    assert legends_over_data(fig) == ["a band"]
+    ax.legend(loc="upper left")
+    assert legends_over_data(fig) == []
+    plt.close(fig)
+
+
 def test_animation_carries_its_figure_report(qkv) -> None:
     import json
     import re

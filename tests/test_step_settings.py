@@ -191,7 +191,8 @@ def test_torchtitan_plans_its_own_recompute_flavours_under_fsdp():
 # -- the plan a user can act on --------------------------------------------------------------------
 def test_the_default_kernel_is_sourced_per_hardware_and_ideal_only_by_name():
     assert default_kernel(H100) == "fa2" and kernel_alternatives(H100) == ("fa2", "cudnn")
-    assert default_kernel(get_cluster("pcie-8x-l20").hardware) == "ideal"
+    assert default_kernel(get_cluster("pcie-8x-l20").hardware) == "fa2"  # Ada's FA2 curve
+    assert default_kernel(get_hardware("tpu-v4")) == "ideal"
     cluster = get_cluster("dgx-h100").with_nodes(1)
     default = plan("7b", 8192, cluster, global_batch=8, keep=1)
     assert default.implementation == "fa2" and "FlashAttention-2" in default.implementation_source
@@ -339,10 +340,12 @@ def test_the_paper_s_8_gpu_baselines_are_below_any_tensor_count():
     assert memory_efficient > 4 * 4000
 
 
-def test_llama3_8k_rows_fix_a_slower_micro_batch_than_the_model_s():
+def test_llama3_8k_rows_fix_a_micro_batch_the_model_runs_9_percent_faster():
     """T = m t + X from the two 8K rows' TFLOPs alone (m = 32, 16; the same per-GPU work):
     the steady rate f / t = 16 / (32 / R1 - 16 / R2) = 465 TFLOP/s, the fixed part X = 2.6 t
-    holds the interleaved bubble 15/8 t; the model's micro-batch runs over 20% faster."""
+    holds the interleaved bubble 15/8 t. With the GEMMs saturated, the slowest stage's 8
+    layers and fp32 gradient accumulation (tests/test_step_mechanisms.py) the model's
+    micro-batch runs at 507: 9% faster, the rows' residual (+10.5%, +11.8% by the point)."""
     r1, r2 = 430.0, 400.0
     steady = 16 / (32 / r1 - 16 / r2)
     assert steady == pytest.approx(464.9, abs=0.1)
@@ -350,10 +353,9 @@ def test_llama3_8k_rows_fix_a_slower_micro_batch_than_the_model_s():
     assert fixed >= 15 / 8
     row = next(r for r in DATASET if r.key.startswith("llama3-t4/405b/8192gpus"))
     cand = published_configuration(row.config)["candidate"]
-    gpus = row.config["gpus"]
     per_micro = cand.model_tflops_per_gpu * cand.step_time_s / cand.micro_batches
-    rate = per_micro / cand.breakdown["micro_batch_s"] / 1  # TFLOP/s of one micro-batch
-    assert rate > 1.2 * steady, (rate, steady, gpus)
+    rate = per_micro / cand.breakdown["micro_batch_s"]  # TFLOP/s of one micro-batch
+    assert 1.05 * steady < rate < 1.15 * steady, (rate, steady)
 
 
 @pytest.mark.slow
@@ -366,14 +368,20 @@ def test_meta_s_choice_is_the_best_by_time_but_does_not_fit():
     assert not choice["fits"] and choice["ratio"] < 1.0
 
 
-def test_yunchang_misses_are_the_a100_ulysses_and_the_l20_ideal_rows():
+def test_yunchang_misses_are_ties_and_the_8k_ulysses_row():
+    """The rows still missing: A100 NVLink at 8K (the model puts U = 8 first; the benchmark's
+    U = 8 takes 4.2 ms, five times any counted call allows), the three 128K A100 rows and the
+    L20 128K MHA row, whose published margins are ties (under 1%, 1.6%, 3%) the model's
+    margins match in size; the L20 8K row puts U = 4 a few per cent ahead of U = 2 (the
+    PCIe all-to-all as measured is several times slower than its links: U = 8 at 57 it/s)."""
     for r in validate(experiments=["yunchang"]):
         if r["holds"]:
             continue
-        if "L20" in r["key"]:
-            assert r["implementation"] == "ideal" and r["predicted"] == 1.0
+        assert r["implementation"] == "fa2"
+        if "A100-NVLink" in r["key"]:
+            assert r["predicted"] == 8.0 and r["published"] == 4.0
         else:
-            assert "A100-NVLink" in r["key"] and r["predicted"] == 8.0 and r["published"] == 4.0
+            assert "L20" in r["key"] and r["key"].endswith(("b1/8K/h32kv8d128", "h32kv32d32"))
 
 
 def test_known_misses_name_their_tests():

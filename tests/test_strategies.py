@@ -32,13 +32,17 @@ def makespan(cfg: RingConfig, strategy: str) -> float:
 
 
 # -- the head cap -----------------------------------------------------------------------------
-def test_ulysses_refuses_more_hosts_than_kv_heads():
-    with pytest.raises(ValueError, match=r"hosts=16.*kv_heads=8"):
-        simulate_strategy(config(hosts=16, kv_heads=8), "ulysses")
-    with pytest.raises(ValueError, match=r"hosts=64.*kv_heads=32"):
+def test_ulysses_past_the_kv_heads_replicates_them_and_refuses_what_does_not_deal():
+    """Past the key/value heads Ulysses replicates them (verl's rule): 16 hosts of 8 kv heads
+    run; 12 (not a multiple of 8) and 64 (more than the 32 query heads) are refused."""
+    simulate_strategy(config(hosts=16, seq_len=16 * 4096, kv_heads=8), "ulysses")
+    assert "ulysses" in compare_strategies(config(hosts=16, seq_len=16 * 4096, kv_heads=8))
+    with pytest.raises(ValueError, match=r"ulysses_degree=12 exceeds kv_heads=8"):
+        simulate_strategy(config(hosts=12, seq_len=12 * 4096, kv_heads=8), "ulysses")
+    with pytest.raises(ValueError, match=r"ulysses_degree=64 exceeds kv_heads=32"):
         simulate_strategy(config(hosts=64, seq_len=64 * 512), "ulysses")
-    simulate_strategy(config(hosts=8, kv_heads=8), "ulysses")  # at the cap: fine
-    assert "ulysses" not in compare_strategies(config(hosts=16, kv_heads=8))
+    assert "ulysses" not in compare_strategies(config(hosts=64, seq_len=64 * 512))
+    simulate_strategy(config(hosts=8, kv_heads=8), "ulysses")  # at the kv heads: fine
 
 
 def test_ulysses_hosts_attend_whole_gqa_groups_as_the_exact_executor_deals_them():

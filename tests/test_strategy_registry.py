@@ -31,7 +31,7 @@ def _compute(strategy: str, **kw) -> float:
 
 
 def test_the_registry_holds_every_strategy_once():
-    assert list(STRATEGIES) == ["ring", "ulysses", "allgather", "hybrid", "double-ring"]
+    assert list(STRATEGIES) == ["ring", "ulysses", "allgather", "hybrid", "double-ring", "llama3"]
     assert FLAT_STRATEGIES == ("ring", "ulysses", "allgather")
     for name, strategy in STRATEGIES.items():
         assert isinstance(strategy, Strategy) and strategy.name == name and strategy.description

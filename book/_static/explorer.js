@@ -59,6 +59,7 @@
       compute: intervals(raw.compute, p),
       kv: intervals(raw.kv, p),
       grad: intervals(raw.grad, p),
+      holds: intervals(raw.holds, p),
     };
   }
 
@@ -102,22 +103,54 @@
   // what the timeline says at time t (looked up, never recomputed)
   // ------------------------------------------------------------------------------------------
 
-  // per host: steps done by t, and what it is doing at t
+  // per host at t: steps computed, the block it holds (ringsim.views.explorer.holds: from the
+  // start of its compute until it has computed and sent the block on; never before the block
+  // arrived, never on two hosts at once) and what it does with it; a host that holds nothing
+  // waits for its next block, or is done
   function hostStates(ring, tl, p, t) {
     const steps = ring.kinds.length;
     const states = [];
     for (let h = 0; h < p; h++) {
       let done = 0;
       while (done < steps && tl.compute.end[done][h] <= t) done += 1;
-      let what = "done";
-      let kind = null;
-      if (done < steps) {
-        kind = KIND[ring.kinds[done][h]];
-        what = t >= tl.compute.start[done][h] ? "computes" : "waits";
+      let held = -1;
+      for (let s = 0; s < steps; s++) {
+        if (tl.holds.start[s][h] <= t && t < tl.holds.end[s][h]) held = s;
       }
-      states.push({ done, what, kind, step: Math.min(done, steps - 1) });
+      if (held >= 0) {
+        const kind = KIND[ring.kinds[held][h]];
+        const computing = tl.compute.start[held][h] <= t && t < tl.compute.end[held][h];
+        const what = kind === "skip" ? "passes" : computing ? "computes" : "sends";
+        states.push({ done, what, kind, step: held, owner: parseInt(ring.owners[held][h], 36) });
+      } else if (done < steps) {
+        states.push({ done, what: "waits", kind: null, step: done,
+          owner: parseInt(ring.owners[done][h], 36) });
+      } else {
+        states.push({ done, what: "done", kind: null, step: steps - 1, owner: null });
+      }
     }
     return states;
+  }
+
+  // why host h waits at t for the block of step s: where that block is (looked up)
+  function waitingFor(tl, p, h, s, t) {
+    if (s === 0) return "its own block";
+    const from = (h - 1 + p) % p, a = tl.kv.start[s - 1][from], b = tl.kv.end[s - 1][from];
+    if (!(t >= a)) return `host ${from} has not sent it yet`;
+    return t < b ? `on the link from host ${from}` : `arriving from host ${from}`;
+  }
+
+  // "0-3, 5": host numbers as ranges
+  function hostList(hosts) {
+    const parts = [];
+    for (let i = 0; i < hosts.length; i++) {
+      let j = i;
+      while (j + 1 < hosts.length && hosts[j + 1] === hosts[j] + 1) j += 1;
+      parts.push(j > i + 1 ? `${hosts[i]} to ${hosts[j]}` : j === i + 1 ? `${hosts[i]}, ${hosts[j]}`
+        : String(hosts[i]));
+      i = j;
+    }
+    return parts.join(", ");
   }
 
   // messages on the links at t: {h, step, type, progress in [0, 1)}
@@ -151,7 +184,14 @@
     const lab = data.lab;
     const hostsSel = $("#rx-hosts"), layoutSel = $("#rx-layout"), maskSel = $("#rx-mask");
     const passSel = $("#rx-pass"), blockIn = $("#rx-block"), bwIn = $("#rx-bw");
-    const scrub = $("#rx-scrub"), speedSel = $("#rx-speed");
+    const scrub = $("#rx-scrub"), speedSel = $("#rx-speed"), windowSel = $("#rx-window");
+    windowSel.add(new Option("none", "none"));
+    data.windows.tokens.forEach((w, i) => {
+      const blocks = w / data.tokens_per_host;
+      const size = blocks < 1 ? `1/${1 / blocks} block` : `${blocks} block${blocks > 1 ? "s" : ""}`;
+      windowSel.add(new Option(`${w} token${w > 1 ? "s" : ""} (${size})`, String(i)));
+    });
+    windowSel.value = "1";
     for (const p of data.hosts) hostsSel.add(new Option(String(p), String(p)));
     hostsSel.value = "8";
     for (const l of data.layouts) layoutSel.add(new Option(l, l));
@@ -182,7 +222,8 @@
         state.cache.set(cacheKey, timeline(data, data.timelines[index], c.p));
       }
       return { c, name, ring: data.rings[name], tl: state.cache.get(cacheKey),
-        col: colours(c.p), thresholds: lab.thresholds[c.pass] };
+        col: colours(c.p), thresholds: lab.thresholds[c.pass],
+        kind: data.threshold_kind[name] };
     }
 
     // -- the sliders and their threshold marks ----------------------------------------------
@@ -218,10 +259,10 @@
 
     function drawSliders(v) {
       const { c, thresholds } = v;
-      const drawn = `${c.pass}/${c.mask}/${c.ci}/${c.bi}`;
+      const drawn = `${c.pass}/${c.mask}/${c.ci}/${c.bi}/${v.kind}`;
       if (root.dataset.sliders === drawn) return;
       root.dataset.sliders = drawn;
-      const active = c.mask === "causal" ? "causal" : "full";
+      const active = v.kind;
       const b = lab.bandwidths[c.bi], block = lab.block_tokens[c.ci];
       const name = lab.bandwidth_names[String(b)];
       $("#rx-block-out").textContent = `${tokens(block)} tokens per host`;
@@ -302,7 +343,7 @@
       for (let h = 0; h < p; h++) {
         const [x, y, a] = pos(h);
         const st = states[h];
-        const owner = parseInt(ring.owners[st.step][h], 36);
+        const owner = st.owner;
         const g = el("g", { class: "rx-host", "data-host": h, tabindex: 0, role: "button",
           "aria-label": `host ${h}: ${st.what}; inspect it` }, out);
         if (h === state.host) {
@@ -312,20 +353,26 @@
         el("circle", { cx: x, cy: y, r, fill: "white", stroke: col[h], "stroke-width": 3.5 }, g);
         const b = r * 1.15;
         const box = { x: x - b / 2, y: y - b / 2, width: b, height: b };
-        const faded = st.what !== "computes";
-        el("rect", { ...box, fill: col[owner], "fill-opacity": faded ? 0.3 : 1,
-          stroke: faded ? "grey" : "black", class: "rx-held", "data-owner": owner,
-          "data-kind": st.kind || "done" }, g);
-        if (st.what === "computes" && st.kind === "partial") {
-          el("rect", { ...box, fill: "url(#rx-hatch)" }, g);
+        if (st.what === "computes" || st.what === "sends" || st.what === "passes") {
+          const faded = st.what !== "computes";
+          el("rect", { ...box, fill: col[owner], "fill-opacity": faded ? 0.3 : 1,
+            stroke: faded ? "grey" : "black", class: "rx-held", "data-owner": owner,
+            "data-state": st.what, "data-step": st.step, "data-kind": st.kind }, g);
+          if (st.what === "computes" && st.kind === "partial") {
+            el("rect", { ...box, fill: "url(#rx-hatch)" }, g);
+          }
+          el("text", { x, y: y + 4, "text-anchor": "middle", class: "rx-kv" }, g,
+            p <= 10 ? `kv${owner}` : String(owner));
+        } else {  // nothing held: an empty slot, waiting for a block still elsewhere, or done
+          el("rect", { ...box, fill: "none", stroke: "#999", "stroke-dasharray": "3 2",
+            class: "rx-slot", "data-state": st.what,
+            "data-awaits": st.what === "waits" ? owner : "" }, g);
         }
-        el("text", { x, y: y + 4, "text-anchor": "middle", class: "rx-kv" }, g,
-          p <= 10 ? `kv${owner}` : String(owner));
         const cos = Math.cos(a), sin = Math.sin(a);
         const [lx, ly] = pos(h, r + 6 + (LABEL_W * Math.abs(cos) + LABEL_H * Math.abs(sin)) / 2);
         const t = el("text", { x: lx, y: ly - 2, "text-anchor": "middle", class: "rx-label" }, g);
         el("tspan", { x: lx }, t, `host ${h}`);
-        const doing = st.what === "computes" ? st.kind : st.what === "waits" ? "idle" : "done";
+        const doing = st.what === "computes" ? st.kind : st.what;
         el("tspan", { x: lx, dy: "1.15em", class: `rx-kind rx-kind-${doing}` }, t, doing);
       }
       svg.replaceChildren(out);
@@ -464,6 +511,63 @@
       svg.replaceChildren(out);
     }
 
+    // -- the ring under a sliding window ---------------------------------------------------------
+    function drawWindow(svg, note, v) {
+      const { c, ring } = v, p = c.p;
+      const out = document.createDocumentFragment();
+      const W = Math.max(260, state.widths.window || 600);
+      if (windowSel.value === "none") {
+        svg.setAttribute("viewBox", `0 0 ${W} 1`);
+        svg.setAttribute("height", "1");
+        svg.replaceChildren(out);
+        note.textContent = "No window: every step is a ring step and every block moves one host.";
+        return;
+      }
+      const wi = Number(windowSel.value), tokens = data.windows.tokens[wi];
+      const win = data.windows.rings[v.name][wi];
+      const x0 = 52, right = 92, cell = Math.min(28, (W - x0 - right) / p), row = 18, y0 = 16;
+      const H = y0 + p * row + 8;
+      svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+      svg.setAttribute("height", String(H));
+      for (let h = 0; h < p; h++) {
+        el("text", { x: x0 + (h + 0.5) * cell, y: 11, "text-anchor": "middle",
+          class: "rx-tick" }, out, p <= 10 || h % 2 === 0 ? String(h) : "");
+      }
+      for (let s = 0; s < p; s++) {
+        const y = y0 + s * row, at = win.steps.indexOf(s);
+        el("text", { x: x0 - 6, y: y + row * 0.7, "text-anchor": "end", class: "rx-tick" },
+          out, `step ${s}`);
+        if (at < 0) {
+          el("rect", { x: x0, y: y + 2, width: p * cell, height: row - 4, fill: "#f2f2f2",
+            stroke: "#ccc", "stroke-dasharray": "3 2", class: "rx-skipped" }, out);
+          el("text", { x: x0 + (p * cell) / 2, y: y + row * 0.7, "text-anchor": "middle",
+            class: "rx-tick" }, out, "skipped: no host computes");
+          continue;
+        }
+        for (let h = 0; h < p; h++) {
+          const kind = KIND[win.kinds[s][h]];
+          el("rect", { x: x0 + h * cell, y: y + 2, width: cell, height: row - 4,
+            fill: KIND_FILL[kind], stroke: "#fff", class: `rx-cell rx-${kind}` }, out);
+          if (cell >= 16) {
+            el("text", { x: x0 + (h + 0.5) * cell, y: y + row * 0.7, "text-anchor": "middle",
+              class: "rx-tick", fill: kind === "full" ? "#fff" : "#333" }, out,
+              ring.owners[s][h]);
+          }
+        }
+        const hops = win.hops[at], home = win.sends[at] === "dk,dv";
+        const label = hops === 0 ? "stop" : `${home ? "home" : "→"} +${hops}`;
+        el("text", { x: x0 + p * cell + 8, y: y + row * 0.7, class: "rx-tick rx-jump" }, out,
+          label);
+      }
+      svg.replaceChildren(out);
+      const jumps = win.hops.filter((h) => h > 1).length;
+      note.textContent = `Window of ${tokens} token${tokens > 1 ? "s" : ""}: the ring runs ` +
+        `${win.steps.length} of its ${p} steps; ${win.hops.filter((h) => h > 0).length} ` +
+        `message${win.hops.filter((h) => h > 0).length === 1 ? "" : "s"} per host, ` +
+        `${jumps} of them jump${jumps === 1 ? "s" : ""} over hosts. Each cell names the ` +
+        "owner of the block the host holds.";
+    }
+
     // -- each host's running error ------------------------------------------------------------
     function drawErrors(svg, v, states) {
       const { c, ring, col } = v, p = c.p;
@@ -515,6 +619,78 @@
       box.replaceChildren(out);
     }
 
+    // -- ring, all-gather, Ulysses and a two-node hybrid, timed side by side -----------------
+    // looked up in data.strategies (ringsim.views.explorer.strategy_entry): one lane per
+    // strategy, the host that finishes last; redrawn when the run or the width changes
+    function drawStrategies(svg, v, t) {
+      const { c, tl } = v;
+      const index = data.strategies.index[`${c.p}/${c.mask}/${c.pass}`];
+      const note = $("#rx-strategies-note");
+      const W = Math.max(280, state.widths.strategies || 560);
+      if (!index) {
+        const ps = Object.keys(data.strategies.index).map((k) => Number(k.split("/")[0]));
+        note.textContent = `The strategies are timed for P = ${[...new Set(ps)].join(", ")}: ` +
+          "choose one of them to compare.";
+        svg.replaceChildren();
+        svg.setAttribute("height", "0");
+        svg.dataset.drawn = "";
+        return;
+      }
+      const entry = data.strategies.entries[index[c.ci][c.bi]];
+      const x0 = 150, x1 = W - 60, w = x1 - x0, laneH = 30, top = 8;
+      const X = (u) => x0 + (u / lab.time_units) * w;
+      const drawn = `${c.p}/${c.mask}/${c.pass}/${c.ci}/${c.bi}/${W}`;
+      if (svg.dataset.drawn !== drawn) {
+        const out = document.createDocumentFragment();
+        const H = top + entry.lanes.length * laneH + 34;
+        svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+        svg.setAttribute("height", String(H));
+        entry.lanes.forEach((lane, i) => {
+          const y = top + i * laneH;
+          const g = el("g", { class: "rx-strategy", "data-label": lane.label,
+            "data-makespan": lane.makespan }, out);
+          el("text", { x: x0 - 6, y: y + laneH / 2 + 4, "text-anchor": "end",
+            class: "rx-lane-label" }, g, lane.label.replace(", two nodes", " (2 nodes)"));
+          for (const [a, b] of lane.compute) {
+            el("rect", { x: X(a), y: y + 3, width: Math.max(X(b) - X(a), 0.5),
+              height: laneH * 0.5, fill: KIND_FILL.full, class: "rx-strategy-compute",
+              "data-start": a, "data-end": b }, g);
+          }
+          for (const [a, b] of lane.comm) {
+            el("rect", { x: X(a), y: y + 3 + laneH * 0.55, width: Math.max(X(b) - X(a), 0.5),
+              height: laneH * 0.25, fill: MESSAGE_FILL.kv, class: "rx-strategy-comm",
+              "data-start": a, "data-end": b }, g);
+          }
+          const end = X((lane.makespan / entry.span) * lab.time_units);
+          el("text", { x: end + 4, y: y + laneH / 2 + 4, class: "rx-tick" }, g,
+            seconds(lane.makespan));
+        });
+        const bottom = top + entry.lanes.length * laneH;
+        el("line", { x1: x0, x2: x1, y1: bottom, y2: bottom, stroke: "#555" }, out);
+        const tick = niceStep(entry.span, Math.max(2, Math.floor(w / 90)));
+        for (let x = 0; x <= entry.span * 1.0001; x += tick) {
+          const px = x0 + (x / entry.span) * w;
+          el("line", { x1: px, x2: px, y1: bottom, y2: bottom + 4, stroke: "#555" }, out);
+          el("text", { x: px, y: bottom + 16, "text-anchor": "middle", class: "rx-tick" }, out,
+            x === 0 ? "0" : seconds(x));
+        }
+        el("line", { x1: x0, x2: x0, y1: top - 4, y2: bottom, stroke: NOW, "stroke-width": 2,
+          class: "rx-strategy-now" }, out);
+        svg.replaceChildren(out);
+        svg.dataset.drawn = drawn;
+        const fastest = entry.lanes.reduce((a, b) => (b.makespan < a.makespan ? b : a));
+        note.textContent = `The same attention (P = ${c.p}, zigzag, c = ` +
+          `${tokens(lab.block_tokens[c.ci])}, B = ${gbps(lab.bandwidths[c.bi])}) timed four ` +
+          `ways; the fastest is ${fastest.label} (${seconds(fastest.makespan)}). The red ` +
+          "line is the ring's clock above.";
+      }
+      const now = ((t / tl.units) * tl.span) / entry.span;  // the ring's moment, in seconds
+      const px = x0 + Math.min(1, now) * w;
+      const head = svg.querySelector(".rx-strategy-now");
+      head.setAttribute("x1", px);
+      head.setAttribute("x2", px);
+    }
+
     // -- the host inspector --------------------------------------------------------------------
     function drawInspector(box, v, states) {
       const { c, ring } = v, h = state.host, st = states[h], n = st.done;
@@ -524,9 +700,12 @@
         const kind = KIND[ring.kinds[s][h]];
         merged.push(`kv${parseInt(ring.owners[s][h], 36)}${kind === "skip" ? " (skipped)" : ""}`);
       }
-      const doing = st.what === "computes"
-        ? `computing with kv${parseInt(ring.owners[st.step][h], 36)} (${st.kind})`
-        : st.what === "waits" ? `idle, waiting for its step-${st.step} block` : "done";
+      const doing = st.what === "computes" ? `computing with kv${st.owner} (${st.kind})`
+        : st.what === "sends" ? `done with kv${st.owner}, sending it on`
+        : st.what === "passes" ? `passing kv${st.owner} on (every pair masked: skipped)`
+        : st.what === "waits" ? `waiting for kv${st.owner}, its step-${st.step} block: ` +
+          waitingFor(v.tl, c.p, h, st.step, state.t)
+        : "done";
       const head = document.createElement("p");
       head.className = "rx-inspect-head";
       head.textContent = `host ${h}: ${n} of ${ring.kinds.length} steps done` +
@@ -597,31 +776,64 @@
         : `then each host sends ${sends.replace(/,/g, ", ")} to the next host`;
       const when = t === 0 ? "starts" : atEnd ? (k === steps ? "done: the run is over" : "done")
         : "under way";
-      const computing = states.filter((x) => x.what === "computes").length;
-      const idle = states.filter((x) => x.what === "waits").length;
-      const finished = states.filter((x) => x.what === "done").length;
+      // who does what now, host by host: computing; waiting for the next block (where that
+      // block is), some of them still passing their last one on; done
+      const by = (test) => states.map((x, h) => (test(x) ? h : -1)).filter((h) => h >= 0);
+      const computing = by((x) => x.what === "computes");
+      const waiting = by((x) => x.what !== "computes" && x.what !== "done" && x.done < steps);
+      const sending = by((x) => x.what === "sends" || x.what === "passes");
+      const finished = by((x) => x.what === "done" || (x.what !== "computes" && x.done >= steps));
+      const now = [];
+      if (computing.length) now.push(`${n(computing.length, "host", "hosts")} computing ` +
+        `(${hostList(computing)})`);
+      if (waiting.length) {
+        const why = {};
+        for (const h of waiting) {
+          const reason = waitingFor(tl, p, h, states[h].done, t)
+            .replace(/host \d+/, "the host before it");
+          (why[reason] = why[reason] || []).push(h);
+        }
+        const reasons = Object.entries(why).map(([r, hs]) => `${hostList(hs)}: ${r}`);
+        now.push(`${n(waiting.length, "host waits", "hosts wait")} for the next block ` +
+          `(${reasons.join("; ")})` + (sending.length
+          ? `, ${hostList(sending)} still passing the last one on` : ""));
+      }
+      if (finished.length) now.push(`${n(finished.length, "host", "hosts")} finished ` +
+        `(${hostList(finished)})`);
       const exact = states.filter((x, h) => x.done > 0 && ring.errors[x.done - 1][h] <= -100)
         .length;
-      const now = [`${computing} computing`, `${idle} idle`];
-      if (finished) now.push(`${finished} finished`);
       $(".rx-status").textContent =
-        `Step ${s} of ${steps - 1} ${when}. The schedule: ${parts.join(", ")}; ${what}. ` +
-        `Now: ${now.join(", ")}; ${n(flying.length, "message", "messages")} on the links; ` +
-        `${exact} of ${p} hosts exact so far (error below 1e-10).`;
+        `Step ${s + 1} of ${steps} (s = ${s}) ${when}. The schedule: ${parts.join(", ")}; ` +
+        `${what}. Now: ${now.join("; ")}; ${n(flying.length, "message", "messages")} on the ` +
+        `links; ${exact} of ${p} hosts exact so far (error below 1e-10).`;
       root.dataset.step = String(s);
       root.dataset.stepsDone = String(k);
-      root.dataset.computing = String(computing);
-      root.dataset.idle = String(idle);
+      root.dataset.computing = String(computing.length);
+      root.dataset.waiting = String(waiting.length);
       root.dataset.kinds = `${counts.full},${counts.partial},${counts.skip}`;
       const block = lab.block_tokens[c.ci], b = lab.bandwidths[c.bi];
+      const backward = c.pass === "backward";
+      const link = backward
+        ? `its k, v take ${seconds(tl.step_kv_s)} and its dk, dv ${seconds(tl.step_grad_s)} on ` +
+          "the link"
+        : `its k, v take ${seconds(tl.step_kv_s)} on the link`;
+      const kind = v.kind, mark = v.thresholds.names[kind];
+      const need = v.thresholds.by_bandwidth[c.bi][kind][0];
+      const why = kind === "causal"
+        ? "a balanced causal ring computes about half a block per step"
+        : c.mask === "causal" ? "its busiest host computes whole blocks"
+        : "every step computes a whole block";
       $(".rx-clock").textContent =
         `t = ${seconds((t / tl.units) * tl.span)} of ${seconds(tl.span)}. ` +
         `With c = ${tokens(block)} and B = ${gbps(b)} a step's compute takes up to ` +
-        `${seconds(tl.step_compute_s)} and its k, v take ${seconds(tl.step_kv_s)} on the link; ` +
-        `the busiest host computes ${seconds(tl.compute_s)} of the run: ` +
+        `${seconds(tl.step_compute_s)} and ${link}. This ring needs c ≥ ${mark} = ` +
+        `${Math.round(need).toLocaleString("en")} tokens to hide its transfers (${why}): ` +
+        `c is ${block >= need ? "above" : "below"} it. The busiest host computes ` +
+        `${seconds(tl.compute_s)} of the run: ` +
         (tl.exposed >= 0.005 ? `${percent(tl.exposed)} of it is exposed communication`
           : "the transfers hide behind the compute") +
         `, hosts idle ${percent(tl.idle)} of the time.`;
+      root.dataset.threshold = kind;
     }
 
     function render() {
@@ -636,6 +848,8 @@
       drawErrors($("#rx-errors"), v, states);
       drawLegend(v.c.p, v.col);
       drawInspector($("#rx-inspect"), v, states);
+      drawStrategies($("#rx-strategies"), v, t);
+      drawWindow($("#rx-window-fig"), $("#rx-window-note"), v);
       describe(v, states, flying, t);
       scrub.value = String(Math.round(t));
       root.dataset.t = String(t);
@@ -656,18 +870,34 @@
     }
 
     // -- playback -------------------------------------------------------------------------------
+    // With prefers-reduced-motion, play moves from one step's end to the next (one step per
+    // SECONDS_PER_STEP at 1x) instead of sliding the clock: nothing glides across the page.
+    const reducedMotion = window.matchMedia
+      ? window.matchMedia("(prefers-reduced-motion: reduce)") : { matches: false };
     function frame(now) {
       if (!state.playing) return;
       const v = current(), U = v.tl.units;
-      if (state.last !== null) {
-        state.t = Math.min(U, state.t + ((now - state.last) / 1000) * rate(v));
+      if (reducedMotion.matches) {
+        if (state.last === null) state.last = now;
+        const wait = (SECONDS_PER_STEP * 1000) / Number(speedSel.value);
+        if (now - state.last >= wait) {
+          state.last = now;
+          const next = v.tl.step_ends.find((e) => e > state.t);
+          state.t = next === undefined ? U : next;
+          render();
+        }
+      } else {
+        if (state.last !== null) {
+          state.t = Math.min(U, state.t + ((now - state.last) / 1000) * rate(v));
+        }
+        state.last = now;
+        render();
       }
-      state.last = now;
       if (state.t >= U) {
         state.t = U;
         stop();
+        render();
       }
-      render();
       if (state.playing) requestAnimationFrame(frame);
     }
     function stop() {
@@ -725,6 +955,7 @@
       state.last = null;
       render();
     });
+    windowSel.addEventListener("change", render);
     for (const sel of [hostsSel, layoutSel, maskSel, passSel]) {
       sel.addEventListener("change", reset);
     }
@@ -741,12 +972,45 @@
         select(Number(target.dataset.host));
       }
     });
+    // keys (not while a menu or a slider has the focus, which use them themselves): space or
+    // k play/pause, the arrows (or j, l) a step back and forward, Home (or 0) back to the
+    // start, + and - the speed
+    document.addEventListener("keydown", (event) => {
+      const target = event.target;
+      if (event.altKey || event.ctrlKey || event.metaKey) return;
+      if (target.closest && target.closest("select, input, textarea")) return;
+      if (target !== document.body && !(target.closest && target.closest(".ring-explorer"))) return;
+      const key = event.key;
+      const speeds = [...speedSel.options].map((o) => o.value);
+      const at = speeds.indexOf(speedSel.value);
+      if (key === " " || key === "k") {
+        if (target.closest && target.closest("button")) return;  // the button's own click
+        play();
+      } else if (key === "ArrowRight" || key === "l") {
+        stepTo(1);
+      } else if (key === "ArrowLeft" || key === "j") {
+        stepTo(-1);
+      } else if (key === "Home" || key === "0") {
+        reset();
+      } else if (key === "+" || key === "=" || key === "-") {
+        const next = Math.max(0, Math.min(speeds.length - 1, at + (key === "-" ? -1 : 1)));
+        speedSel.value = speeds[next];
+        state.last = null;
+        render();
+      } else {
+        return;
+      }
+      event.preventDefault();
+    });
+    const motion = () => { root.dataset.motion = reducedMotion.matches ? "reduced" : "full"; };
+    motion();
+    if (reducedMotion.addEventListener) reducedMotion.addEventListener("change", motion);
     // the pictures are drawn in CSS pixels (text keeps its size on a phone): their widths are
     // read once here and again when the page's width changes, never inside a render
     function measure() {
       const widths = {};
-      for (const name of ["ring", "lanes", "grid", "errors"]) {
-        widths[name] = $(`#rx-${name}`).clientWidth;
+      for (const name of ["ring", "lanes", "grid", "errors", "strategies", "window-fig"]) {
+        widths[name === "window-fig" ? "window" : name] = $(`#rx-${name}`).clientWidth;
       }
       const changed = JSON.stringify(widths) !== JSON.stringify(state.widths);
       state.widths = widths;

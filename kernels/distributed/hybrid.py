@@ -17,7 +17,10 @@ is a permutation of the data, so its adjoint is its inverse), and the ring's own
 runs its backward ring in between: ``out.backward(dout)`` returns ``dq``, ``dk``, ``dv`` to
 the ranks that own the tokens. gloo implements ``all_to_all`` here (torch 2.13, CPU); each
 call names its group, and kv heads are dealt as in the numerics (``ringsim.grid.head_groups``:
-whole GQA groups, ``U`` dividing the kv heads beside a ring).
+whole GQA groups, ``U`` dividing the kv heads beside a ring). Past the kv heads (``U`` a
+multiple of them dividing the query heads: ``ringsim.grid.check_ulysses_degree``) each kv
+head is repeated ``U / Hkv`` times before the all-to-all, as verl does, one replica per head
+group; ``repeat_interleave``'s backward sums the replicas' ``dk, dv`` back onto their head.
 
 ``run_hybrid`` is one rank's part of a ``kernels.distributed.launch.RunConfig`` problem, timed
 as ``run_ring`` is (``kernels.distributed.repeats``); ``measure_hybrid`` times the forward and
@@ -40,7 +43,7 @@ from kernels.distributed.launch import RunConfig, launch
 from kernels.distributed.repeats import TimedRepeats, median_pass, rank_device, slowest_per_pass
 from kernels.distributed.ring import DEFAULT_TIMEOUT_S, ring_attention
 from ringsim.checks import check_segment_ids
-from ringsim.grid import Grid, check_ulysses_degree, head_groups
+from ringsim.grid import Grid, check_ulysses_degree, head_groups, kv_replicas
 
 
 @dataclass
@@ -159,15 +162,21 @@ def hybrid_attention(
     all-to-alls around the backward ring).
 
     ``q``: ``(..., Hq, c, d)``, ``k``/``v``: ``(..., Hkv, c, d)``: the tokens at
-    ``groups.grid.positions(layout, P c)[rank]``. ``U = groups.grid.ulysses`` must be at most
-    ``Hkv`` (dividing it beside a ring). Returns this rank's output ``(..., Hq, c, d)`` in
-    ``q.dtype``. ``segment_ids`` ``(P c,)``: packed documents of the whole sequence.
+    ``groups.grid.positions(layout, P c)[rank]``. ``U = groups.grid.ulysses`` either deals
+    whole kv heads (at most ``Hkv``, dividing it beside a ring) or replicates them (a multiple
+    of ``Hkv`` dividing ``Hq``: each head group gets one replica). Returns this rank's output
+    ``(..., Hq, c, d)`` in ``q.dtype``. ``segment_ids`` ``(P c,)``: packed documents of the
+    whole sequence.
     """
     grid = groups.grid
     hq, hkv = q.shape[-3], k.shape[-3]
-    check_ulysses_degree(grid.ulysses * grid.ring, hkv, grid.ulysses)
+    check_ulysses_degree(grid.ulysses * grid.ring, hkv, grid.ulysses, heads=hq)
     split = head_groups(hq, hkv, grid.ulysses)
     q_heads, kv_heads = [h for h, _ in split], [h for _, h in split]
+    replicas = kv_replicas(hkv, grid.ulysses)
+    if replicas > 1:  # head group u takes replica u of kv head u // replicas
+        k, v = (x.repeat_interleave(replicas, dim=-3) for x in (k, v))
+        kv_heads = [slice(u, u + 1) for u in range(grid.ulysses)]
     qh = SeqToHeads.apply(q, groups.ulysses_group, q_heads)
     kh = SeqToHeads.apply(k, groups.ulysses_group, kv_heads)
     vh = SeqToHeads.apply(v, groups.ulysses_group, kv_heads)

@@ -271,6 +271,9 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
         speed = tuple(factors)
     hardware = resolve_hardware(args)  # first: it fills in args.dtype when not given
     check_flags_apply(args, hardware, hosts)
+    window = getattr(args, "sliding_window", None)
+    if window is not None and "sliding_window" not in overrides:
+        check_window_applies(window, seq_len)
     fields = dict(
         hosts=hosts,
         seq_len=seq_len,
@@ -292,9 +295,59 @@ def ring_config(args: argparse.Namespace, *, hosts: int, seq_len: int, **overrid
         jitter=getattr(args, "jitter", 0.0),
         seed=getattr(args, "seed", 0),
     )
+    if window is not None:
+        fields["sliding_window"] = window
     fields.update(_implementation_fields(args, fields["hardware"], fields["dtype"]))
     fields.update(overrides)
     return RingConfig(**fields)
+
+
+def document_lengths(text: str | None, seq_len: int) -> list[int] | None:
+    """The lengths of ``--documents`` (comma-separated, K/M; ``None`` without the flag),
+    summing to the sequence."""
+    if text is None:
+        return None
+    from ringsim.values import parse_length
+
+    try:
+        lengths = [parse_length(part) for part in text.split(",")]
+    except ValueError as err:
+        raise ValueError(f"--documents: {err}") from None
+    if sum(lengths) != seq_len:
+        raise ValueError(
+            f"--documents must sum to the sequence length {seq_len}, got {sum(lengths)} ({text})"
+        )
+    return lengths
+
+
+def add_window_flag(p: argparse.ArgumentParser) -> None:
+    """``--sliding-window W``: the model's local attention (``ringsim.masks``), K/M suffixes."""
+    p.add_argument(
+        "--sliding-window",
+        type=arg_type(parse_length_arg, "sliding_window"),
+        metavar="W",
+        help="sliding-window attention: each query sees the W latest tokens, itself included "
+        "(K/M suffixes; not the double ring's --window)",
+    )
+
+
+def parse_length_arg(name: str, text: str) -> int:
+    """A length flag's value (``64K``), its error naming the flag."""
+    from ringsim.values import parse_length
+
+    try:
+        return parse_length(text)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
+
+
+def check_window_applies(window: int, seq_len: int) -> None:
+    """Refuse ``--sliding-window`` where it masks nothing: a window of the whole sequence."""
+    if window >= seq_len:
+        raise ValueError(
+            f"--sliding-window {window} covers the whole sequence ({seq_len} tokens): it masks "
+            f"nothing; give a window shorter than --seq-len, or drop the flag"
+        )
 
 
 def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
@@ -313,6 +366,11 @@ def check_flags_apply(args: argparse.Namespace, hardware, hosts: int) -> None:
         raise ValueError(
             f"--window sets the double ring's inner ring: it needs --strategy {windowed}, "
             f"got --strategy {strategy}"
+        )
+    if getattr(args, "sliding_window", None) is not None and args.pass_ == Pass.DECODE:
+        raise ValueError(
+            "--sliding-window masks a ring's attention: it needs --pass forward, backward or "
+            "train-step, got --pass decode (one token against whole cache shards)"
         )
     if getattr(args, "recompute", False) and args.pass_ != Pass.TRAIN_STEP:
         raise ValueError(

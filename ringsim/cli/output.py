@@ -157,6 +157,8 @@ def describe(config, strategy: str = "ring") -> str:
     split += f" ({format_length(config.block_tokens)} each)"
     if config.pass_ != Pass.DECODE:
         mask = "causal" if config.causal else "full"
+        if config.sliding_window is not None:
+            mask += f", window {format_length(config.sliding_window)}"
         overlap = "overlap" if config.overlap else "no overlap"
         split += f", {config.layout}, {mask}, {overlap}"
     heads = f"{config.heads} heads" + (

@@ -10,6 +10,7 @@ from ringsim.cli.args import (
     DTYPES,
     add_cluster_flags,
     add_hardware_flags,
+    document_lengths,
     resolve_cluster,
     resolve_hardware,
 )
@@ -81,6 +82,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model of `ringsim memory` (e.g. 7b)")
     p.add_argument("--seq-len", required=True, help="tokens, K/M suffixes (powers of two)")
     p.add_argument("--hosts", type=positive("hosts"), help="devices (default: all --nodes)")
+    p.add_argument(
+        "--documents",
+        metavar="LENGTHS",
+        help="packed documents of every sequence: their lengths, comma-separated (K/M), "
+        "summing to it (adds Llama 3's all-gather per document and the per-document layout)",
+    )
     p.add_argument(
         "--dtype", choices=DTYPES, help="attention's element type (bf16; a profile's own)"
     )
@@ -227,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
     if args.implementation is not None:  # else the framework's or the hardware's default
         family = get_family(args.implementation)
         family.check_runs_on(cluster.hardware, label=f"--implementation {family.name}")
+    documents = document_lengths(args.documents, seq_len)
     try:
         with Ticker("ringsim plan") as ticker:
             result = plan(
@@ -250,6 +258,7 @@ def run(args: argparse.Namespace) -> int:
                 keep=keep_for(args),
                 intervals=args.top,
                 progress=ticker,
+                documents=documents,
             )
     except TimesOutOfRange as err:
         raise times_out_of_range(str(err), args) from None
@@ -317,6 +326,21 @@ def print_plan(result, top: int, *, batch_source: str | None = None) -> None:
         )
     if batch_source:
         print(f"batch: {batch_source}")
+    windows = result.as_dict()
+    if result.documents:
+        lengths = ", ".join(f"{n:,}" for n in result.documents)
+        print(
+            f"documents: {len(result.documents)} packed in every sequence ({lengths} tokens); "
+            "Ulysses and its hybrids take none, so only rings, all-gathers and Llama 3's "
+            "all-gather per document run"
+        )
+    if "window_layers" in windows:
+        print(
+            f"sliding window: {windows['window_layers']} of {len(result.layer_windows)} layers "
+            f"attend the {windows['sliding_window']:,} latest tokens, timed with the windowed "
+            "attention (the others with full attention); memory as without the window (every "
+            "strategy still holds the blocks it holds without one)"
+        )
     if train:
         counted = {"megatron": "attention without the causal mask", "causal": "causal attention"}
         note_ = (

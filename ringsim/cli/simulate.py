@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from ringsim.cli.args import (
     DEFAULT_STRATEGY,
     STRATEGIES,
@@ -12,12 +14,15 @@ from ringsim.cli.args import (
     add_implementation_flags,
     add_model_flags,
     add_noise_flags,
+    add_window_flag,
+    document_lengths,
     ring_config,
     run_config,
 )
 from ringsim.cli.output import describe, human, note, print_json, print_table
-from ringsim.layouts import LAYOUTS, get_layout, segment_ids_of
-from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
+from ringsim.layouts import LAYOUTS, get_layout, pad_documents, segment_ids_of
+from ringsim.masks import offset_bounds, pairs_within
+from ringsim.values import arg_type, parse_positive_int, parse_seq_len
 
 HELP = "time one ring run: makespan, idle, exposed communication"
 EXAMPLES = """examples:
@@ -35,6 +40,7 @@ EXAMPLES = """examples:
       --hardware h100-nvlink --implementation fa2 --tile 128x64
   ringsim simulate --hosts 4 --seq-len 64K --causal --layout per-document \
       --documents 32K,16K,8K,8K
+  ringsim simulate --hosts 8 --seq-len 64K --causal --sliding-window 4K --schedule
   ringsim simulate --hosts 8 --seq-len 64K --causal --hardware a100-nvlink --pass train-step \
       --attention-rate tf32 --recompute
 """
@@ -50,7 +56,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="LENGTHS",
         help="packed documents: their lengths, comma-separated (K/M), summing to the sequence",
     )
+    p.add_argument(
+        "--pad-documents",
+        action="store_true",
+        help="per-document layout: pad each document at its end to a multiple of 2 x hosts "
+        "(as Megatron-style trainers do) and report what the padding costs",
+    )
     p.add_argument("--causal", action="store_true", help="causal mask")
+    add_window_flag(p)
     p.add_argument("--no-overlap", action="store_true", help="compute and transfer alternate")
     p.add_argument(
         "--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY, help="how hosts share work"
@@ -88,6 +101,11 @@ SUMMARY_NAMES = {
     "flops_total": "FLOPs (all hosts)",
     "block_tokens": "block",
     "seq_len": "sequence",
+    "sliding_window": "sliding window (tokens)",
+    "padding_tokens": "padding (tokens)",
+    "unpadded_seq_len": "sequence before padding",
+    "padding_time_s": "padding's share of the makespan",
+    "ring_steps": "ring steps run (of hosts)",
 }
 
 
@@ -95,7 +113,11 @@ def run(args: argparse.Namespace) -> int:
     seq_len = parse_seq_len(args.seq_len)
     if get_layout(args.layout).needs_documents and args.documents is None:
         raise ValueError(f"--layout {args.layout} needs --documents (the documents' lengths)")
-    documents = _segment_ids(args.documents, seq_len)
+    lengths = document_lengths(args.documents, seq_len)
+    documents = None if lengths is None else segment_ids_of(lengths)
+    padding = None
+    if args.pad_documents:
+        padding, documents, seq_len = _padded(args, documents)
     config = ring_config(args, hosts=args.hosts, seq_len=seq_len, segment_ids=documents)
     if args.interval:
         _check_interval(config)
@@ -104,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
     result = run_config(config, args.strategy, keep_timeline=keep, args=args)
     summary = result.summary()
     _add_paper_minimum(summary)
+    if padding is not None:
+        summary.update(padding_cost(padding, config, summary["total_time_s"]))
     if not config.family.ideal:
         summary["implementation"] = config.family.name
     if args.interval:
@@ -166,19 +190,32 @@ def _add_interval(summary: dict, config, args: argparse.Namespace) -> None:
     summary["ranges"] = list(span.ranges)
 
 
-def _segment_ids(text: str | None, seq_len: int):
-    """The segment ids of ``--documents`` (``None`` without the flag)."""
-    if text is None:
-        return None
-    try:
-        lengths = [parse_length(part) for part in text.split(",")]
-    except ValueError as err:
-        raise ValueError(f"--documents: {err}") from None
-    if sum(lengths) != seq_len:
+def _padded(args: argparse.Namespace, documents):
+    """``(DocumentPadding, padded segment ids, padded length)`` of ``--pad-documents``."""
+    if documents is None or not get_layout(args.layout).needs_documents:
         raise ValueError(
-            f"--documents must sum to the sequence length {seq_len}, got {sum(lengths)} ({text})"
+            "--pad-documents pads each document to a multiple of 2 x hosts, the per-document "
+            "layout's rule: it needs --documents and --layout per-document"
         )
-    return segment_ids_of(lengths)
+    padding = pad_documents(documents, args.hosts)
+    return padding, padding.segment_ids, padding.segment_ids.size
+
+
+def padding_cost(padding, config, makespan: float) -> dict:
+    """What the padding costs: the tokens it adds, and the makespan's share of the pairs the
+    mask leaves that involve a padding token (each document's pairs: a padding token is
+    stored, sent and computed with as a real one; ``masks.pairs_within``)."""
+    run = config.run
+    bounds = offset_bounds(run.causal, run.sliding_window)
+    real = np.bincount(padding.segment_ids[padding.real])
+    padded = np.bincount(padding.segment_ids)
+    pairs = lambda n: pairs_within(0, n, n, 1, *bounds).astype(float).sum()
+    share = 1.0 - pairs(real) / pairs(padded)
+    return {
+        "padding_tokens": padding.added,
+        "unpadded_seq_len": int(padding.real.size),
+        "padding_time_s": makespan * share,
+    }
 
 
 def _add_paper_minimum(summary: dict) -> None:

@@ -12,6 +12,7 @@ from ringsim.cli.args import (
     add_hardware_flags,
     add_implementation_flags,
     add_model_flags,
+    add_window_flag,
     apply_model,
     resolve_hardware,
     ring_config,
@@ -29,7 +30,7 @@ from ringsim.cli.output import (
 from ringsim.layouts import layout_names
 from ringsim.values import arg_type, parse_positive_int, parse_seq_len
 
-HELP = "sweep block size or hosts and tabulate (and plot) the result"
+HELP = "sweep block size, hosts or sliding window and tabulate (and plot) the result"
 EXAMPLES = """examples:
   ringsim sweep --vary block --hosts 8 --hardware a100-ib --plot block.png
   ringsim sweep --vary block --values 512,1K,2K,4K,8K --pass backward
@@ -37,6 +38,8 @@ EXAMPLES = """examples:
   ringsim sweep --vary hosts --values 4,16,64 --layouts contiguous,zigzag --json
   ringsim sweep --vary block --causal --layout zigzag --hardware h100-nvlink --kv-heads 8 \
       --implementation fa2
+  ringsim sweep --vary sliding-window --hosts 8 --block 8K --values 1K,4K,8K,16K,32K,none \
+      --hardware h100-nvlink --implementation fa2
 """
 
 
@@ -44,23 +47,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     positive = lambda name: arg_type(parse_positive_int, name)
     p.add_argument(
         "--vary",
-        choices=("block", "hosts"),
+        choices=("block", "hosts", "sliding-window"),
         required=True,
-        help="block: time vs block size at fixed hosts; hosts: idle fraction vs hosts per layout",
+        help="block: time vs block size at fixed hosts; hosts: idle fraction vs hosts per "
+        "layout; sliding-window: time vs the window per layout",
     )
-    p.add_argument("--values", help="comma-separated values (lengths accept K/M)")
-    p.add_argument("--hosts", type=positive("hosts"), help="hosts for --vary block (8)")
-    p.add_argument("--block", help="tokens per host for --vary hosts (4K)")
+    p.add_argument(
+        "--values",
+        help="comma-separated values (lengths accept K/M; a window may be 'none')",
+    )
+    p.add_argument(
+        "--hosts", type=positive("hosts"), help="hosts for --vary block and sliding-window (8)"
+    )
+    p.add_argument("--block", help="tokens per host for --vary hosts (4K) and sliding-window (8K)")
     p.add_argument(
         "--layout", choices=layout_names(), default="contiguous", help="for --vary block"
     )
-    p.add_argument("--layouts", help="comma-separated layouts for --vary hosts (all)")
+    p.add_argument(
+        "--layouts", help="comma-separated layouts for --vary hosts and sliding-window (all)"
+    )
     p.add_argument(
         "--causal",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="causal mask (default: on for --vary hosts, off for --vary block)",
+        help="causal mask (default: on for --vary hosts and sliding-window, off for block)",
     )
+    add_window_flag(p)
     p.add_argument("--no-overlap", action="store_true", help="for --vary hosts")
     p.add_argument(
         "--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY, help="how hosts share work"
@@ -82,16 +94,124 @@ DEFAULT_HOSTS = [2**k for k in range(1, 11)]  # 2 .. 1024 hosts
 
 def run(args: argparse.Namespace) -> int:
     apply_model(args)  # --model sets the heads the sweep reads before any RingConfig
-    if args.vary == "block":
-        data = sweep_block(args)
-    else:
-        data = sweep_hosts(args)
+    if args.vary == "sliding-window" and args.sliding_window is not None:
+        raise ValueError(
+            "--sliding-window sets one window; --vary sliding-window sweeps them: give the "
+            "windows with --values"
+        )
+    sweeps = {"block": sweep_block, "hosts": sweep_hosts, "sliding-window": sweep_window}
+    data = sweeps[args.vary](args)
     if args.json:
         print_json(data)
     if args.plot:
         plot_sweep_data(data, args.plot)
         note(f"wrote sweep figure {args.plot}")
     return 0
+
+
+DEFAULT_WINDOWS = [1024, 4096, 8192, 16384, 32768, None]  # None: no window
+
+
+def _windows(args: argparse.Namespace) -> list[int | None]:
+    """The windows of ``--values`` (``none``: no window), in increasing order, none last."""
+    if not args.values:
+        return DEFAULT_WINDOWS
+    from ringsim.values import parse_length
+
+    windows = set()
+    for text in args.values.split(","):
+        if text.strip().lower() == "none":
+            windows.add(None)
+            continue
+        try:
+            windows.add(parse_length(text.strip()))
+        except ValueError:
+            raise ValueError(
+                f"values must be windows like 1K,4K,none for --vary sliding-window, got "
+                f"{args.values!r}"
+            ) from None
+    return sorted(windows, key=lambda w: (w is None, w or 0))
+
+
+def _layouts(args: argparse.Namespace) -> list[str]:
+    """``--layouts`` (default every layout that needs no documents), checked."""
+    names = layout_names()
+    layouts = args.layouts.split(",") if args.layouts else list(names)
+    for layout in layouts:
+        if layout not in names:
+            raise ValueError(f"layout must be one of {', '.join(names)}, got {layout!r}")
+    return layouts
+
+
+def sweep_window(args: argparse.Namespace) -> dict:
+    """Time against the sliding window, per layout, at fixed hosts and block: which layout
+    balances a window, and how many ring steps it runs. A window as long as the sequence is no
+    window (``none``)."""
+    hosts = args.hosts or 8
+    block = parse_seq_len(args.block) if args.block else 8192
+    seq_len = hosts * block
+    causal = True if args.causal is None else args.causal
+    windows, layouts = _windows(args), _layouts(args)
+    hw = resolve_hardware(args)
+    cases = [(w, layout) for w in windows for layout in layouts]
+    rows = []
+    for w, layout in Ticker("ringsim sweep").over(cases, "windows timed"):
+        config = ring_config(
+            args,
+            hosts=hosts,
+            seq_len=seq_len,
+            layout=layout,
+            causal=causal,
+            sliding_window=None if w is None or w >= seq_len else w,
+        )
+        result = run_config(config, args.strategy, args=args)
+        s = result.summary()
+        sched = result.schedule
+        rows.append(
+            {
+                "sliding_window": w,
+                "layout": layout,
+                "total_time_s": s["total_time_s"],
+                "compute_time_s": s["compute_time_s"],
+                "exposed_comm_s": s["exposed_comm_s"],
+                "idle_fraction": s["idle_fraction"],
+                "ring_steps": None if sched is None else len(sched.ring_steps),
+            }
+        )
+    data = {
+        "vary": "sliding-window",
+        "hosts": hosts,
+        "seq_len": seq_len,
+        "block_tokens": block,
+        "causal": causal,
+        "pass": args.pass_,
+        "hardware": hw.name,
+        "implementation": getattr(args, "implementation", "ideal"),
+        "strategy": args.strategy,
+        "layouts": layouts,
+        "rows": rows,
+    }
+    if not args.json:
+        table = []
+        for w in windows:
+            by_layout = {r["layout"]: r for r in rows if r["sliding_window"] == w}
+            best = min(by_layout.values(), key=lambda r: r["total_time_s"])
+            cells = ["none" if w is None else format_length(w)]
+            for layout in layouts:
+                r = by_layout[layout]
+                steps = "" if r["ring_steps"] is None else f" ({r['ring_steps']})"
+                mark = " *" if r is best else ""
+                cells.append(f"{format_seconds(r['total_time_s'])}{steps}{mark}")
+            table.append(cells)
+        print_table(
+            f"time against the sliding window: {args.strategy} {args.pass_}, "
+            f"{format_length(seq_len)} tokens on {hosts} hosts, "
+            f"{'causal' if causal else 'full'}, {hw.name} (ring steps run in brackets; * "
+            "the fastest layout)",
+            ("window", *layouts),
+            table,
+        )
+    return data
 
 
 def _values(args: argparse.Namespace, default: list[int], name: str) -> list[int]:
@@ -217,11 +337,7 @@ def sweep_hosts(args: argparse.Namespace) -> dict:
     hosts_list = _values(args, DEFAULT_HOSTS, "host")
     block = parse_seq_len(args.block) if args.block else 4096
     causal = True if args.causal is None else args.causal
-    names = layout_names()  # the layouts that need no documents
-    layouts = args.layouts.split(",") if args.layouts else list(names)
-    for layout in layouts:
-        if layout not in names:
-            raise ValueError(f"layout must be one of {', '.join(names)}, got {layout!r}")
+    layouts = _layouts(args)
     cases = [(p, layout) for p in hosts_list for layout in layouts]
     rows = []
     for p, layout in Ticker("ringsim sweep").over(cases, "rings timed"):
@@ -275,6 +391,21 @@ def plot_sweep_data(data: dict, path: str) -> None:
     from ringsim.views.plots import plot_sweep
 
     rows = data["rows"]
+    if data["vary"] == "sliding-window":  # no window is a window of the whole sequence
+        n = data["seq_len"]
+        time_ms = {(r["layout"], r["sliding_window"] or n): r["total_time_s"] * 1e3 for r in rows}
+        windows = sorted({w for _, w in time_ms})
+        plot_sweep(
+            windows,
+            {layout: [time_ms[layout, w] for w in windows] for layout in data["layouts"]},
+            path,
+            xlabel=f"sliding window (tokens; {format_length(n)}: the whole sequence, no window)",
+            ylabel="makespan (ms)",
+            title=f"{data['strategy']} {data['pass']}, {format_length(n)} tokens on "
+            f"{data['hosts']} hosts, {'causal' if data['causal'] else 'full'}, "
+            f"{data['hardware']}: time against the window",
+        )
+        return
     if data["vary"] == "block":
         plot_sweep(
             [r["block_tokens"] for r in rows],

@@ -63,8 +63,17 @@ class AttentionShape:
 
     def split(self, ulysses: int) -> AttentionShape:
         """One of ``ulysses`` head groups of this layer (``H / U`` query heads and ``H_kv / U``
-        key/value heads: the ring groups of a Ulysses x ring grid, ``U`` dividing ``H_kv``)."""
-        return replace(self, heads=self.heads // ulysses, kv_heads=self.kv_heads // ulysses)
+        key/value heads: the ring groups of a Ulysses x ring grid, ``U`` dividing ``H_kv``;
+        ``U`` above ``H_kv`` replicates the key/value heads, one per group:
+        ``ringsim.grid.kv_replicas``)."""
+        kv_heads = max(1, self.kv_heads // ulysses)
+        return replace(self, heads=self.heads // ulysses, kv_heads=kv_heads)
+
+    def alltoall_kv_heads(self, ulysses: int) -> int:
+        """Key/value heads a ``U``-way all-to-all carries: ``H_kv``, or ``U`` when ``U``
+        exceeds them (each replicated ``U / H_kv`` times before it, as verl's ``repeat_kv``:
+        ``ringsim.grid.kv_replicas``)."""
+        return max(self.kv_heads, ulysses)
 
     # -- the counts below, for this shape ------------------------------------------------------
     def flops(

@@ -13,7 +13,17 @@ the times stored here. Two parts:
 * ``timing``: the event timer's timeline (``simulate``, ideal kernels, perfect overlap) of the
   same ring on A100s for each block size ``c`` (``BLOCK_TOKENS``) and link bandwidth ``B``
   (``BANDWIDTHS``), and the block sizes at which a step's compute hides its transfer
-  (``overlap_threshold``: ``F/B`` for a full block, twice it for a balanced causal ring).
+  (``overlap_threshold``: ``F/B`` for a full block, twice it for a balanced causal ring;
+  ``threshold_kind`` says which one a ring needs). Each timeline also says what each host
+  holds when (``holds``): the block it computes, and after that, while the block is still
+  being sent on; never a block before it has arrived, never one block on two hosts at once.
+* ``strategies``: the same attention timed as a ring, an all-gather, Ulysses and a two-node
+  hybrid (``simulate_strategy``), one lane each for the host that finishes last, for
+  ``STRATEGY_HOSTS`` and every slider stop.
+* ``windows``: each ring under a sliding window of ``WINDOW_TOKENS`` (a quarter of a block to
+  two blocks): the block kinds the window leaves, the steps the windowed ring runs
+  (``Schedule.ring_steps``) and how far each block jumps after each (``hops_after``): the
+  steps it skips and the hosts it jumps over.
 
 Timelines are stored as integers, ``TIME_UNITS`` to the run's makespan, a row that is the same
 on every host as one number, and each distinct timeline once (a full mask times every layout
@@ -45,9 +55,12 @@ from ringsim.timer import RingConfig, simulate
 from ringsim.timer.cost import overlap_threshold
 from ringsim.timer.engine.result import kv_messages
 from ringsim.timer.machine.hardware import Hardware, custom_hardware, get_hardware
+from ringsim.timer.machine.topology import Cluster
+from ringsim.timer.strategies import simulate_strategy
 
 HOSTS = tuple(range(2, 17))
 TOKENS_PER_HOST = 4  # even, so zigzag's two chunks per host split it
+WINDOW_TOKENS = (1, 2, 4, 8)  # a quarter of a block, half, one, two blocks
 HEAD_DIM = 8
 ERROR_FLOOR = 1e-17  # an error of exactly 0 is stored as this (log scale)
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -66,6 +79,10 @@ BANDWIDTH_NAMES = {
     300e9: "A100 NVLink",
 }
 TIME_UNITS = 2000  # a timeline's times are integers in makespan / TIME_UNITS
+HALF_BLOCK = 0.51  # a causal ring whose later steps all compute at most this much of a block
+# is balanced: it needs 2 F/B (at 64 tokens per host striped computes 65/128 of a block)
+STRATEGY_HOSTS = (4, 8, 16)  # the rings the strategies panel times (the hybrid: two nodes)
+NODE_LINK = "a100-nvlink"  # the two-node hybrid's link inside a node; B is its NIC
 
 
 def _log_tenths(errors: np.ndarray) -> list:
@@ -138,6 +155,22 @@ def ring_entry(hosts: int, layout: str, causal: bool, pass_: str) -> dict:
         entry["row_max"] = _sig(rows["row_max"])
         entry["row_sum"] = _sig(rows["row_sum"])
     return entry
+
+
+def window_entry(hosts: int, layout: str, causal: bool, pass_: str, window: int) -> dict:
+    """One ring under a sliding window of ``window`` tokens: every step's block kinds, the
+    steps the ring runs and each one's jump (``hops_after``: 0 when nothing moves after it;
+    backward, the last one's is the way home)."""
+    sched = build_schedule(
+        hosts, layout, causal, pass_, seq_len=hosts * TOKENS_PER_HOST, sliding_window=window
+    )
+    steps = sched.ring_steps
+    return {
+        "kinds": ["".join(str(int(k)) for k in sched.kind_at(s)) for s in range(sched.steps)],
+        "steps": list(steps),
+        "hops": [sched.hops_after(s) for s in steps],
+        "sends": [",".join(sched.payload(s)) for s in steps],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,11 +286,42 @@ def lab_config(
     )
 
 
+def holds(tl, kv: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(start, end)``, ``(steps, hosts)`` seconds: when host ``h`` holds its step-``s`` block
+    (``kv_owner(s)[h]``) to work with: from the start of its compute of step ``s`` until it has
+    computed it and sent it on (``k, v`` and, backward, ``dk, dv``), cut short where the host
+    takes up its next block or the next host takes up this one, so a block is never drawn on
+    two hosts at once. A block is never held before it has arrived (a compute starts only
+    once its block is there). A skipped block is never held (NaN): the host only forwards it,
+    and it is drawn as the message it is."""
+    computed = tl.compute_end > tl.compute_start
+    start = np.where(computed, tl.compute_start, np.nan)
+    end = np.fmax(np.fmax(tl.compute_end, tl.send_end), kv[1])
+    end = np.where(computed, end, np.nan)
+    # the host's own next block, and the next host's use of this block (one step later)
+    end[:-1] = np.fmin(end[:-1], start[1:])
+    end[:-1] = np.fmin(end[:-1], np.roll(start[1:], -1, axis=1))
+    return start, end
+
+
+def threshold_kind(hosts: int, layout: str, causal: bool, pass_: str) -> str:
+    """``"causal"`` when a ring computes at most about half a block at every step after the
+    first (balanced causal layouts: the block must be ``2 F/B`` to hide its transfer),
+    ``"full"`` otherwise (``F/B``; a contiguous causal ring's busiest host computes whole
+    blocks)."""
+    if not causal:
+        return "full"
+    sched = build_schedule(hosts, layout, causal, pass_, seq_len=hosts * 64)
+    later = max((float(np.max(sched.exact_work_at(s))) for s in range(1, sched.steps)), default=1)
+    return "causal" if later <= HALF_BLOCK else "full"
+
+
 def timeline_entry(config: RingConfig) -> dict:
     """One timed run: its summary (seconds, fractions) and its intervals (``_rows``).
 
     ``kv``: each host's ``k, v`` message of each step; ``grad`` (backward): its ``dk, dv``
-    message; ``step_ends``: when every host has computed and sent step ``s``."""
+    message; ``holds``: when each host holds its step's block (``holds``); ``step_ends``:
+    when every host has computed and sent step ``s``."""
     result = simulate(config, keep_timeline=True)
     tl, summary = result.timeline, result.summary()
     span = result.makespan
@@ -268,6 +332,7 @@ def timeline_entry(config: RingConfig) -> dict:
     # in the page's own units, so that at a step's end every host has done it, to the unit
     ends = [_units(*pair, span)[2] for pair in intervals.values()]
     step_ends = np.max(np.stack(ends), axis=(0, 2))
+    intervals["holds"] = holds(tl, kv if config.pass_ == Pass.BACKWARD else (kv[0], kv[0]))
     figures = {
         "span": span,
         "compute_s": summary["compute_time_s"],
@@ -276,12 +341,109 @@ def timeline_entry(config: RingConfig) -> dict:
         "step_compute_s": np.nanmax(tl.compute_end - tl.compute_start),
         "step_kv_s": np.nanmax(kv[1] - kv[0]),
     }
+    if config.pass_ == Pass.BACKWARD:
+        figures["step_grad_s"] = np.nanmax(tl.send_end - tl.send_start)
     entry = {
         **{name: _sig(value, 6) for name, value in figures.items()},
         "step_ends": step_ends.tolist(),
         **{name: _rows(*pair, span) for name, pair in intervals.items()},
     }
     return entry
+
+
+# ---------------------------------------------------------------------------------------------
+# the strategies side by side
+# ---------------------------------------------------------------------------------------------
+
+
+def two_nodes(hosts: int, bandwidth: float) -> Cluster:
+    """Two nodes of ``hosts / 2`` lab GPUs: ``NODE_LINK``'s link inside a node, the slider's
+    ``bandwidth`` between nodes (one NIC per GPU)."""
+    inside = get_hardware(NODE_LINK)
+    lab = lab_hardware(bandwidth)
+    return Cluster(
+        name=f"2 x {hosts // 2} lab A100s",
+        hardware=lab,
+        gpus_per_node=hosts // 2,
+        intra_bandwidth=inside.link_bandwidth,
+        intra_latency=inside.link_latency,
+        inter_bandwidth=bandwidth,
+        inter_latency=lab.link_latency,
+        nodes=2,
+    )
+
+
+def strategy_runs(config: RingConfig) -> dict:
+    """``{label: StrategyResult}``: ``config`` as a ring, an all-gather and Ulysses on one
+    switch at the lab's link, and Ulysses inside two nodes times a ring of two across them."""
+    hosts = config.hosts
+    cluster = two_nodes(hosts, config.hardware.link_bandwidth)
+    return {
+        "ring": simulate_strategy(config, "ring"),
+        "all-gather": simulate_strategy(config, "allgather"),
+        "Ulysses": simulate_strategy(config, "ulysses"),
+        f"hybrid U{hosts // 2} x R2, two nodes": simulate_strategy(
+            config, "hybrid", ulysses_degree=hosts // 2, cluster=cluster
+        ),
+    }
+
+
+def strategy_entry(config: RingConfig) -> dict:
+    """The strategies of ``config`` on one time axis (``TIME_UNITS`` to the slowest one's
+    makespan): per strategy its makespan (seconds), idle share and the lane of the host that
+    finishes last: its compute and its communication intervals, phase by phase."""
+    runs = strategy_runs(config)
+    span = max(run.makespan for run in runs.values())
+    lanes = []
+    for label, run in runs.items():
+        tl = run.timeline
+        ends = np.fmax(np.nan_to_num(tl.compute_end, nan=0), np.nan_to_num(tl.send_end, nan=0))
+        host = int(np.argmax(ends.max(axis=0)))
+        lane = {"label": label, "makespan": _sig(run.makespan, 6), "host": host}
+        lane["idle"] = _sig(run.summary()["idle_fraction"], 4)
+        for name, (start, end) in (
+            ("compute", (tl.compute_start, tl.compute_end)),
+            ("comm", (tl.send_start, tl.send_end)),
+        ):
+            s_u, _, e_u = _units(start[:, host : host + 1], end[:, host : host + 1], span)
+            ok = ~np.isnan(start[:, host]) & (end[:, host] > start[:, host])
+            pairs = zip(s_u[:, 0], e_u[:, 0], ok, strict=True)
+            lane[name] = [[int(a), int(b)] for a, b, k in pairs if k]
+        lane["phases"] = list(tl.step_labels)
+        lanes.append(lane)
+    return {"span": _sig(span, 6), "lanes": lanes}
+
+
+def slider_grid(entry_of, config: tuple, entries: list[dict], seen: dict[str, int]) -> list:
+    """``[[index per bandwidth] per block size]``: ``entry_of(lab_config(*config, c, b))`` at
+    every slider stop, each distinct entry stored once in ``entries`` (``seen``: its JSON ->
+    its index)."""
+    grid = []
+    for c in BLOCK_TOKENS:
+        row = []
+        for b in BANDWIDTHS:
+            entry = entry_of(lab_config(*config, c, b))
+            text = json.dumps(entry, separators=(",", ":"))
+            if text not in seen:
+                seen[text] = len(entries)
+                entries.append(entry)
+            row.append(seen[text])
+        grid.append(row)
+    return grid
+
+
+def strategies_data(hosts: tuple[int, ...] = STRATEGY_HOSTS) -> tuple[dict, list]:
+    """``{"P/mask/pass": slider_grid}`` and the distinct entries (``strategy_entry``), for the
+    zigzag layout (the ring's balanced one)."""
+    index: dict[str, list] = {}
+    entries: list[dict] = []
+    seen: dict[str, int] = {}
+    for p in hosts:
+        for causal in (True, False):
+            for pass_ in RING_PASSES:
+                grid = slider_grid(strategy_entry, (p, "zigzag", causal, pass_), entries, seen)
+                index[f"{p}/{'causal' if causal else 'full'}/{pass_}"] = grid
+    return index, entries
 
 
 def key(hosts: int, layout: str, causal: bool, pass_: str) -> str:
@@ -300,21 +462,11 @@ def explorer_data(hosts: tuple[int, ...] = HOSTS) -> dict:
     ]
     timelines: list[dict] = []
     seen: dict[str, int] = {}
-    timing = {}
-    for cfg in configs:
-        grid = []
-        for c in BLOCK_TOKENS:
-            row = []
-            for b in BANDWIDTHS:
-                entry = timeline_entry(lab_config(*cfg, c, b))
-                text = json.dumps(entry, separators=(",", ":"))
-                if text not in seen:
-                    seen[text] = len(timelines)
-                    timelines.append(entry)
-                row.append(seen[text])
-            grid.append(row)
-        timing[key(*cfg)] = grid
+    timing = {key(*cfg): slider_grid(timeline_entry, cfg, timelines, seen) for cfg in configs}
     base = get_hardware(LAB_HARDWARE)
+    strategy_index, strategy_entries = strategies_data(
+        tuple(p for p in STRATEGY_HOSTS if p in hosts)
+    )
     return {
         "hosts": list(hosts),
         "layouts": list(layout_names()),
@@ -323,6 +475,7 @@ def explorer_data(hosts: tuple[int, ...] = HOSTS) -> dict:
         "error_floor_log10": math.log10(ERROR_FLOOR),
         "kinds": {"0": "skip", "1": "partial", "2": "full"},
         "rings": {key(*cfg): ring_entry(*cfg) for cfg in configs},
+        "threshold_kind": {key(*cfg): threshold_kind(*cfg) for cfg in configs},
         "lab": {
             "hardware": base.source,
             "flops": base.flops_for(LAB_DTYPE),
@@ -338,6 +491,11 @@ def explorer_data(hosts: tuple[int, ...] = HOSTS) -> dict:
         },
         "timing": timing,
         "timelines": timelines,
+        "strategies": {"index": strategy_index, "entries": strategy_entries},
+        "windows": {
+            "tokens": list(WINDOW_TOKENS),
+            "rings": {key(*cfg): [window_entry(*cfg, w) for w in WINDOW_TOKENS] for cfg in configs},
+        },
     }
 
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ringsim.grid import head_groups
-from ringsim.layouts import KernelCall, get_layout
+from ringsim.layouts import KernelCall, get_layout, run_window_call
 from ringsim.schedule import Pass, Schedule
 from ringsim.timer.cost import AttentionShape
-from ringsim.timer.machine.kernel_model import HBM_FRACTION, call_seconds
+from ringsim.timer.machine.kernel_model import HBM_FRACTION, call_seconds, visible_fraction
 
 
 class CallTimer:
@@ -50,13 +50,14 @@ class CallTimer:
         visible: float | None = None,
         *,
         shape: AttentionShape | None = None,
+        band: tuple[int, int] | None = None,
     ) -> float:
         """One call of ``q_tokens`` queries on ``k_tokens`` keys under ``mask`` (``visible``: the
-        fraction computed, for ``"documents"``), of ``shape`` (default the run's; a Ulysses
-        host's head group is its own)."""
+        fraction computed, for ``"documents"``; ``band``: a ``"window"`` call's), of ``shape``
+        (default the run's; a Ulysses host's head group is its own)."""
         cfg = self.config
         shape = cfg.shape if shape is None else shape
-        key = (pass_, q_tokens, k_tokens, mask, visible, shape)
+        key = (pass_, q_tokens, k_tokens, mask, visible, shape, band)
         if key not in self.cache:
             self.cache[key] = call_seconds(
                 cfg.family,
@@ -70,6 +71,7 @@ class CallTimer:
                 visible=visible if mask == "documents" else None,
                 peak=cfg.attention_rate,
                 lone_cta_speed=self.lone_cta_speed,
+                band=band,
             )
         return self.cache[key]
 
@@ -110,12 +112,14 @@ class FullSequence:
     """Every host attends all ``seq_len`` tokens of its own head group (Ulysses after its
     all-to-all, ``ulysses_shapes``): one ``seq_len x seq_len`` call per host. ``visible`` is
     the fraction of pairs the mask leaves (the ideal model's count: the contiguous schedule's
-    mean block work)."""
+    mean block work); ``sliding_window``: the call's window (a band call: the kernel visits
+    only the tiles it reaches)."""
 
     seq_len: int
     causal: bool
     visible: float
     pass_: str
+    sliding_window: int | None = None
 
     def flops(self, config) -> np.ndarray:
         N = self.seq_len
@@ -128,10 +132,14 @@ class FullSequence:
 
     def seconds(self, config, steps) -> np.ndarray:
         calls, N = steps.calls, self.seq_len
-        mask = "causal-diagonal" if self.causal else "full"
+        if self.sliding_window is None:
+            call = KernelCall(N, N, "causal-diagonal" if self.causal else "full")
+        else:
+            call = run_window_call(0, N, 0, N, 1, self.sliding_window, self.causal)
+        q, k, mask, _, _, band = call
         return np.array(
             [
-                calls.seconds(self.pass_, N, N, mask, shape=shape)
+                calls.seconds(self.pass_, q, k, mask, shape=shape, band=band)
                 for shape in ulysses_shapes(config.shape, config.run.hosts)
             ]
         )
@@ -158,26 +166,63 @@ class GatheredCalls:
         schedule, P = self.schedule, self.schedule.hosts
         c, N = schedule.block_tokens, schedule.seq_len
         layout = get_layout(schedule.layout)
-        pass_, calls = schedule.pass_, steps.calls
+        pass_ = schedule.pass_
         total = np.zeros(P)
         per_block = None
+        window = schedule.sliding_window
         for host in range(P):
-            if not schedule.causal:
-                shapes = (KernelCall(c, N, "full"),)
-            elif schedule.segment_ids is None:
-                shapes = layout.gathered_calls(P, c, host)
-            else:
+            if schedule.segment_ids is not None:
                 shapes = None
+            elif window is not None:
+                shapes = layout.gathered_window_calls(P, c, host, window, schedule.causal)
+            elif not schedule.causal:
+                shapes = (KernelCall(c, N, "full"),)
+            else:
+                shapes = layout.gathered_calls(P, c, host)
             if shapes is None:  # the ring's calls, one per block
                 if per_block is None:
                     per_block = sum(steps.attention_seconds(schedule, s) for s in range(P))
                 total[host] = per_block[host]
                 keys, ops = N, P
             else:
-                total[host] = sum(calls.seconds(pass_, q, k, mask) for q, k, mask, *_ in shapes)
+                total[host] = sum(steps.call_seconds(pass_, call) for call in shapes)
                 keys, ops = sum(call.k_tokens for call in shapes), len(shapes)
             total[host] += copy_seconds(config, N, keys, ops, backward=pass_ == Pass.BACKWARD)
         return total
+
+
+@dataclass(frozen=True)
+class DocumentCalls:
+    """Each host's variable-length call over packed documents (Llama 3's all-gather per
+    document, ``ringsim.timer.strategies.llama3``): ``calls[h]`` one ``KernelCall`` per
+    document. One launch runs every document's thread blocks in one grid, so the call pays
+    the family's fixed cost once and each document's tiles as its own call would."""
+
+    calls: tuple[tuple[KernelCall, ...], ...]
+    pass_: str
+
+    def flops(self, config) -> np.ndarray:
+        shape = config.shape
+        return np.array(
+            [
+                sum(
+                    shape.flops(q, k, work=visible_fraction(q, k, mask, band), pass_=self.pass_)
+                    for q, k, mask, _, _, band in host
+                )
+                for host in self.calls
+            ]
+        )
+
+    def seconds(self, config, steps) -> np.ndarray:
+        fixed = config.family.call_overhead_s
+        return np.array(
+            [
+                fixed + sum(steps.call_seconds(self.pass_, call) - fixed for call in host)
+                if host
+                else 0.0
+                for host in self.calls
+            ]
+        )
 
 
 def copy_seconds(config, gathered: int, keys: int, calls: int, *, backward: bool) -> float:

@@ -130,27 +130,58 @@ class HostClock:
         extra = (1.0 - f) * np.minimum(compute, transfer)
         return compute + extra, transfer + extra
 
-    def transfer(self, nbytes: float, messages: int = 1, links: tuple | None = None) -> np.ndarray:
+    def transfer(
+        self, nbytes: float, messages: int = 1, links: tuple | None = None, *, hops: int = 1
+    ) -> np.ndarray:
         """``(P,)`` seconds for each host to send ``messages`` messages of ``nbytes`` in all, on
         its ring hop, or on ``links = (bandwidth, latency)`` (scalars or ``(P,)``: a collective
-        on a topology). Equal hops give the very floats of one hardware link."""
+        on a topology). Equal hops give the very floats of one hardware link. ``hops``: the
+        message jumps that many hosts ahead in one message (a windowed ring skipping dead
+        steps, ``Schedule.hops_after``), on the slowest ring hop it spans: it leaves a node
+        by its NIC if any of those hops does."""
         if nbytes == 0 and messages == 0:
             return np.zeros(self.hosts)
-        if links is None and (nbytes, messages) in self._hop_seconds:  # a ring's every step
-            return self.jitter(self._hop_seconds[(nbytes, messages)].copy())
+        key = (nbytes, messages, hops)
+        if links is None and key in self._hop_seconds:  # a ring's every step
+            return self.jitter(self._hop_seconds[key].copy())
         bandwidth, latency = (self.link_bandwidth, self.link_latency) if links is None else links
         link = self.hop_link if links is None else self.link
+        own = self._own_hops
+        if links is None and hops > 1:
+            bandwidth, latency = _span(bandwidth, hops, np.min), _span(latency, hops, np.max)
+            own = None if own is None else _span(own, hops, np.min)
         if link is None:
             seconds = messages * latency + nbytes / bandwidth
         else:  # NCCL-like: protocol by message size, achieved fraction of the line rate
             seconds = p2p_seconds(nbytes, bandwidth, latency, link=link, messages=messages)
-            if links is None and self._own_hops is not None:  # the other hops: the line rate
+            if links is None and own is not None:  # the other hops: the line rate
                 line = p2p_seconds(nbytes, bandwidth, latency, link=self.link, messages=messages)
-                seconds = np.where(self._own_hops, seconds, line)
+                seconds = np.where(own, seconds, line)
         seconds = np.broadcast_to(seconds, (self.hosts,)).astype(float)
         if links is None:
-            self._hop_seconds[(nbytes, messages)] = seconds.copy()
+            self._hop_seconds[key] = seconds.copy()
         return self.jitter(seconds)
+
+
+def _span(values, hops: int, reduce) -> np.ndarray:
+    """``reduce`` (``np.min``/``np.max``) of ``values[h], ..., values[h + hops - 1]`` (mod
+    ``P``) for each host ``h`` of a ``(P,)`` array (a scalar is every host's): a jump's hops.
+    By doubling, ``O(P log hops)``."""
+    values = np.asarray(values)
+    if values.ndim == 0:
+        return values
+    pair = np.minimum if reduce is np.min else np.maximum
+    out, power, covered, span, left = None, values, 0, 1, hops
+    while left:
+        if left & 1:  # the next span hosts, from covered on
+            shifted = np.roll(power, -covered)
+            out = shifted if out is None else pair(out, shifted)
+            covered += span
+        left >>= 1
+        if left:  # power: the reduce over 2 span hosts from each host
+            power = pair(power, np.roll(power, -span))
+            span *= 2
+    return out
 
 
 class Costs:
@@ -179,15 +210,17 @@ class Costs:
         return self.clock.compute(flops, linear=True)
 
     def ring_rows(self, schedule: Schedule) -> Callable[[int], tuple]:
-        """``row(s) -> (compute, kv message, main message)``, ``(P,)`` seconds each, for one ring
-        pass. The main message is the block itself (forward) or ``dk, dv`` (backward; without
-        overlap one blocking message carries ``k, v, dk, dv``, and the last only ``dk, dv``)."""
+        """``row(s) -> (compute, kv message, main message)``, ``(P,)`` seconds each, for ring step
+        ``s`` of one ring pass (the engines ask its ``ring_steps`` only, in order). The main
+        message is the block itself (forward) or ``dk, dv`` (backward; without overlap one
+        blocking message carries ``k, v, dk, dv``, and the last only ``dk, dv``); under a
+        sliding window a message jumps ``hops_after(s)`` hosts at once."""
         cfg, clock = self.config, self.clock
         c = cfg.block_tokens
         full = cfg.shape.flops(c, c, pass_=schedule.pass_)
         full_time = full * clock.seconds_per_flop
         backward = schedule.pass_ == Pass.BACKWARD
-        last = schedule.steps - 1
+        last = schedule.ring_steps[-1]
 
         def row(s: int) -> tuple:
             work = schedule.work_at(s)
@@ -204,7 +237,8 @@ class Costs:
                 compute = clock.block(full_time, work, schedule.kind_at(s))
             else:  # a real implementation: its calls and the work between them
                 compute = clock.kernel(self.steps.seconds(schedule, s))
-            kv, msg = clock.transfer(self.kv_bytes), clock.transfer(main)
+            hops = schedule.hops_after(s) or 1  # one message, however far it jumps
+            kv, msg = clock.transfer(self.kv_bytes, hops=hops), clock.transfer(main, hops=hops)
             if cfg.run.overlap and schedule.payload(s):  # its message travels while it computes
                 if backward:  # the early k, v (the last step sends only dk, dv)
                     if s < last:

@@ -28,6 +28,7 @@ import numpy as np
 
 from ringsim.checks import check_bool, check_choice, check_positive_int, check_segment_ids
 from ringsim.layouts import check_layout, check_seq_len
+from ringsim.masks import check_sliding_window
 from ringsim.schedule import PASSES, Pass, Schedule, build_schedule
 from ringsim.timer.cost import AttentionShape
 from ringsim.timer.machine.families import KernelFamily, for_hardware, get_family
@@ -64,7 +65,12 @@ class Run:
     """What runs: ``hosts`` hosts share ``seq_len`` tokens split by ``layout``; ``pass_`` is
     ``forward``, ``backward``, ``train-step`` (a transformer block's step; ``recompute``: with
     full activation checkpointing) or ``decode``; ``overlap`` double-buffers the transfers;
-    ``segment_ids`` ``(seq_len,)`` pack documents (the mask stays inside each)."""
+    ``segment_ids`` ``(seq_len,)`` pack documents (the mask stays inside each);
+    ``sliding_window`` ``W`` tokens (``ringsim.masks``; ``None``: no window): the ring runs its
+    live steps only (``Schedule.ring_steps``). A window of at least ``seq_len`` tokens masks
+    nothing and is kept as ``None``, as flash-attn drops a ``window_size_left >= seqlen_k``
+    (Dao-AILab/flash-attention ``csrc/flash_attn/flash_api.cpp`` at 0251105a). Decode has no
+    window here (its cache shards are whole)."""
 
     hosts: int
     seq_len: int
@@ -74,6 +80,7 @@ class Run:
     pass_: str = "forward"
     recompute: bool = False
     segment_ids: np.ndarray | None = field(default=None, compare=False, repr=False)
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         hosts = check_positive_int("hosts", self.hosts)
@@ -94,6 +101,13 @@ class Run:
         if not isinstance(self.recompute, (bool, np.bool_)):
             raise ValueError(f"recompute must be True or False, got {self.recompute!r}")
         _put(self, "recompute", bool(self.recompute))
+        window = check_sliding_window(self.sliding_window)
+        if window is not None and self.pass_ == Pass.DECODE:
+            raise ValueError(
+                f"sliding_window does not apply to decode (one token against whole cache "
+                f"shards), got sliding_window={window}"
+            )
+        _put(self, "sliding_window", None if window is None or window >= self.seq_len else window)
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, f.name) for f in fields(self) if f.compare)
@@ -360,6 +374,7 @@ class RingConfig:
             tile=kernel.tile,
             segment_ids=run.segment_ids,
             tile_n=None if kernel.tile is None else kernel.tile_n,  # tile_n alone: the kernel's
+            sliding_window=run.sliding_window,
         )
 
 

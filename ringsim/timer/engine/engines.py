@@ -58,14 +58,22 @@ a ``max`` of the times at which its conditions become true):
   the block's owner: that one hop can never hide behind compute, and the owner waits for it
   before its next phase.
 
+* **sliding window**: the ring runs its live steps only (``Schedule.ring_steps``); after one
+  the block jumps ``hops_after(s)`` hosts ahead in one message (``HostClock.transfer`` with
+  ``hops``: the slowest hop it spans), so a "previous step" or "neighbour" in the rules above
+  is the previous ring step and the host the jump comes from or goes to; a skipped step costs
+  nothing, and nothing moves after the last ring step but, backward, ``dk, dv`` going home.
+  Without a window every step is a ring step and every jump one hop.
+
 Per-host ``speed`` factors divide compute times (a straggler has ``speed < 1``); ``jitter``
 multiplies every compute and every transfer by its own ``1 + jitter * u``, ``u ~ U[0, 1)``
 from a generator seeded with ``seed`` (noise only ever slows an event down). ``HostClock``
 holds both rules; the strategies of ``ringsim.timer.strategies`` use it too.
 
-The ``Timeline`` has one row per ring step (or local phase, or decode round) and one column per
-host, in seconds; NaN where a host does nothing. In a ring pass ``recv[s, h]`` is
-``send[s, h - 1]``: the same transfer seen from the other end. For a backward pass with
+The ``Timeline`` has one row per ring step (none for a step a window skips), local phase or
+decode round, and one column per host, in seconds; NaN where a host does nothing. In a ring
+pass ``recv[s, h]`` is ``send[s, h - 1]`` (``h - hops`` after a jump): the same transfer seen
+from the other end. For a backward pass with
 overlap the ``send``/``recv`` arrays hold the ``dk, dv`` messages (the payload sent after the
 step), and the meta the early ``k, v`` ones: ``kv_send_start``, ``kv_send_end``,
 ``kv_recv_start``, ``kv_recv_end`` (read them with ``kv_messages``), and ``grad_rows``, the
@@ -104,48 +112,60 @@ def _pad(buf: np.ndarray) -> None:
 # --------------------------------------------------------------------------------------------
 # The vectorised engine: a loop over steps, vector operations over hosts.
 # --------------------------------------------------------------------------------------------
-def _block_leaves(start, arrived, link_free, prev_end, prev_sent) -> None:
+def _block_leaves(start, arrived, link_free, prev_end, prev_sent, hops: int = 1) -> None:
     """Write into ``start`` when the step-``s`` block leaves each host (overlap): once it is here
-    (``arrived``), the link is free, and the receiver has room, i.e. it has computed step
-    ``s - 1`` (``prev_end``) and sent that block on (``prev_sent``; both padded, ``None`` at
-    step 0)."""
-    nxt = slice(2, start.shape[0] + 2)  # the receiver, h + 1, in the padded row
+    (``arrived``), the link is free, and the receiver (``hops`` hosts ahead) has room, i.e. it
+    has computed its previous ring step (``prev_end``) and sent that block on (``prev_sent``;
+    both padded, ``None`` at step 0)."""
+    P = start.shape[0]
     np.maximum(arrived, link_free, out=start)
     if prev_end is not None:
-        np.maximum(start, prev_end[nxt], out=start)
-        np.maximum(start, prev_sent[nxt], out=start)
+        np.maximum(start, _at(prev_end, hops, P), out=start)
+        np.maximum(start, _at(prev_sent, hops, P), out=start)
+
+
+def _at(padded: np.ndarray, offset: int, P: int) -> np.ndarray:
+    """Host ``h + offset``'s value for every host ``h``, from a padded row: a view for a
+    neighbour or the host itself, a gather for a jump of several hosts."""
+    if -1 <= offset <= 1:
+        return padded[1 + offset : P + 1 + offset]
+    return padded[1 : P + 1][(np.arange(P) + offset) % P]
 
 
 def _ring_vectorized(schedule, row, overlap, ready, link_free, emit: Emit) -> None:
-    """The rules of the module docstring as recurrences from step ``s - 1`` to step ``s``, over
-    two padded rows per quantity (``O(P)`` memory whatever the number of steps)."""
-    P, steps = schedule.hosts, schedule.steps
-    me, nxt, prv = slice(1, P + 1), slice(2, P + 2), slice(0, P)  # host h, h + 1, h - 1
+    """The rules of the module docstring as recurrences from one ring step to the next, over
+    two padded rows per quantity (``O(P)`` memory whatever the number of steps). The block of
+    a ring step comes from ``hops`` hosts back, where the previous ring step sent it
+    (``Schedule.hops_after``: one without a window)."""
+    P, steps = schedule.hosts, schedule.ring_steps
+    me = slice(1, P + 1)
     backward = schedule.pass_ == Pass.BACKWARD
     early_kv = backward and overlap
     mx = np.maximum
     rows = [{k: np.full(P + 2, np.nan) for k in ("ce", "ss", "se", "ke")} for _ in range(2)]
-    for s in range(steps):
-        cur, prev = rows[s % 2], rows[(s - 1) % 2] if s else None
+    hops_in = 1
+    for n, s in enumerate(steps):
+        cur, prev = rows[n % 2], rows[(n - 1) % 2] if n else None
         compute, kv_time, msg_time = row(s)
         sends = bool(schedule.payload(s))
+        hops = schedule.hops_after(s) or 1  # to the receiver (when something is sent)
         cs = np.empty(P)
         ce, ss, se = cur["ce"][me], cur["ss"][me], cur["se"][me]
         if prev is None:
             arrived = ready
             cs[...] = ready
         else:
-            arrived = (prev["ke"] if early_kv else prev["se"])[prv]
+            arrived = _at(prev["ke"] if early_kv else prev["se"], -hops_in, P)
             mx(prev["ce"][me], arrived, out=cs)
             if not overlap:  # no computing while its own last send is on the wire
                 mx(cs, prev["se"][me], out=cs)
         np.add(cs, compute, out=ce)
         _pad(cur["ce"])
         ks = ke = None
-        if early_kv and s < steps - 1 and sends:  # k, v leave like a forward block
+        if early_kv and n < len(steps) - 1 and sends:  # k, v leave like a forward block
             ks, ke = np.empty(P), cur["ke"][me]
             prev_ce, prev_ke = (None, None) if prev is None else (prev["ce"], prev["ke"])
-            _block_leaves(ks, arrived, link_free, prev_ce, prev_ke)
+            _block_leaves(ks, arrived, link_free, prev_ce, prev_ke, hops)
             np.add(ks, kv_time, out=ke)
             _pad(cur["ke"])
             link_free = ke
@@ -156,35 +176,43 @@ def _ring_vectorized(schedule, row, overlap, ready, link_free, emit: Emit) -> No
             emit(cs, ce, None, None, ks, ke)
         else:
             if not overlap:  # blocking send/receive once both neighbours finished the step
-                mx(ce, cur["ce"][nxt], out=ss)
+                mx(ce, _at(cur["ce"], hops, P), out=ss)
                 mx(ss, link_free, out=ss)
             elif backward:  # dk, dv: after the compute, with the incoming sum added
-                mx(ce, ready if prev is None else prev["se"][prv], out=ss)
+                mx(ce, ready if prev is None else _at(prev["se"], -hops_in, P), out=ss)
                 mx(ss, link_free, out=ss)
                 if prev is not None:  # the receiver has taken in the previous sum
-                    mx(ss, prev["ss"][nxt], out=ss)
+                    mx(ss, _at(prev["ss"], hops, P), out=ss)
             else:  # forward
                 prev_ce, prev_se = (None, None) if prev is None else (prev["ce"], prev["se"])
-                _block_leaves(ss, arrived, link_free, prev_ce, prev_se)
+                _block_leaves(ss, arrived, link_free, prev_ce, prev_se, hops)
             np.add(ss, msg_time, out=se)
             link_free = se
             _pad(cur["ss"])
             _pad(cur["se"])
             emit(cs, ce, ss, se, ks, ke)
+        hops_in = hops
 
 
 # --------------------------------------------------------------------------------------------
 # The heap engine: one event at a time, rules checked against the state (the oracle).
 # --------------------------------------------------------------------------------------------
 class _HeapRing:
-    """Discrete-event simulation of one ring pass with a priority queue of end events."""
+    """Discrete-event simulation of one ring pass with a priority queue of end events. Arrays
+    are indexed by ring step (``n``: the ``n``-th of ``schedule.ring_steps``) and host; the
+    block of ring step ``n`` goes ``hops[n]`` hosts ahead after it."""
 
     def __init__(self, schedule, row, overlap, ready, link_free, out: dict[str, np.ndarray]):
         self.sched, self.overlap, self.out = schedule, overlap, out
-        self.P, self.S = schedule.hosts, schedule.steps
+        self.steps = schedule.ring_steps
+        self.P, self.S = schedule.hosts, len(self.steps)
+        self.sends = [bool(schedule.payload(s)) for s in self.steps]
+        self.hops = [schedule.hops_after(s) or 1 for s in self.steps]
+        # how far apart two hosts that talk are: 0 and the neighbours, and every jump
+        self.near = {0, 1, -1} | set(self.hops) | {-d for d in self.hops}
         self.backward = schedule.pass_ == Pass.BACKWARD
         self.early_kv = self.backward and overlap
-        rows = [row(s) for s in range(self.S)]
+        rows = [row(s) for s in self.steps]
         shape = (self.S, self.P)
         self.compute = np.array([np.broadcast_to(r[0], (self.P,)) for r in rows]).reshape(shape)
         self.kv_time = np.array([np.broadcast_to(r[1], (self.P,)) for r in rows]).reshape(shape)
@@ -196,8 +224,8 @@ class _HeapRing:
         self.next_step = np.zeros(self.P, int)
         self.computing = np.zeros(self.P, bool)
         self.c_done = np.zeros(shape, bool)
-        self.kv_in = np.zeros(shape, bool)  # block of step s present at h
-        self.grads_in = np.zeros(shape, bool)  # dk, dv of step s present at h (backward)
+        self.kv_in = np.zeros(shape, bool)  # block of ring step n present at h
+        self.grads_in = np.zeros(shape, bool)  # dk, dv of ring step n present at h (backward)
         self.done = {"kv": np.zeros(shape, bool), "msg": np.zeros(shape, bool)}
         self.begun = {"kv": np.zeros(shape, bool), "msg": np.zeros(shape, bool)}
         self.pieces = [self._pieces() for _ in range(self.P)]
@@ -208,12 +236,11 @@ class _HeapRing:
 
     def _pieces(self) -> list[tuple[str, int]]:
         pieces = []
-        for s in range(self.S):
-            sends = bool(self.sched.payload(s))
-            if self.early_kv and sends and s < self.S - 1:
-                pieces.append(("kv", s))
-            if sends:
-                pieces.append(("msg", s))
+        for n in range(self.S):
+            if self.early_kv and self.sends[n] and n < self.S - 1:
+                pieces.append(("kv", n))
+            if self.sends[n]:
+                pieces.append(("msg", n))
         return pieces
 
     def _push(self, time: float, kind: str, h: int, s: int = -1) -> None:
@@ -227,10 +254,10 @@ class _HeapRing:
         while self.queue:
             now, _, kind, h, s = heapq.heappop(self.queue)
             self._apply(kind, h, s)
-            self._settle(now, {h - 1, h, h + 1})
+            self._settle(now, {h + d for d in self.near})
 
     def _apply(self, kind: str, h: int, s: int) -> None:
-        receiver = (h + 1) % self.P
+        receiver = (h + self.hops[s]) % self.P if s >= 0 else h
         if kind == "start":
             self.started[h] = self.kv_in[0, h] = self.grads_in[0, h] = True
         elif kind == "link":
@@ -253,7 +280,7 @@ class _HeapRing:
         while pending:
             h = pending.pop()
             if self._try_compute(now, h) or self._try_send(now, h):
-                pending.extend({(h - 1) % self.P, h, (h + 1) % self.P})
+                pending.extend({(h + d) % self.P for d in self.near})
 
     def _try_compute(self, now: float, h: int) -> bool:
         s = self.next_step[h]
@@ -268,7 +295,7 @@ class _HeapRing:
         return True
 
     def _ready_to_send(self, kind: str, s: int, h: int) -> bool:
-        r = (h + 1) % self.P
+        r = (h + self.hops[s]) % self.P
         if not self.overlap:
             return self.c_done[s, h] and self.c_done[s, r]
         if kind == "kv" or not self.backward:  # the block itself: held here, room at r
@@ -296,19 +323,19 @@ class _HeapRing:
 
 
 def _ring_heap(schedule, row, overlap, ready, link_free, emit: Emit) -> None:
-    P, S = schedule.hosts, schedule.steps
+    P, S = schedule.hosts, len(schedule.ring_steps)
     out = {name: np.full((S, P), np.nan) for name in ("cs", "ce", "ss", "se", "ks", "ke")}
     _HeapRing(schedule, row, overlap, ready, link_free, out).run()
     early_kv = schedule.pass_ == Pass.BACKWARD and overlap
-    for s in range(S):
+    for n, s in enumerate(schedule.ring_steps):
         sends = bool(schedule.payload(s))
-        kv = early_kv and sends and s < S - 1
-        row = {n: out[n][s] for n in out}
+        kv = early_kv and sends and n < S - 1
+        row = {name: out[name][n] for name in out}
         if not sends:
             row["ss"] = row["se"] = None
         if not kv:
             row["ks"] = row["ke"] = None
-        emit(*(row[n] for n in ("cs", "ce", "ss", "se", "ks", "ke")))
+        emit(*(row[name] for name in ("cs", "ce", "ss", "se", "ks", "ke")))
 
 
 RING_ENGINES = {"vectorized": _ring_vectorized, "heap": _ring_heap}

@@ -85,6 +85,7 @@ class Recorder:
         self.sums = {name: [np.zeros(P), np.zeros(P), 0] for name in ("compute", "send", "kv")}
         self.events = 0
         self.bufs = self.recv = None
+        self.hops = np.ones(rows, np.int64)  # how far back each row's receiver's sender is
         if keep:  # column h + 1 holds host h, column 0 host P - 1: recv = send[:, h - 1], a view
             names = ("cs", "ce", "ss", "se") + (("ks", "ke") if early_kv else ())
             self.bufs = {name: np.empty((rows, P + 1)) for name in names}
@@ -104,11 +105,15 @@ class Recorder:
             span[~done] = 0.0
         part += span
 
-    def row(self, cs, ce, ss=None, se=None, ks=None, ke=None, *, dense=True, recv=None) -> None:
+    def row(
+        self, cs, ce, ss=None, se=None, ks=None, ke=None, *, dense=True, recv=None, hops=1
+    ) -> None:
         """Record the next row (``(P,)`` arrays; ``None``: nothing sent). ``recv``: a decode
-        row's ``(start, end)`` of what each host receives (a ring's is its neighbour's send)."""
+        row's ``(start, end)`` of what each host receives (a ring's is the send of the host
+        ``hops`` back: its neighbour, or under a sliding window the start of a jump)."""
         r = self.next_row
         self.next_row += 1
+        self.hops[r] = hops
         self._add("compute", r, cs, ce, dense)
         np.fmax(self.compute_end, ce, out=self.compute_end)
         for name, start, end in (("send", ss, se), ("kv", ks, ke)):
@@ -140,10 +145,15 @@ class Recorder:
         for buf in bufs.values():
             buf[:, 0] = buf[:, P]
         inner = {name: buf[:, 1:] for name, buf in bufs.items()}
-        recv = self.recv or (bufs["ss"][:, :P], bufs["se"][:, :P])
+        received = lambda name: bufs[name][:, :P]  # the neighbour's send, a view
+        if np.any(self.hops != 1):  # a jump's receiver got it from hops back
+            received = lambda name: np.stack(
+                [np.roll(inner[name][r], self.hops[r]) for r in range(self.rows)]
+            )
+        recv = self.recv or (received("ss"), received("se"))
         if "ks" in bufs:
             meta["kv_send_start"], meta["kv_send_end"] = inner["ks"], inner["ke"]
-            meta["kv_recv_start"], meta["kv_recv_end"] = bufs["ks"][:, :P], bufs["ke"][:, :P]
+            meta["kv_recv_start"], meta["kv_recv_end"] = received("ks"), received("ke")
         return Timeline(
             inner["cs"], inner["ce"], inner["ss"], inner["se"], recv[0], recv[1], labels, meta
         )
@@ -238,6 +248,10 @@ class SimResult:
             "engine": self.engine,
             "events": self._stats().events,
         }
+        if cfg.run.sliding_window is not None:  # a window does not shrink what a host holds
+            result["sliding_window"] = cfg.run.sliding_window
+            if self.schedule is not None:
+                result["ring_steps"] = len(self.schedule.ring_steps)
         if cfg.run.pass_ == Pass.DECODE:
             single = decode_seconds(cfg, cfg.run.seq_len)
             cache = cfg.shape.kv_bytes(cfg.run.seq_len)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringsim.layouts import KernelCall, get_layout
+from ringsim.masks import BlockKind
 from ringsim.schedule import Pass, Schedule
 from ringsim.timer.cost import AttentionShape
 from ringsim.timer.engine.attention import CallTimer
@@ -72,25 +73,41 @@ HOST_CALLS = {
 }
 
 
-def host_calls(pass_: str, call: KernelCall | None, c: int, *, first: bool, last: bool) -> int:
+def host_calls(
+    pass_: str,
+    call: KernelCall | tuple[KernelCall, ...] | None,
+    c: int,
+    *,
+    first: bool,
+    last: bool,
+) -> int:
     """PyTorch calls the host makes in one ring step (``HOST_CALLS``, module docstring):
-    ``call`` the step's kernel call (``None``: skipped) on blocks of ``c`` tokens; ``last``:
-    no ``k, v`` travel after it."""
+    ``call`` the step's kernel call (``None``: skipped; a tuple: the calls of a windowed
+    block, each merged in turn) on blocks of ``c`` tokens; ``last``: no ``k, v`` travel
+    after it."""
     n = HOST_CALLS
     calls = 0 if last else n["transfer"]
     if pass_ == Pass.BACKWARD:
         calls += n["grad_transfer"] + (n["final"] + n["final_wait"] if last else 0)
     elif last:
         calls += n["final"]
-    if call is not None:
-        q, k, _, _, sliced = call
-        calls += n["call"] + (n["views"] if (q, k) != (c, c) else 0)
-        if first:
+    for i, one in enumerate(_calls(call)):
+        calls += n["call"] + (n["views"] if (one.q_tokens, one.k_tokens) != (c, c) else 0)
+        if first and i == 0:
             calls += n["first"]
         else:
             calls += n["merge" if pass_ == Pass.FORWARD else "accumulate"]
-            calls += n["slice"] if sliced else 0
+            calls += n["slice"] if one.sliced else 0
     return calls
+
+
+def _calls(call: KernelCall | tuple[KernelCall, ...] | None) -> tuple[KernelCall, ...]:
+    """One call (a ``KernelCall`` or its plain tuple), several, or none, as a tuple of calls."""
+    if call is None:
+        return ()
+    if isinstance(call, KernelCall) or (call and not isinstance(call[0], tuple)):
+        return (KernelCall(*call),)
+    return tuple(KernelCall(*one) for one in call)
 
 
 def merge_seconds(
@@ -163,28 +180,32 @@ class StepModel:
 
     def seconds(self, schedule: Schedule, s: int) -> np.ndarray:
         """``(P,)`` seconds of step ``s`` (before the host's speed and jitter)."""
-        first, last = s == 0, s == schedule.steps - 1
-        cell = lambda *key: self._cell(schedule.pass_, *key, first, last)
+        first, last = s == 0, s == schedule.ring_steps[-1]
+        cell = lambda calls: self._calls_cell(schedule.pass_, calls, first, last)
         return self._per_cell(schedule, s, cell, (first, last))
 
     def attention_seconds(self, schedule: Schedule, s: int) -> np.ndarray:
-        """``(P,)`` seconds of the kernel call each host makes at step ``s``, without the
-        merges around it."""
+        """``(P,)`` seconds of the kernel calls each host makes at step ``s``, without the
+        merges around them."""
 
-        def cell(kind, relation, work) -> float:
-            call = self.call(kind, relation, work)
-            if call is None:
-                return 0.0
-            q, k, mask, visible, _ = call
-            return self.calls.seconds(schedule.pass_, q, k, mask, visible)
+        def cell(calls) -> float:
+            return sum(self.call_seconds(schedule.pass_, call) for call in calls)
 
         return self._per_cell(schedule, s, cell, ("call",))
 
+    def call_seconds(self, pass_: str, call: KernelCall) -> float:
+        """Seconds of one kernel call of this run (``CallTimer``)."""
+        q, k, mask, visible, _, band = call
+        return self.calls.seconds(pass_, q, k, mask, visible, band=band)
+
     def _per_cell(self, schedule: Schedule, s: int, cell, tag: tuple) -> np.ndarray:
-        """``cell(kind, relation, work)`` for each host at step ``s``, computed once per distinct
-        key of the run and shared. A schedule whose cells depend on the relation alone
-        (``Schedule.by_relation``) is laid out in ``O(P)`` array operations, no per-host
-        Python (the timer asks ``P`` steps of ``P`` hosts)."""
+        """``cell(calls)`` for each host at step ``s`` (its kernel calls, ``()`` when it skips
+        its block), computed once per distinct cell of the run and shared. A schedule whose
+        cells depend on the relation alone (``Schedule.by_relation``) is laid out in ``O(P)``
+        array operations, no per-host Python (the timer asks ``P`` steps of ``P`` hosts);
+        under a sliding window each distinct cell (``Schedule.cell_key``) gets its calls."""
+        if getattr(schedule, "sliding_window", None) is not None:
+            return self._window_cells(schedule, s, cell, tag)
         if getattr(schedule, "by_relation", False):  # (a double ring's rounds are not)
             values = [0.0, 0.0, 0.0]
             for relation in schedule.relations_at(s):
@@ -202,35 +223,69 @@ class StepModel:
         ]
         return np.asarray(values, dtype=float)[inverse.reshape(-1)]
 
+    def _window_cells(self, schedule, s: int, cell, tag: tuple) -> np.ndarray:
+        """``_per_cell`` under a sliding window: a live cell's calls are the layout's
+        windowed calls of its pair of hosts (``Schedule.cell_calls``), or, where it has none
+        (no runs, packed documents), the masked call over the tiles the window leaves."""
+        q_hosts, kv_hosts = schedule.pairs_at(s)
+        kind, work = schedule.kind_at(s), np.round(schedule.work_at(s), 12)
+        relation = np.sign(kv_hosts - q_hosts)
+        keys = schedule.cell_key(q_hosts, kv_hosts)
+        out = np.zeros(len(q_hosts))
+        live = np.flatnonzero(kind != BlockKind.SKIP)
+        _, first, inverse = np.unique(keys[live], return_index=True, return_inverse=True)
+        values = []
+        for i in live[first]:
+            calls = schedule.cell_calls(q_hosts[i], kv_hosts[i])
+            if calls is None:
+                calls = _calls(self.call(int(kind[i]), int(relation[i]), float(work[i])))
+            values.append(self._value(schedule.pass_, ("window", calls), tag, cell))
+        out[live] = np.asarray(values, dtype=float)[inverse.reshape(-1)]
+        skipped = kind == BlockKind.SKIP
+        if skipped.any():
+            out[skipped] = self._value(schedule.pass_, ("window", ()), tag, cell)
+        return out
+
     def _value(self, pass_: str, key: tuple, tag: tuple, cell) -> float:
         full_key = (pass_, *key, *tag)
         if full_key not in self.cache:
-            self.cache[full_key] = cell(*key)
+            if key and key[0] == "window":
+                self.cache[full_key] = cell(key[1])
+            else:
+                self.cache[full_key] = cell(_calls(self.call(*key)))
         return self.cache[full_key]
 
     def call(self, kind: int, relation: int, work: float) -> KernelCall | None:
-        """``(q, k, mask, visible, sliced)`` of the call a host makes, or ``None`` (skipped):
-        the layout's answer (``Layout.step_call``)."""
+        """``(q, k, mask, visible, sliced, band)`` of the call a host makes, or ``None``
+        (skipped): the layout's answer (``Layout.step_call``)."""
         cfg = self.config
-        documents = cfg.run.segment_ids is not None
+        documents = cfg.run.segment_ids is not None or cfg.run.sliding_window is not None
         layout = get_layout(cfg.run.layout)
         return layout.step_call(
             kind, relation, work, cfg.block_tokens, causal=cfg.run.causal, documents=documents
         )
 
     def _cell(self, pass_: str, kind, relation, work, first: bool, last: bool) -> float:
+        """Seconds of one host's step on a block of ``kind``, ``relation``, ``work``."""
+        return self._calls_cell(pass_, _calls(self.call(kind, relation, work)), first, last)
+
+    def _calls_cell(
+        self, pass_: str, calls: tuple[KernelCall, ...], first: bool, last: bool
+    ) -> float:
+        """Seconds of one host's step that makes ``calls`` (none: it skips its block), each
+        merged (forward) or accumulated (backward) in turn."""
         cfg, fam = self.config, self.family
         hbm, shape = cfg.machine.hardware.memory_bandwidth, cfg.shape
-        call = self.call(kind, relation, work)
         total = 0.0
-        if call is not None:
-            q, k, mask, visible, sliced = call
-            total += self.calls.seconds(pass_, q, k, mask, visible)
+        for i, call in enumerate(calls):
+            q, k, sliced = call.q_tokens, call.k_tokens, call.sliced
+            total += self.call_seconds(pass_, call)
+            opening = first and i == 0
             if pass_ == Pass.FORWARD:
-                op = "first" if first else ("slice" if sliced else "merge")
+                op = "first" if opening else ("slice" if sliced else "merge")
                 total += merge_seconds(fam, hbm, shape, op=op, rows=q)
             else:
-                op = "first" if first else "accumulate"
+                op = "first" if opening else "accumulate"
                 total += grad_seconds(fam, hbm, shape, op=op, q_rows=q, kv_rows=k)
                 total += gqa_backward_seconds(fam, hbm, shape, kv_rows=k)
         c = cfg.block_tokens
@@ -240,6 +295,6 @@ class StepModel:
             else:
                 total += grad_seconds(fam, hbm, shape, op="final", q_rows=c, kv_rows=c)
         if self.host_call_s and cfg.run.hosts > 1:  # the host issues the step's calls
-            calls = host_calls(pass_, call, c, first=first, last=last)
-            total = max(total, calls * self.host_call_s)
+            count = host_calls(pass_, calls, c, first=first, last=last)
+            total = max(total, count * self.host_call_s)
         return total

@@ -46,13 +46,13 @@ class _Phase:
 
     @property
     def rows(self) -> int:
-        return len(self.names) if self.schedule is None else self.schedule.steps
+        return len(self.names) if self.schedule is None else len(self.schedule.ring_steps)
 
     @property
     def labels(self) -> list[str]:
         if self.schedule is None:
             return self.names
-        return [f"{self.names[0]}{s}" for s in range(self.rows)]
+        return [f"{self.names[0]}{s}" for s in self.schedule.ring_steps]
 
 
 def _ring_phase(schedule: Schedule, prefix: str) -> _Phase:
@@ -166,8 +166,8 @@ def simulate(
                 if config.machine.hardware.pass_overhead_s:
                     ready = ready + config.machine.hardware.pass_overhead_s / costs.clock.speed
                 ready, sent = _ring(engine, schedule, costs, config.run.overlap, ready, rec)
-                if schedule.pass_ == Pass.BACKWARD and P > 1:  # dk, dv must be home before use
-                    ready = np.maximum(ready, sent[schedule.recv_from])
+                if schedule.pass_ == Pass.BACKWARD and sent is not None:  # dk, dv home first
+                    ready = np.maximum(ready, sent[schedule.recv_from_at(schedule.ring_steps[-1])])
         stats = rec.stats()
     check_finite_makespan(config, stats.makespan)
     result = SimResult(config, None, schedule, costs.flops_total, engine, stats)
@@ -192,9 +192,10 @@ def _ring(engine: str, schedule: Schedule, costs: Costs, overlap: bool, ready, r
     """One ring pass from ``ready`` ``(P,)``, its rows into ``rec``; returns when each host
     finished computing its last step, and when its last message arrived (``None``: none)."""
     last = {}
+    hops = iter([schedule.hops_after(s) or 1 for s in schedule.ring_steps])
 
     def emit(cs, ce, ss=None, se=None, ks=None, ke=None):
-        rec.row(cs, ce, ss, se, ks, ke)
+        rec.row(cs, ce, ss, se, ks, ke, hops=next(hops))
         last["ce"], last["se"] = ce, se
 
     link_free = rec.link_free.copy()  # the links finish earlier phases' messages first

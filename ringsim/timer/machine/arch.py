@@ -94,6 +94,7 @@ ADA = Arch(
     "L20 (AD102): 11,776 CUDA cores = 92 SMs of 128 (vendor spec pages, technical.city, "
     "topcpu.net), compute capability 8.9, fp8 tensor cores (NVIDIA Ada GPU architecture "
     "whitepaper)",
+    attention_kernels=("fa2",),
 )
 BLACKWELL = Arch(
     "blackwell",

@@ -32,6 +32,17 @@ LOOPS = ("keys", "queries")
 _FA2_A100 = "FlashAttention-2 paper (arXiv 2307.08691) Fig. 4, A100 80GB SXM4, fwd+bwd"
 _FA3_FIG5 = "FlashAttention-3 paper (arXiv 2407.08608) Fig. 5, H100 80GB SXM5, bf16 forward"
 _FA3_FIG6 = "FlashAttention-3 paper Fig. 6, H100 80GB SXM5, bf16 backward (non-causal only)"
+_FA2_ADA = (
+    "apache/tvm @ bd6f957 tl_doc/flash_perf.md: Dao-AILab flash_attn on an RTX 4090 (AD102, "
+    "sm_89), CUDA 12.2, seq 2K, fp16 inputs with fp32 accumulation (the 'Flash_attn' column), "
+    "over the 4090's fp32-accumulate dense peak, 165.2 TFLOP/s (NVIDIA Ada GPU architecture "
+    "whitepaper); the L20 (the same AD102 SMs, 119.5 TFLOP/s) runs one kernel at the 4090's "
+    "share of peak: FFPA L1 (fp32 accumulation) 99 vs 136 TFLOP/s, 0.73 against peaks 0.72 "
+    "(xlite-dev/ffpa-attn @ 0080933 README, D = 320). One length only: no short-row term "
+    "(keys_half 0: the 2K rate as the asymptote), the causal call's whole loss in causal_factor; "
+    "the 4090 ran above its rated 2.52 GHz boost, hence fractions above 1"
+)
+_ADA_PEAK = 165.2e12
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,9 @@ class KernelFamily:
     prediction); ``lone_cta_speed`` the rate of a CTA alone on an SM that could hold
     ``ctas_per_sm`` of them, relative to the SM's rate when full (a ``Range``). The host's side
     of a Python ring loop: ``host_call_s`` seconds per PyTorch call (a ``Range``; ``None``: no
-    host model), the calls per step counted in ``ringsim.timer.engine.ring_steps``."""
+    host model), the calls per step counted in ``ringsim.timer.engine.ring_steps``.
+    ``window_masks_every_tile``: the passes whose sliding-window calls mask every tile they
+    visit, not only those the window's edges cut (``kernel_model``'s ``"window"`` mask)."""
 
     name: str
     description: str
@@ -133,6 +146,7 @@ class KernelFamily:
     lone_cta_speed: Range | None = None
     host_call_s: Range | None = None
     grad_wire_dtype: str | None = None
+    window_masks_every_tile: tuple[str, ...] = ()
 
     def __hash__(self) -> int:  # the generated hash would hash the curves dict
         return hash((self.name, self.tile, self.call_overhead_s, self.merge))
@@ -275,6 +289,22 @@ FA2 = KernelFamily(
             f"{_FA3_FIG6}, FA2 series: hd128 214..322 TFLOP/s; masked terms from the FA2 "
             "repository's H100 fwd+bwd figure (causal hd128 163..328)",
         ),
+        ("ada", "forward"): Curve(
+            169.28e12 / _ADA_PEAK,
+            0.0,
+            1.0,
+            151.19 / 169.28,
+            _hd(d32=159.79 / 169.28, d64=168.91 / 169.28, d256=156.15 / 169.28),
+            f"{_FA2_ADA}: forward hd128 169.28 non-causal, 151.19 causal",
+        ),
+        ("ada", "backward"): Curve(
+            124.57e12 / _ADA_PEAK,
+            0.0,
+            1.0,
+            99.23 / 124.57,
+            _hd(d32=115.12 / 124.57, d64=124.81 / 124.57),
+            f"{_FA2_ADA}: backward hd128 124.57 non-causal, 99.23 causal",
+        ),
         ("ampere", "forward"): Curve(
             230e12 / _AMPERE,
             186,
@@ -310,6 +340,10 @@ FA2 = KernelFamily(
     # zhuzilin/ring-flash-attention @8996282: dk, dv accumulate in fp32 and travel so
     # (zigzag/stripe/ring backward: dk = dk_buffer.to(float32); d_kv_comm.send_recv_kv(dk, dv))
     grad_wire_dtype="fp32",
+    # Dao-AILab/flash-attention @0251105a: the forward's unmasked loop still applies the mask
+    # under a window (csrc/flash_attn/src/mask.h: Need_masking = ... || Is_local); the
+    # backward masks only the tiles the window's edges cut (flash_bwd_kernel.h, Is_local)
+    window_masks_every_tile=("forward",),
 )
 
 FA3 = KernelFamily(

@@ -95,7 +95,11 @@ class Hardware:
     bytes/s NCCL's send/recv achieves between two of them (a ``Range``, or ``None``: not
     measured, the link kind's efficiency applies), ``sustained_clock`` the clock a training step
     holds under its power cap over the clock its peaks are quoted at (a ``Range``, or ``None``:
-    not sourced for it; ``ringsim.timer.step.uncertainty`` says what a step assumes then).
+    not sourced for it; ``ringsim.timer.step.uncertainty`` says what a step assumes then),
+    ``saturated_matmul`` per GEMM dtype (``bf16``, ``fp8``; fp16 reads bf16's) the rate a dense
+    matmul holds once it has pulled the device to its power limit over its rate in a short
+    burst, the regime single-kernel GEMM benchmarks run in (a ``Range``; none: not measured,
+    a step's GEMMs run at their benchmarks' rates).
     ``device`` names the product a profile was measured on, ``saved`` when it was written (both
     empty for a preset)."""
 
@@ -116,6 +120,7 @@ class Hardware:
     link: LinkModel = IDEAL
     p2p_bandwidth: Range | None = None
     sustained_clock: Range | None = None
+    saturated_matmul: dict[str, Range] = field(default_factory=dict)
     device: str = ""
     saved: str = field(default="", compare=False)  # when, not what: two saves are one device
 
@@ -124,6 +129,7 @@ class Hardware:
         object.__setattr__(self, "link", get_link(self.link))
         for name in ("p2p_bandwidth", "sustained_clock"):
             object.__setattr__(self, name, _range_or_none(name, getattr(self, name)))
+        object.__setattr__(self, "saturated_matmul", _matmul_ranges(self.saturated_matmul))
         for text in ("name", "source", "device", "saved"):
             if not isinstance(getattr(self, text), str):
                 raise ValueError(f"{text} must be a string, got {getattr(self, text)!r}")
@@ -193,6 +199,26 @@ def _range_or_none(name: str, value: object) -> Range | None:
     return value
 
 
+SATURATED_MATMUL_DTYPES = ("bf16", "fp8")
+
+
+def _matmul_ranges(value: object) -> dict[str, Range]:
+    """``saturated_matmul`` as ``{dtype: Range}`` (a file writes each range as a dict)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"saturated_matmul must be a dict dtype -> Range, got {value!r}")
+    out = {}
+    for dtype, r in value.items():
+        if dtype not in SATURATED_MATMUL_DTYPES:
+            raise ValueError(
+                f"saturated_matmul: dtype must be one of {', '.join(SATURATED_MATMUL_DTYPES)}, "
+                f"got {dtype!r}"
+            )
+        out[dtype] = _range_or_none(f"saturated_matmul[{dtype!r}]", r)
+        if out[dtype] is None:
+            raise ValueError(f"saturated_matmul[{dtype!r}] must be a Range, got None")
+    return out
+
+
 def dense(bf16: float, fp32: float) -> dict[str, float]:
     """Peak dense FLOP/s per dtype of a GPU whose fp16 tensor-core rate equals its bf16 one."""
     return {"bf16": bf16, "fp16": bf16, "fp32": fp32}
@@ -220,18 +246,52 @@ _HOPPER_P2P = (
 HOPPER_P2P = Range(80e9, middle(80e9, 180e9), 180e9, "low", _HOPPER_P2P)
 """Achieved NCCL send/recv bytes/s between two NVLink4 Hoppers (H100, H200)."""
 
+MSMF_SOURCE = (
+    "stas00/ml-engineering compute/accelerator/README.md @ 082816f (branch fast-mamf, 'faster "
+    "mamf, plus msmf', 2026-08-10), MAMF and MSMF tables of mamf-finder.py: MAMF a short burst "
+    "at the boost clock, MSMF the rate once the GPU draws its TDP and the clock has settled, "
+    "'the number that matches sustained training throughput'"
+)
+_BURST = (
+    "high end: the benchmark's own rate, had it already run saturated (a GEMM sweep prints no "
+    "clock); the Hopper sweeps ran in the burst regime: their tops (bf16 766, fp8 1,523 "
+    "TFLOP/s) reach cuBLAS's burst MAMF on H100 SXM (794.5, 1,402.6), which a saturated H100 "
+    "(0.842 x 794.5 = 669) cannot, so the point is the measured burst-to-saturated ratio"
+)
+
+
+def _saturated(msmf: float, mamf: float, what: str) -> Range:
+    return Range(msmf / mamf, msmf / mamf, 1.0, "low", f"{MSMF_SOURCE}: {what}; {_BURST}")
+
+
+GH100_SATURATED = {
+    "bf16": _saturated(
+        708.5,
+        841.9,
+        "H200 SXM, the H100 SXM's GH100 die at the same 700 W: bf16 MAMF 841.9 TFLOP/s (~176 W "
+        "at 1980 MHz), MSMF 708.5 (~693 W at 1465 MHz)",
+    ),
+    "fp8": _saturated(
+        1288.7,
+        1491.9,
+        "H200 SXM, the H100 SXM's GH100 die at the same 700 W: fp8 MAMF 1,491.9 TFLOP/s (~172 W "
+        "at 1980 MHz), MSMF 1,288.7 (~693 W at 1374 MHz)",
+    ),
+}
+"""A dense matmul's saturated over burst rate on a 700 W GH100 (H100, H800, H200 SXM)."""
+
 H100_SXM_CLOCK = Range(
-    1.59 / 1.83,
+    GH100_SATURATED["bf16"].low,
     1.0,
     1.0,
     "low",
-    "estimate: a training step's sustained clock over the clock the H100 SXM's dense tensor "
-    "peaks are quoted at (989.4 TFLOP/s bf16 = 528 tensor cores x 1,024 FLOP x 1.83 GHz; "
-    "NVIDIA H100 datasheet peaks; G. Lockwood's H100 notes, glennklockwood.com/garden/"
-    "processors/h100: '1.83 GHz (low precision)'). High end and point: the clock the published "
-    "GEMM and attention benchmarks ran at (no source gives a lower sustained clock for a "
-    "training step); low end: the base clock, the floor under the 700 W cap (TechPowerUp GPU "
-    "database, H100 SXM5 80 GB: base 1,590 MHz, boost 1,980 MHz)",
+    "the clock a training step's attention kernels hold over the clock their benchmarks ran at "
+    "(the H100 SXM's dense peaks are quoted at 1.83 GHz: 528 tensor cores x 1,024 FLOP; "
+    "G. Lockwood's H100 notes, glennklockwood.com/garden/processors/h100). High end and point: "
+    "the benchmarks' own clock (no source measures an attention kernel's power draw in a "
+    "step); low end: a kernel that draws the full 700 W, as a dense matmul does, holds 0.842 "
+    f"of its burst rate ({MSMF_SOURCE}: H200 SXM bf16 MSMF 708.5 / MAMF 841.9 TFLOP/s, the "
+    "clock settled at 1465 MHz, below the 1,590 MHz base clock once taken as the floor)",
 )
 """The H100 SXM's sustained clock over its quoted one (``Hardware.sustained_clock``)."""
 
@@ -284,6 +344,7 @@ _BUILTIN = [
         link_latency=5e-6,
         p2p_bandwidth=HOPPER_P2P,
         sustained_clock=H100_SXM_CLOCK,
+        saturated_matmul=GH100_SATURATED,
         source="H100 SXM 80GB: 989 TFLOP/s dense bf16, 67 fp32 (NVIDIA datasheet); NVLink4 900 "
         "GB/s total = 450 GB/s per direction; ~5 us p2p latency"
         "; memory 81559 MiB, as nvidia-smi reports it",
@@ -298,6 +359,7 @@ _BUILTIN = [
         link_bandwidth=450e9,
         link_latency=5e-6,
         p2p_bandwidth=replace(HOPPER_P2P, source=f"{_HOPPER_P2P}; NVLink4 as the H100's"),
+        saturated_matmul=GH100_SATURATED,
         source="H200 SXM 141GB: 989 TFLOP/s dense bf16 (same GH100 die as H100), HBM3e 4.8 TB/s "
         "(datasheet); NVLink4 450 GB/s per direction; ~5 us p2p latency"
         "; memory 143771 MiB, as nvidia-smi reports it",
@@ -311,6 +373,7 @@ _BUILTIN = [
         link=INFINIBAND,
         link_bandwidth=50e9,
         link_latency=5e-6,
+        saturated_matmul=GH100_SATURATED,
         source="H200 SXM 141GB: 989 TFLOP/s dense bf16 (datasheet); one ConnectX-7 NDR 400 Gb/s "
         "= 50 GB/s per GPU per direction; ~5 us latency"
         "; memory 143771 MiB, as nvidia-smi reports it",
@@ -332,6 +395,7 @@ _BUILTIN = [
             f"{_HOPPER_P2P}; the high end capped by the H800's link: ~160 of 200 GB/s one-way "
             "measured by DeepSeek (deepseek-ai/DeepSeek-V3#28)",
         ),
+        saturated_matmul=GH100_SATURATED,
         source="H800 SXM 80GB: the H100 SXM die, 989 TFLOP/s dense bf16, HBM3 3.35 TB/s; NVLink "
         "cut to 400 GB/s total = 200 GB/s per direction (DeepEP issue #16 and DeepSeek-V3 issue "
         "#28, maintainers; DeepSeek measures ~160 GB/s one-way); ~5 us p2p latency"
@@ -346,6 +410,20 @@ _BUILTIN = [
         link=NVLINK,
         link_bandwidth=900e9,
         link_latency=5e-6,
+        saturated_matmul={
+            "bf16": _saturated(
+                1456.3,
+                1770.9,
+                "B200 SXM at 1000 W: bf16 MAMF 1,770.9 TFLOP/s (~295 W at 1965 MHz), MSMF "
+                "1,456.3 (~994 W at 1339 MHz)",
+            ),
+            "fp8": _saturated(
+                2795.7,
+                3435.2,
+                "B200 SXM at 1000 W: fp8 MAMF 3,435.2 TFLOP/s (~287 W at 1965 MHz), MSMF "
+                "2,795.7 (~990 W at 1331 MHz)",
+            ),
+        },
         source="B200 SXM (HGX, 1000 W): 2.25 PFLOP/s dense bf16/fp16, 80 TFLOP/s fp32 (NVIDIA "
         "HGX B200 specifications, as tabulated at glennklockwood.com/garden/processors/B200); "
         "DGX B200: 1,440 GB HBM3e at 64 TB/s for 8 GPUs = 180 GB and 8 TB/s each (NVIDIA DGX B200 "

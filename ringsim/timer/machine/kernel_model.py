@@ -45,7 +45,21 @@ Mask names (``MASKS``), for a call of ``q`` query rows against ``k`` keys:
 * ``"zigzag-half"``: a zigzag ring's off-diagonal step, which real implementations run as one
   *unmasked* half-block call (``c x c/2`` or ``c/2 x c``): the tiles of ``"full"``;
 * ``"documents"``: packed documents; pass ``visible`` (the fraction of pairs computed): the
-  kernel visits ``ceil(visible x tiles)`` tiles, all of them masked (the boundary is unknown).
+  kernel visits ``ceil(visible x tiles)`` tiles, all of them masked (the boundary is unknown);
+* ``"window"``: a sliding window's band; pass ``band = (lo, hi)``: row ``r`` sees keys
+  ``r + lo`` to ``r + hi`` (``ringsim.layouts.band_call``). A flash kernel visits only the
+  key tiles the band reaches: FA2's forward loops ``n_block`` from ``n_block_max - 1`` down to
+  ``n_block_min``, ``n_block_min = max(0, (m_block M + seqlen_k - seqlen_q - left) / N)``,
+  ``n_block_max = min(ceil(seqlen_k / N), ceil(((m_block + 1) M + seqlen_k - seqlen_q +
+  right) / N))`` (Dao-AILab/flash-attention ``csrc/flash_attn/src/flash_fwd_kernel.h`` at
+  0251105a; ``lo = seqlen_k - seqlen_q - left``, ``hi = seqlen_k - seqlen_q + right``); its
+  backward loops ``m_block`` the same way over a key tile's query tiles
+  (``flash_bwd_kernel.h``), and FA3 computes both bounds alike (``hopper/block.h``,
+  ``get_n_block_min_max``, ``get_m_block_min_max``). Which visited tiles pay the mask is the
+  family's (``KernelFamily.window_masks_every_tile``): FA2's forward applies the local mask
+  to every tile it visits (``mask.h``: ``Need_masking`` holds whenever ``Is_local``), its
+  backward and FA3 only to the tiles the band's edges cut. A window call is not a causal one
+  (no ``causal_factor``: its rows carry about equal work).
 """
 
 from __future__ import annotations
@@ -86,9 +100,10 @@ __all__ = [
     "decode_call_seconds",
     "kind_rate",
     "tile_work",
+    "visible_fraction",
 ]
 
-MASKS = ("full", "causal-diagonal", "offset-causal", "zigzag-half", "documents")
+MASKS = ("full", "causal-diagonal", "offset-causal", "zigzag-half", "documents", "window")
 
 #: Achieved fraction of peak HBM bandwidth for streaming kernels (estimate: STREAM-like copies
 #: reach ~90% of the datasheet rate on A100/H100; not fitted to any ring measurement).
@@ -119,18 +134,50 @@ def tile_work(
     visible: float | None,
     *,
     uneven_mask: bool = False,
+    band: tuple[int, int] | None = None,
+    mask_every_tile: bool = False,
 ) -> TileWork:
     """Tiles of an ``(M, N)``-tiled call of ``q`` queries on ``k`` keys under ``mask``;
     ``uneven_mask``: a causal query tile masks one more key tile when ``q`` or ``k`` is not a
-    multiple of the tile (FA2's forward off its even-M/N path)."""
-    full, masked = _row_tiles(q, k, mask, tile, visible, uneven_mask)
+    multiple of the tile (FA2's forward off its even-M/N path); ``band`` a ``"window"`` call's,
+    ``mask_every_tile``: every tile it visits is masked (FA2's forward)."""
+    full, masked = _row_tiles(q, k, mask, tile, visible, uneven_mask, band, mask_every_tile)
     return TileWork(float(full.sum()), float(masked.sum()), int(full.size))
 
 
-def _row_tiles(q, k, mask, tile, visible, uneven_mask=False) -> tuple[np.ndarray, np.ndarray]:
+def _band_tiles(
+    n_loop: int, n_in: int, loop_tile: int, in_tile: int, lo: int, hi: int, every: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(full, masked)`` ``(ceil(n_loop / loop_tile),)``: for each tile of the looped-over
+    side (its indices ``[first, first + loop_tile)``), the tiles of the other side (``n_in``
+    indices, ``in_tile`` each) whose index ``t`` some row ``r`` of it reaches with
+    ``r + lo <= t <= r + hi``: flash-attn's ``n_block_min``/``n_block_max`` (the module
+    docstring), and of those the tiles every row sees whole. ``every``: all are masked."""
+    first = np.arange(-(-n_loop // loop_tile), dtype=np.int64) * loop_tile
+    last = np.minimum(first + loop_tile, n_loop) - 1
+    n_in_tiles = -(-n_in // in_tile)
+    low = np.maximum(0, (first + lo) // in_tile)
+    high = np.minimum(n_in_tiles, -(-(first + loop_tile + hi) // in_tile))
+    visited = np.maximum(high - low, 0)
+    if every:
+        return np.zeros(len(first)), visited.astype(float)
+    whole_low = np.maximum(low, -(-(last + lo) // in_tile))  # starts at or after every row's
+    ends = first + hi + 1  # one past the last index every row sees
+    whole_high = np.minimum(high, ends // in_tile)  # tiles ending by then
+    whole_high = np.where(ends >= n_in, high, whole_high)  # the short last tile, if reached
+    whole = np.clip(whole_high - whole_low, 0, visited)
+    return whole.astype(float), (visited - whole).astype(float)
+
+
+def _row_tiles(
+    q, k, mask, tile, visible, uneven_mask=False, band=None, every=False
+) -> tuple[np.ndarray, np.ndarray]:
     """``(full, masked)`` ``(ceil(q / M),)`` key tiles each query tile visits."""
     M, N = tile
     nq, nk = -(-q // M), -(-k // N)
+    if mask == "window":
+        lo, hi = _check_band(band)
+        return _band_tiles(q, k, M, N, lo, hi, every)
     if mask in ("full", "zigzag-half"):
         return np.full(nq, float(nk)), np.zeros(nq)
     if mask == "documents":
@@ -150,11 +197,16 @@ def _row_tiles(q, k, mask, tile, visible, uneven_mask=False) -> tuple[np.ndarray
     return full, masked
 
 
-def _column_tiles(q, k, mask, tile, visible) -> tuple[np.ndarray, np.ndarray]:
+def _column_tiles(
+    q, k, mask, tile, visible, band=None, every=False
+) -> tuple[np.ndarray, np.ndarray]:
     """``(full, masked)`` ``(ceil(k / N),)`` query tiles each key tile visits (a backward CTA's
     loop): query row ``r`` sees key ``j`` iff ``j <= r + shift``."""
     M, N = tile
     nq, nk = -(-q // M), -(-k // N)
+    if mask == "window":  # key t is seen by rows t - hi to t - lo
+        lo, hi = _check_band(band)
+        return _band_tiles(k, q, N, M, -hi, -lo, every)
     if mask in ("full", "zigzag-half"):
         return np.full(nk, float(nq)), np.zeros(nk)
     if mask == "documents":
@@ -180,17 +232,21 @@ def cta_lengths(
     curve: Curve | _Terms,
     *,
     pass_: str = "forward",
+    band: tuple[int, int] | None = None,
+    mask_every_tile: bool = False,
 ) -> np.ndarray:
     """Work of each CTA of one (batch, head) of a call, in full tiles of ``launch.tile``: its
     visible tiles (a masked one ``1 / masked_speed``) and its fixed cost, ``keys_half`` rows of
-    the looped dimension."""
+    the looped dimension. ``band``, ``mask_every_tile``: a ``"window"`` call's
+    (``tile_work``)."""
     M, N = launch.tile
+    every = mask_every_tile
     if launch.loop == "keys":
         uneven = pass_ == Pass.FORWARD and mask in ("causal-diagonal", "offset-causal")
-        full, masked = _row_tiles(q, k, mask, launch.tile, visible, uneven)
+        full, masked = _row_tiles(q, k, mask, launch.tile, visible, uneven, band, every)
         fixed = curve.keys_half / N
     else:
-        full, masked = _column_tiles(q, k, mask, launch.tile, visible)
+        full, masked = _column_tiles(q, k, mask, launch.tile, visible, band, every)
         fixed = curve.keys_half / M
     busy = (full + masked) > 0
     return np.where(busy, full + masked / curve.masked_speed + fixed, 0.0)
@@ -387,9 +443,11 @@ def attention_call_seconds(
     visible: float | None = None,
     peak: float | None = None,
     lone_cta_speed: str | float = "point",
+    band: tuple[int, int] | None = None,
 ) -> float:
     """Seconds of one attention call (see the module docstring for the terms and masks): the
-    API's edge, its shape given field by field (``call_seconds`` takes an ``AttentionShape``).
+    API's edge, its shape given field by field (``call_seconds`` takes an ``AttentionShape``;
+    ``band``: a ``"window"`` call's).
 
     ``tile=(M, N)`` overrides the family's tile (of both passes); ``visible`` is the fraction
     of pairs computed (``"documents"`` needs it; for ``"ideal"`` it replaces the mask's own
@@ -413,6 +471,7 @@ def attention_call_seconds(
         visible=visible,
         peak=peak,
         lone_cta_speed=lone_cta_speed,
+        band=band,
     )
 
 
@@ -429,12 +488,17 @@ def call_seconds(
     visible: float | None = None,
     peak: float | None = None,
     lone_cta_speed: str | float = "point",
+    band: tuple[int, int] | None = None,
 ) -> float:
     """Seconds of one call of ``q_tokens`` queries on ``k_tokens`` keys of the layer ``shape``
-    (``attention_call_seconds`` says the rest)."""
+    (``attention_call_seconds`` says the rest; ``band``: a ``"window"`` call's)."""
     check_instance("hardware", hardware, Hardware, "a Hardware (ringsim.get_hardware(name))")
     family = for_hardware(get_family(family), hardware)
     _check_call(family, q_tokens, k_tokens, shape, pass_, mask)
+    if mask == "window":
+        band = _check_band(band)
+    elif band is not None:
+        raise ValueError(f"band is for mask 'window' only, got band={band!r} with mask {mask!r}")
     if peak is None:
         rate = hardware.flops_for(shape.dtype)
     else:
@@ -456,12 +520,24 @@ def call_seconds(
         visible,
         rate,
         lone_cta_speed,
+        band,
     )
 
 
 @functools.lru_cache(maxsize=2**16)
 def _call_seconds(
-    family, hardware, shape, q_tokens, k_tokens, pass_, mask, tile, visible, rate, lone_cta_speed
+    family,
+    hardware,
+    shape,
+    q_tokens,
+    k_tokens,
+    pass_,
+    mask,
+    tile,
+    visible,
+    rate,
+    lone_cta_speed,
+    band,
 ) -> float:
     """``call_seconds`` of checked arguments, remembered: a planner's configurations run many
     of the same calls (the same heads per GPU, block and mask under another strategy or
@@ -469,19 +545,30 @@ def _call_seconds(
     head_dim = shape.head_dim
     if family.ideal:
         if visible is None:
-            visible = _visible_fraction(q_tokens, k_tokens, mask)
+            visible = visible_fraction(q_tokens, k_tokens, mask, band)
         return shape.flops(q_tokens, k_tokens, work=visible, pass_=pass_) / rate
     curve = family.curve(hardware, pass_)
     if family.calibrated:  # HostClock.block's calibrated rule
         if visible is None:
-            visible = _visible_fraction(q_tokens, k_tokens, mask)
+            visible = visible_fraction(q_tokens, k_tokens, mask, band)
         flops = shape.flops(q_tokens, k_tokens, work=visible, pass_=pass_)
         masked = curve.masked_speed if mask != "full" and mask != "zigzag-half" else 1.0
         return family.call_overhead_s + flops / (rate * masked)
     launch = family.launch(hardware, pass_)
     if tile is not None:
         launch = Launch(tile, launch.loop, launch.ctas_per_sm, launch.longest_first)
-    one = cta_lengths(q_tokens, k_tokens, mask, launch, visible, curve, pass_=pass_)
+    every = pass_ in family.window_masks_every_tile
+    one = cta_lengths(
+        q_tokens,
+        k_tokens,
+        mask,
+        launch,
+        visible,
+        curve,
+        pass_=pass_,
+        band=band,
+        mask_every_tile=every,
+    )
     M, N = launch.tile
     tile_flops = attention_flops(M, N, 1, head_dim, pass_=pass_)
     tile_rate = rate * curve.fraction * curve.head_dim_factor(head_dim)
@@ -606,8 +693,24 @@ def _check_tile(tile: object) -> tuple[int, int]:
     return check_positive_int("tile M", tile[0]), check_positive_int("tile N", tile[1])
 
 
-def _visible_fraction(q: int, k: int, mask: str) -> float:
+def _check_band(band: object) -> tuple[int, int]:
+    """A ``"window"`` call's ``band``: integers ``(lo, hi)`` with ``lo <= hi``."""
+    ok = isinstance(band, tuple) and len(band) == 2
+    ok = ok and all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in band)
+    if not ok or band[0] > band[1]:
+        raise ValueError(
+            f"band must be (lo, hi), integers with lo <= hi, for mask 'window', got {band!r}"
+        )
+    return int(band[0]), int(band[1])
+
+
+def visible_fraction(q: int, k: int, mask: str, band: tuple[int, int] | None = None) -> float:
     """Exact fraction of the ``q x k`` pairs a mask leaves visible."""
+    if mask == "window":
+        lo, hi = _check_band(band)
+        rows = np.arange(q, dtype=np.int64)
+        seen = np.clip(np.minimum(rows + hi, k - 1) - np.maximum(rows + lo, 0) + 1, 0, k).sum()
+        return float(seen) / (q * k)
     if mask in ("full", "zigzag-half"):
         return 1.0
     if mask == "documents":

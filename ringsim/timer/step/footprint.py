@@ -44,7 +44,7 @@ from ringsim.timer.step.frameworks import default_framework, get_framework
 from ringsim.timer.step.models import ModelSpec
 from ringsim.timer.step.parallel import Parallel
 from ringsim.timer.step.recompute import get_recompute
-from ringsim.timer.step.training import heads_per_gpu, stage_params
+from ringsim.timer.step.training import heads_per_gpu, stage_layers, stage_params
 
 OPTIMIZER_BYTES = 12
 """fp32 master weights and Adam's two fp32 moments, per parameter."""
@@ -131,6 +131,25 @@ def in_flight(par: Parallel, micro_batches: int) -> float:
     return chunks / v
 
 
+def first_stage_layer_batches(model: ModelSpec, par: Parallel, micro_batches: int) -> float:
+    """Layers times micro-batches whose activations the first pipeline stage holds at its peak
+    (``in_flight`` stages' worth of its ``L / pp`` layers). With balanced stages
+    (``Parallel.balanced_stages``) the first stage's first chunk gives one layer up to the
+    embedding (Llama 3 Sec. 3.3.2: 'the first model chunk on the first stage has only the
+    embedding'): the warm-up runs each chunk on ``pp`` micro-batches in turn (Megatron-LM's
+    interleaved order, ``in_flight``), and every one of those the first chunk runs holds a
+    layer fewer."""
+    first, middle, _ = stage_layers(model, par)
+    if par.pp == 1 or not par.balanced_stages:
+        return first * in_flight(par, micro_batches)
+    pp, v = par.pp, par.virtual_stages
+    if v == 1:
+        return first * min(micro_batches, pp)
+    chunks = min(2 * (pp - 1) + (v - 1) * pp + 1, micro_batches * v)
+    firsts = sum(1 for k in range(chunks) if (k // pp) % v == 0)
+    return chunks * middle / v - firsts
+
+
 def step_bytes(
     model: ModelSpec,
     par: Parallel,
@@ -141,9 +160,8 @@ def step_bytes(
     """Bytes on the fullest GPU by component (module docstring); ``attention_bytes`` is the
     strategy's working set on one GPU (backward pass)."""
     tp, n = par.tp, par.shard_group
-    params = stage_params(model, par.pp)
-    layers = model.layers / par.pp
-    linear = layers * (model.layer_params - 2 * model.d_model)
+    params = stage_params(model, par)
+    linear = stage_layers(model, par)[1] * (model.layer_params - 2 * model.d_model)
     tokens = par.micro_batch * seq_len / par.cp
     e, grad = par.element_bytes, par.grad_bytes
     gathered = 2 * e * model.layer_params / tp
@@ -159,11 +177,12 @@ def step_bytes(
         out["gradients"] = grad * params / (tp * n)
         out["gathered"] = gathered + grad * model.layer_params / tp
     per_layer = activation_bytes_per_token(model, par) * tokens
-    first = per_layer * layers * in_flight(par, micro_batches)
+    first = per_layer * first_stage_layer_batches(model, par, micro_batches)
     logit_tokens = min(tokens, BLOCKWISE_CHUNK) if par.blockwise else tokens
     logits = (e + SOFTMAX_BYTES) * logit_tokens * model.vocab / tp
-    last = per_layer * layers + logits
-    out["activations"] = first if par.pp > 1 and first >= last else per_layer * layers
+    last_layers = stage_layers(model, par)[2]
+    last = per_layer * last_layers + logits
+    out["activations"] = first if par.pp > 1 and first >= last else per_layer * last_layers
     out["logits"] = 0.0 if par.pp > 1 and first >= last else logits
     rebuilt = rebuilt_bytes_per_token(model, par) * tokens
     if par.blockwise:  # the MLP intermediate is rebuilt one chunk at a time
@@ -183,7 +202,7 @@ def prefill_bytes(model: ModelSpec, par: Parallel, seq_len: int, attention_bytes
     layers = model.layers / par.pp
     e = par.element_bytes
     return {
-        "weights": e * stage_params(model, par.pp) / par.tp,
+        "weights": e * stage_params(model, par) / par.tp,
         "kv_cache": 2.0 * layers * tokens * kv * model.head_dim * e,
         "layer_working_set": float(attention_bytes),
     }

@@ -90,7 +90,9 @@ RUN_FIELDS = (
     "recomputes",
     "sequence_parallel",
     "interleaved",
+    "balanced_stages",
     "flops_convention",
+    "kv_replication",
 )
 """The fields that say what a framework runs; each one a profile sets names its source in
 ``Framework.sources``."""
@@ -112,8 +114,11 @@ class Framework:
     ``master_bytes`` its optimizer's master copy of a weight (``Parallel.master_bytes``);
     ``gemm_dtypes`` whether its linears run fp8; ``recomputes`` its recompute flavours
     (``ringsim.timer.step.recompute``); ``sequence_parallel`` the choices it offers;
-    ``interleaved`` whether its pipeline schedule takes virtual stages; ``flops_convention``
-    how its own logs count model FLOPs."""
+    ``interleaved`` whether its pipeline schedule takes virtual stages; ``balanced_stages``
+    whether it moves a layer off the first and the last stage (``Parallel.balanced_stages``);
+    ``flops_convention`` how its own logs count model FLOPs; ``kv_replication`` whether its
+    Ulysses all-to-all replicates key/value heads past their count
+    (``ringsim.grid.check_ulysses_degree``)."""
 
     name: str
     pool_fraction: float = 1.0
@@ -134,7 +139,9 @@ class Framework:
     recomputes: tuple[str, ...] | None = ANY
     sequence_parallel: tuple[bool, ...] | None = ANY
     interleaved: bool = True
+    balanced_stages: bool = False
     flops_convention: str | None = None
+    kv_replication: tuple[bool, ...] | None = ANY
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -204,6 +211,7 @@ TE_14 = "NVIDIA/TransformerEngine @ v1.4 transformer_engine/pytorch/attention.py
 MEGATRON_06 = "NVIDIA/Megatron-LM @ core_v0.6.0"
 MEGATRON_012 = "NVIDIA/Megatron-LM @ core_v0.12.0"
 TORCHTITAN = "pytorch/torchtitan @ 9dec370 (its Dec 2024 benchmarks' commit)"
+VERL = "volcengine/verl @ b178a3cd"
 
 _TE_CP = {
     "merge": "fused",
@@ -315,9 +323,13 @@ FRAMEWORKS: dict[str, Framework] = {
                 "strategies": ("ring", "allgather", "ulysses", "hybrid"),
                 "hierarchical": ("hybrid",),
                 "flops_convention": "causal",
+                "kv_replication": (False,),
             },
             sources={
                 **_MEGATRON_SOURCES,
+                "kv_replication": "NVIDIA/TransformerEngine @ d0067d0d transformer_engine/"
+                "pytorch/attention/dot_product_attention/context_parallel.py l.4246: "
+                "\"cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q, K, V\"",
                 "attention": f"{MEGATRON_012} megatron/training/arguments.py l.1237 "
                 "(--attention-backend default auto: TE picks cuDNN fused attention on sm90)",
                 "strategies": f"{MEGATRON_012} arguments.py (--cp-comm-type p2p | all_gather | a2a "
@@ -346,6 +358,7 @@ FRAMEWORKS: dict[str, Framework] = {
             grad_dtype="fp32",
             gemm_dtypes=("bf16",),
             recomputes=("none", "selective", "full"),
+            balanced_stages=True,
             sources={
                 "strategies": "Llama 3 paper (arXiv:2407.21783) Sec. 3.3.2: 'our CP "
                 "implementation adopts an all-gather based method where we first all-gather "
@@ -366,6 +379,10 @@ FRAMEWORKS: dict[str, Framework] = {
                 "gemm_dtypes": "ibid. Table 4: 'BF16 MFU'; no fp8 in pre-training",
                 "recomputes": "ibid.: 'we could pre-train Llama 3 on sequences of 8K tokens "
                 "without activation checkpointing'; nothing said at 128K, so every flavour",
+                "balanced_stages": "ibid.: 'After the last layer of the model, we need to "
+                "calculate output and loss, making this stage the execution latency "
+                "bottleneck' ... 'we reduce one Transformer layer each from the first and the "
+                "last stages'",
             },
         ),
         Framework(
@@ -429,7 +446,11 @@ FRAMEWORKS: dict[str, Framework] = {
             recomputes=("none", "full"),
             sequence_parallel=(True,),
             flops_convention="megatron",
+            kv_replication=(False,),
             sources={
+                "kv_replication": "deepspeedai/DeepSpeed @ edaa7221 deepspeed/sequence/layer.py "
+                "l.246-250: uneven heads are split, and 'Number of heads must be larger than "
+                "sequence parallel size' (no repeat of key/value heads)",
                 "attention": "microsoft/Megatron-DeepSpeed @ 79b8e22 examples_deepspeed/"
                 "sequence_parallel/ds_pretrain_gpt_6.7B_fpdt_32k.sh (--use-flash-attn-v2)",
                 "strategies": "deepspeedai/DeepSpeed @ 25493c74 deepspeed/sequence/layer.py "
@@ -457,13 +478,53 @@ FRAMEWORKS: dict[str, Framework] = {
             strategies=("ring", "ulysses", "hybrid"),
             hierarchical=("hybrid",),
             layouts=("contiguous", "zigzag", "striped"),
+            kv_replication=(False,),
             sources={
+                "kv_replication": "feifeibear/long-context-attention @ 56118e0: the all-to-alls "
+                "split the heads they are given; nothing repeats key/value heads",
                 "attention": "feifeibear/long-context-attention @ 0.6.0 yunchang/hybrid/"
                 "attn_layer.py (LongContextAttention attn_type=AttnType.FA: flash-attn 2)",
                 "strategies": "ibid.: SeqAllToAll4D on q, k, v, then the ring (RING_IMPL_DICT), "
                 "then SeqAllToAll4D back; Ulysses degree x ring degree = the group",
                 "hierarchical": "ibid.: the ring runs inside each Ulysses group (our hybrid)",
                 "layouts": "ibid. RING_IMPL_DICT: basic, zigzag, stripe",
+            },
+        ),
+        Framework(
+            "verl",
+            **PYTORCH_OVERHEADS,
+            description="verl's FSDP workers: Ulysses sequence parallelism with key/value "
+            "heads replicated past their count, FSDP full sharding, flash-attn 2",
+            attention="fa2",
+            strategies=("ulysses",),
+            hierarchical=(),
+            layouts=("contiguous",),
+            max_tp=1,
+            shardings=("zero3",),
+            recomputes=("none", "full"),
+            sequence_parallel=(True,),
+            flops_convention="causal",
+            kv_replication=(True,),
+            sources={
+                "attention": f"{VERL} verl/workers/fsdp_workers.py l.331 (attn_implementation "
+                "default flash_attention_2)",
+                "strategies": f"{VERL} fsdp_workers.py l.170-172 (ulysses_sequence_parallel_size; "
+                "dp = world_size / sp) and verl/models/transformers/monkey_patch.py "
+                "(_ulysses_flash_attention_forward: all-to-all over the heads)",
+                "hierarchical": "the same: one all-to-all over the sequence-parallel group",
+                "layouts": "the same: Ulysses re-shards by heads; each rank attends the whole "
+                "sequence",
+                "max_tp": "the same: the FSDP workers shard by FSDP and Ulysses, no tensor "
+                "parallelism",
+                "shardings": f"{VERL} fsdp_workers.py l.108-115 (get_sharding_strategy: "
+                "FULL_SHARD, ZeRO-3's sharding)",
+                "recomputes": f"{VERL} fsdp_workers.py l.283, l.439 "
+                "(enable_gradient_checkpointing, off by default)",
+                "sequence_parallel": "no tensor parallelism (max_tp 1)",
+                "flops_convention": f"{VERL} verl/utils/flops_counter.py l.115 (attention "
+                "6 s^2 d H per layer: half the score matrix)",
+                "kv_replication": f"{VERL} monkey_patch.py l.120-128: key/value heads repeated "
+                "sp / nheads_k times before the all-to-all",
             },
         ),
     )

@@ -14,10 +14,11 @@ reaches less, in two ways this module models (``gemm_seconds``):
   waves; a last, partial wave leaves SMs idle. The rate is scaled by the occupancy
   ``tiles / (ceil(tiles / SMs) SMs)`` relative to the benchmark's own shape.
 
-The published sweeps measure the kernel *with the clock it sustained* while running
-(``sustained`` below): no separate clock factor is applied to them. Every curve names its
-source. Hardware without a sweep falls back to its datasheet peak times the fraction a
-benchmark of the nearest architecture reached, and says so (``GemmCurve.estimate``).
+The published sweeps measure the kernel in short bursts, at the clock it held then; a
+training step's GEMMs run at a power-saturated GPU's lower rate, which the step applies
+(``Hardware.saturated_matmul``, ``ringsim.timer.step.uncertainty``), not this module. Every
+curve names its source. Hardware without a sweep falls back to its datasheet peak times the
+fraction a benchmark of the nearest architecture reached, and says so (``GemmCurve.estimate``).
 
 ``ideal`` (``implementation="ideal"``): every GEMM at the hardware's peak FLOP/s, the
 Ring Attention paper's model.

@@ -98,8 +98,26 @@ def sequence_hosts(method: str, model: str | ModelSpec, hosts: int) -> int:
 
 
 # -- the attention working set of each method -------------------------------------------------
+VANILLA_SCORE_BYTES = 4
+"""The vanilla block's attention weights are fp32 whatever the run's dtype: the authors' code
+calls flax's ``dot_product_attention_weights(..., dtype=jnp.promote_types(self.dtype,
+jnp.float32))`` (haoliuhl/ringattention @ beabe2c llamabpt/llama.py l.633-648,
+``attention_type='standard'``)."""
+
+VANILLA_SCORE_MATRICES = 3
+"""``(b, n, s, s)`` score matrices live at once in the vanilla block's backward (its forward
+recomputed under full checkpointing): the softmax output ``p`` (kept for both gradients),
+``dp = dout v^T`` and ``ds = p (dp - rowsum(dp p))``, which the softmax's backward writes
+while it reads the other two (``jax.nn.softmax``; ``dot_product_attention_weights`` above)."""
+
+
 def _vanilla(m: ModelSpec, s: int, b: int, e: int, par: Parallel) -> float:
-    return float(b * m.heads * s * s * e)
+    """The vanilla block's working set as the authors' code runs it: ``VANILLA_SCORE_MATRICES``
+    fp32 score matrices over all heads, the fp32 ``(b, 1, s, s)`` bias it builds from the
+    boolean mask (``lax.select(attention_mask > 0, 0, finfo.min)``) and the ``(1, 1, s, s)``
+    boolean causal mask (``make_causal_mask`` of ``max_sequence_length``, l.470)."""
+    scores = VANILLA_SCORE_MATRICES * b * m.heads * s * s * VANILLA_SCORE_BYTES
+    return float(scores + b * s * s * VANILLA_SCORE_BYTES + s * s)
 
 
 def _memory_efficient(m: ModelSpec, s: int, b: int, e: int, par: Parallel) -> float:

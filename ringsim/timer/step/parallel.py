@@ -36,6 +36,12 @@ context-parallel group spans ``8 / tp`` GPUs per node.
   tensors the collectives move (bf16; fp32 for a run in full precision).
 * ``gemm_dtype``: ``fp8`` runs the linear layers' GEMMs in fp8 (Transformer Engine's recipe;
   attention stays in the model's dtype), ``bf16`` as the model.
+* ``balanced_stages``: the first and the last pipeline stage each hold one layer fewer, the
+  embedding and the LM head with the loss counting as a layer each (Llama 3, arXiv 2407.21783
+  Sec. 3.3.2: 'we reduce one Transformer layer each from the first and the last stages';
+  Megatron-LM's ``account_for_embedding_in_pipeline_split`` and
+  ``account_for_loss_in_pipeline_split``); without it the layers split evenly and the LM head
+  and the loss add to the last stage (Megatron-LM's default).
 * ``virtual_stages`` ``v``: the interleaved 1F1B schedule (Narayanan et al., SC'21), ``v``
   model chunks per pipeline rank; ``v = 1`` is plain 1F1B. It runs only where Megatron-LM
   runs it (``pipeline_splits``, ``check_interleaving``, ``interleaving_runs``).
@@ -86,6 +92,7 @@ class Parallel:
     dtype: str = "bf16"
     master_bytes: int = 4
     blockwise: bool = False
+    balanced_stages: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "cp", "pp", "dp", "ulysses", "virtual_stages", "micro_batch"):
@@ -101,6 +108,7 @@ class Parallel:
             _choice("grad_dtype", self.grad_dtype, tuple(GRAD_DTYPES))
         _choice("dtype", self.dtype, tuple(DTYPE_BYTES))
         check_bool("blockwise", self.blockwise)
+        check_bool("balanced_stages", self.balanced_stages)
         if self.master_bytes not in (2, 4):
             raise ValueError(f"master_bytes must be 2 or 4, got {self.master_bytes!r}")
 

@@ -23,10 +23,11 @@ Per micro-batch of ``b`` sequences, a GPU holds ``T = b N / cp`` tokens of each 
   ``full`` the whole layer's forward (GEMMs, elementwise, collectives, attention).
 
 Per step: the LM head and the loss on the last pipeline stage; **pipeline parallelism** as the
-interleaved 1F1B schedule, ``m`` micro-batches each taking ``t_mb`` on every stage and a bubble
-of ``(p - 1) / v`` micro-batch times (``(p - 1) / (v m + p - 1)`` of the step; Narayanan et
-al., SC'21; the Llama 3 paper writes the same ratio as ``(PP - 1) / (V M)`` of the compute),
-stages balanced (Llama 3 moves layers off the first and last stage to balance them);
+interleaved 1F1B schedule, ``m`` micro-batches each taking ``t_mb``, the slowest stage's time
+(``stage_layers``: a middle stage's layers, or the last stage's with the LM head and the loss;
+Llama 3 takes a layer off the first and the last stage to balance them), and a bubble of
+``(p - 1) / v`` micro-batch times (``(p - 1) / (v m + p - 1)`` of the step; Narayanan et al.,
+SC'21; the Llama 3 paper writes the same ratio as ``(PP - 1) / (V M)`` of the compute);
 **data-parallel sharding** (``zero1``: a reduce-scatter of the gradients and an all-gather of
 the weights per step, over the ``dp x cp`` ranks that share weights, hidden behind the last
 micro-batch's backward and the first one's forward as far as they last; ``zero3``: each
@@ -41,9 +42,10 @@ launch cost, attention at peak (``KernelFamily`` ``ideal``). A named implementat
 ``fa3``, ``cudnn``, ...) uses the published rates: GEMMs from the GEMM benchmarks of
 ``ringsim.timer.step.gemm``, attention from its kernel family, collectives at NCCL's share of
 the line rate (``ringsim.timer.machine.collectives``), elementwise kernels at
-``HBM_FRACTION`` of the HBM's rate. The published benchmarks ran at the clock each card
-sustained under that load; no source gives a lower sustained clock for a training step on
-these presets, so no separate clock factor is applied.
+``HBM_FRACTION`` of the HBM's rate. The GEMM benchmarks ran in short bursts; a step's GEMMs
+run at the rate a power-saturated GPU holds (``Hardware.saturated_matmul``, the point of the
+step's ranges: ``ringsim.timer.step.uncertainty``), and the weight-gradient GEMMs add the
+gradient buffer's read and write (``grad_accumulation_seconds``).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from ringsim.timer.step.gemm import linear_seconds
 from ringsim.timer.step.models import ModelSpec
 from ringsim.timer.step.parallel import Parallel
 from ringsim.timer.step.recompute import get_recompute
-from ringsim.timer.step.uncertainty import POINT, StepScale
+from ringsim.timer.step.uncertainty import StepScale, point_scale
 
 LAUNCH_S = 3e-6
 """Fixed cost of one small elementwise kernel launched from PyTorch (estimate, as the
@@ -144,13 +146,28 @@ def heads_per_gpu(model: ModelSpec, tp: int) -> tuple[int, int]:
     return model.heads // tp, max(1, kv // tp)
 
 
-def stage_params(model: ModelSpec, pp: int) -> float:
-    """Parameters of the largest pipeline stage: ``L / pp`` layers and one embedding (the
-    input's on the first stage, the LM head's on the last; both when ``pp = 1``)."""
+def stage_layers(model: ModelSpec, par: Parallel) -> tuple[float, float, float]:
+    """Layers of the ``(first, middle, last)`` pipeline stage (``Parallel.balanced_stages``):
+    balanced, ``(L + 2) / pp`` slots each (the largest stage's, rounded up), the first and the
+    last one layer fewer; else ``L / pp`` each (an even split). ``pp = 1``: all ``L``."""
+    if par.pp == 1:
+        return (float(model.layers),) * 3
+    if par.balanced_stages:
+        slots = float(math.ceil((model.layers + 2) / par.pp))
+        return slots - 1, slots, slots - 1
+    return (model.layers / par.pp,) * 3
+
+
+def stage_params(model: ModelSpec, par: Parallel) -> float:
+    """Parameters of the largest pipeline stage: its layers (``stage_layers``) and one
+    embedding (the input's on the first stage, the LM head's on the last, a copy of the one
+    matrix when they are tied; both when ``pp = 1``)."""
     embed = model.vocab * model.d_model
-    if pp == 1:
+    if par.pp == 1:
         return float(model.params)
-    return (model.params - 2 * embed) / pp + embed
+    first, middle, last = stage_layers(model, par)
+    layer = (model.params - model.embeddings * embed) / model.layers
+    return max(middle * layer, max(first, last) * layer + embed)
 
 
 def tokens_per_gpu(seq_len: int, par: Parallel) -> int:
@@ -160,10 +177,12 @@ def tokens_per_gpu(seq_len: int, par: Parallel) -> int:
 
 # -- the parts of one layer --------------------------------------------------------------------
 def layer_gemm_seconds(
-    model: ModelSpec, par: Parallel, tokens: int, hardware, *, ideal: bool, scale=POINT
+    model: ModelSpec, par: Parallel, tokens: int, hardware, *, ideal: bool, scale=None
 ):
     """``(forward, backward)`` seconds of one layer's four GEMMs on ``tokens`` rows, at
-    ``scale``'s GEMM rate (``ringsim.timer.step.uncertainty``)."""
+    ``scale``'s GEMM rate (``ringsim.timer.step.uncertainty``; default: the device's point),
+    the backward with its gradient accumulation (``grad_accumulation_seconds``)."""
+    scale = point_scale(hardware) if scale is None else scale
     h, f, d_h = model.d_model, model.ffn_hidden, model.head_dim
     heads, kv = heads_per_gpu(model, par.tp)
     shapes = (
@@ -176,8 +195,24 @@ def layer_gemm_seconds(
     for d_in, d_out in shapes:
         a, b = linear_seconds(hardware, tokens, d_in, d_out, par.gemm_dtype, ideal=ideal)
         fwd, bwd = fwd + a, bwd + b
-    rate = 1.0 if ideal else scale.gemm_rate
-    return fwd / rate, bwd / rate
+    rate = 1.0 if ideal else scale.gemm_rate(par.gemm_dtype)
+    weights = sum(d_in * d_out for d_in, d_out in shapes)
+    return fwd / rate, bwd / rate + grad_accumulation_seconds(par, weights, hardware, ideal=ideal)
+
+
+def grad_accumulation_seconds(par: Parallel, weights: float, hardware, *, ideal: bool) -> float:
+    """What a micro-batch's weight-gradient GEMMs over ``weights`` parameters add by
+    accumulating into the gradient buffer: each reads the buffer and writes it back in the
+    gradient dtype (``Parallel.grad_bytes``: ``g`` bytes each way) where the benchmarked GEMM
+    wrote its output once in the model's dtype (``e``): ``2 g - e`` bytes per parameter over
+    HBM, the wgrad GEMM with the accumulation fused in (Megatron-LM @ core_v0.6.0
+    megatron/core/tensor_parallel/layers.py l.437-446: ``wgrad_gemm_accum_fp32`` into an fp32
+    ``main_grad``, ``wgrad_gemm_accum_fp16`` into a 16-bit one). ``ideal``: GEMMs at peak
+    FLOP/s move no bytes."""
+    if ideal or hardware.memory_bandwidth <= 0:
+        return 0.0
+    extra = 2 * par.grad_bytes - par.element_bytes
+    return weights * extra / (hardware.memory_bandwidth * HBM_FRACTION)
 
 
 def elementwise_bytes(model: ModelSpec, par: Parallel, tokens: int) -> float:
@@ -257,13 +292,14 @@ def tp_comm_seconds(model, par, tokens, cluster, *, ideal: bool) -> float:
     return 4 * ring_collective_seconds(size, par.tp, bandwidth, latency)
 
 
-def lm_head_seconds(model, par, tokens, hardware, *, ideal: bool, scale=POINT) -> float:
+def lm_head_seconds(model, par, tokens, hardware, *, ideal: bool, scale=None) -> float:
     """The vocabulary-parallel LM head (``d -> V / tp``, in the model's dtype) forward and
     backward, and the cross-entropy over its fp32 logits."""
+    scale = point_scale(hardware) if scale is None else scale
     fwd, bwd = linear_seconds(
         hardware, tokens, model.d_model, model.vocab // par.tp, par.dtype, ideal=ideal
     )
-    rate = 1.0 if ideal else scale.gemm_rate
+    rate = 1.0 if ideal else scale.gemm_rate(par.dtype)
     fwd, bwd = fwd / rate, bwd / rate
     loss = 0.0
     if hardware.memory_bandwidth > 0:
@@ -297,7 +333,7 @@ class LayerTime:
         return self.forward_s + self.backward_s
 
 
-def layer_time(model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool, scale=POINT):
+def layer_time(model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool, scale=None):
     """The parts of one layer (module docstring) for ``par`` on ``cluster``'s GPUs; what the
     recompute flavour runs again (``ringsim.timer.step.recompute``) is its share of each
     forward part."""
@@ -354,7 +390,7 @@ def dp_comm_seconds(model, par, cluster, *, ideal: bool) -> tuple[float, float]:
     bandwidth, latency = group_link(cluster, span, ideal=ideal)
     e, g = par.element_bytes, par.grad_bytes
     if par.sharding == "zero1":
-        params = stage_params(model, par.pp) / par.tp
+        params = stage_params(model, par) / par.tp
         grads = ring_collective_seconds(params * g, n, bandwidth, latency)
         return grads, ring_collective_seconds(params * e, n, bandwidth, latency)
     layer = model.layer_params / par.tp
@@ -366,7 +402,7 @@ def optimizer_seconds(model, par, hardware, *, ideal: bool) -> float:
     """Adam on this GPU's shard of its stage's parameters, over HBM."""
     if hardware.memory_bandwidth <= 0:
         return 0.0
-    shard = stage_params(model, par.pp) / par.tp / par.shard_group
+    shard = stage_params(model, par) / par.tp / par.shard_group
     rate = hardware.memory_bandwidth * (1.0 if ideal else HBM_FRACTION)
     return shard * ADAM_BYTES_PER_PARAM / rate
 
@@ -380,20 +416,25 @@ def step_time(
     attention: AttentionTime,
     *,
     ideal: bool,
-    scale: StepScale = POINT,
+    scale: StepScale | None = None,
 ) -> StepBreakdown:
     """One training step of ``global_batch`` sequences of ``seq_len`` tokens (module
     docstring); ``attention`` is one layer's attention for one micro-batch on one GPU;
-    ``scale`` the ends of the step's ranges (``ringsim.timer.step.uncertainty``)."""
+    ``scale`` the ends of the step's ranges (``ringsim.timer.step.uncertainty``; default: the
+    device's point)."""
     m = micro_batches(global_batch, par)
     hw = cluster.hardware
+    scale = point_scale(hw) if scale is None else scale
     if not ideal:
         attention = scaled_attention(attention, scale.clock)
     layer = layer_time(model, par, seq_len, cluster, attention, ideal=ideal, scale=scale)
     tokens = tokens_per_gpu(seq_len, par)
     head = lm_head_seconds(model, par, tokens, hw, ideal=ideal, scale=scale)
-    per_stage = model.layers / par.pp  # layers of one stage (stages balanced)
-    micro = (model.layers * layer.total_s + head) / par.pp
+    # the pipeline runs at its slowest stage's pace: a middle one, or the last with the head
+    _, middle, last = stage_layers(model, par)
+    head_on_path = par.pp == 1 or last * layer.total_s + head >= middle * layer.total_s
+    per_stage = last if head_on_path else middle  # layers of the slowest stage
+    micro = per_stage * layer.total_s + (head if head_on_path else 0.0)
     scale = m * per_stage
     bubble = (par.pp - 1) / par.virtual_stages * micro
     rs, ag = dp_comm_seconds(model, par, cluster, ideal=ideal)
@@ -420,7 +461,7 @@ def step_time(
         elementwise_s=scale * elementwise,
         tp_comm_s=scale * (layer.tp_comm[0] + layer.tp_comm[1]),
         recompute_s=scale * layer.recompute_s,
-        lm_head_s=m * head / par.pp,
+        lm_head_s=m * head if head_on_path else 0.0,
         pp_bubble_s=bubble,
         dp_comm_exposed_s=exposed,
         optimizer_s=optimizer_seconds(model, par, hw, ideal=ideal),
@@ -441,11 +482,12 @@ def _exposed(comm: float, compute: float, chunks: float) -> float:
 
 
 def prefill_time(
-    model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool, scale=POINT
+    model, par, seq_len, cluster, attention: AttentionTime, *, ideal: bool, scale=None
 ) -> float:
     """One forward pass (inference prefill) of one sequence: every layer's forward parts and
     the LM head's forward on the last token block, stages one after the other."""
     hw = cluster.hardware
+    scale = point_scale(hw) if scale is None else scale
     if not ideal:
         attention = scaled_attention(attention, scale.clock)
     layer = layer_time(model, par, seq_len, cluster, attention, ideal=ideal, scale=scale)
@@ -453,5 +495,5 @@ def prefill_time(
     head, _ = linear_seconds(
         hw, tokens, model.d_model, model.vocab // par.tp, par.dtype, ideal=ideal
     )
-    rate = 1.0 if ideal else scale.gemm_rate
+    rate = 1.0 if ideal else scale.gemm_rate(par.dtype)
     return model.layers * layer.forward_s + head / rate

@@ -6,7 +6,8 @@ the registry ``STRATEGIES``, timed on the engine and the machine.
 * ``allgather``: all-gather context parallelism, as Llama 3 (``allgather``);
 * ``hybrid``: Ulysses x ring, USP (``ring``);
 * ``double-ring``: inner rings in a node, an outer ring across nodes, LoongTrain
-  (``double_ring``).
+  (``double_ring``);
+* ``llama3``: all-gather, then each host's slice of each packed document (``llama3``).
 
 ``base`` says what a strategy is (and holds the registry), ``frame`` the Ulysses all-to-alls
 every two-level strategy sits in, ``pieces`` how their timelines are stitched, ``sizes`` what
@@ -24,10 +25,11 @@ from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.allgather import AllGather
 from ringsim.timer.strategies.base import STRATEGIES, Strategy, get_strategy, register
 from ringsim.timer.strategies.double_ring import DoubleRing
+from ringsim.timer.strategies.llama3 import Llama3Varlen
 from ringsim.timer.strategies.ring import Hybrid, Ring
 from ringsim.timer.strategies.ulysses import Ulysses
 
-for _strategy in (Ring(), Ulysses(), AllGather(), Hybrid(), DoubleRing()):
+for _strategy in (Ring(), Ulysses(), AllGather(), Hybrid(), DoubleRing(), Llama3Varlen()):
     register(_strategy)
 
 FLAT_STRATEGIES = tuple(name for name, s in STRATEGIES.items() if s.flat)

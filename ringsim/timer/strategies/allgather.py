@@ -32,6 +32,7 @@ from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy, check_peer_args
 from ringsim.timer.strategies.frame import (
+    Inner,
     collective,
     run_distinct,
     run_two_level,
@@ -50,17 +51,7 @@ class AllGather(Strategy):
         check_cells(grid, "all-gather", cells=P * grid.ring, nbytes=PIECE_BYTES * 3 * P)
 
     def run(self, config, grid, cluster, window, engine) -> StrategyResult:
-        def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
-            bw, lat = cluster.allgather_links(groups, config.run.hosts)
-            keys = [(bw[g].tobytes(), lat[g].tobytes()) for g in groups]
-            done = run_distinct(
-                configs,
-                keys,
-                lambda i: allgather_group(configs[i], (bw[groups[i]], lat[groups[i]])),
-                tag=("allgather",),
-            )
-            return [p for p, _ in done], sum(f for _, f in done)
-
+        gathers = on_gather_links(config, allgather_group)
         memory = self.working_set_bytes(config, grid.ulysses)
         result = run_two_level(
             config, grid, cluster, gathers, strategy=self.name, memory_bytes=memory, engine=engine
@@ -75,6 +66,21 @@ class AllGather(Strategy):
             config.shape.split(U), run.seq_len, run.hosts // U, pass_=run.pass_
         )
         return two_level_memory(config, U, group)
+
+
+def on_gather_links(config: RingConfig, group) -> Inner:
+    """The ``Inner`` part that runs ``group(config, links)`` (a ``(Piece, FLOPs)`` per ring
+    group) on each group's all-gather links of the cluster (they share them); groups that
+    nothing tells apart run once (``run_distinct``, tagged with ``group``'s name)."""
+
+    def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
+        bw, lat = cluster.allgather_links(groups, config.run.hosts)
+        keys = [(bw[g].tobytes(), lat[g].tobytes()) for g in groups]
+        run = lambda i: group(configs[i], (bw[groups[i]], lat[groups[i]]))
+        done = run_distinct(configs, keys, run, tag=(group.__qualname__,))
+        return [p for p, _ in done], sum(f for _, f in done)
+
+    return gathers
 
 
 def allgather_group(config: RingConfig, links: tuple) -> tuple[Piece, float]:

@@ -31,6 +31,9 @@ class Strategy:
     passes: tuple[str, ...] = RING_PASSES
     uses_layout: bool = True
     """Whether the token layout changes this strategy's run (Ulysses attends whole sequences)."""
+    documents_only: bool = False
+    """Whether it differs from another strategy only on packed documents (a planner offers it
+    where documents are given)."""
 
     @property
     def name(self) -> str:
@@ -62,9 +65,11 @@ class Strategy:
 
     def degree(self, config: RingConfig, ulysses_degree: int | None) -> int:
         """The Ulysses degree ``U`` this run uses (default 1), checked against the hosts and
-        heads (``ValueError`` naming it)."""
+        heads (``ValueError`` naming it; above the key/value heads it replicates them:
+        ``ringsim.grid.check_ulysses_degree``)."""
         u = 1 if ulysses_degree is None else ulysses_degree
-        return check_ulysses_degree(config.run.hosts, config.shape.kv_heads, u)
+        shape = config.shape
+        return check_ulysses_degree(config.run.hosts, shape.kv_heads, u, heads=shape.heads)
 
     def simulate(
         self,
@@ -103,8 +108,8 @@ class Strategy:
         ``simulate``'s own check."""
 
     def can_run(self, config: RingConfig) -> bool:
-        """Whether this strategy can run ``config`` at all (every one can but Ulysses past
-        its head cap)."""
+        """Whether this strategy can run ``config`` at all (every one can but Ulysses where
+        its heads do not deal out)."""
         return True
 
     def run(

@@ -57,15 +57,24 @@ class _RoundSchedule:
     relation),
     for one inner ring in one round: the inner ring's payloads, the flat ring's work."""
 
-    def __init__(self, inner, work: np.ndarray, kind: np.ndarray, relation: np.ndarray):
+    def __init__(
+        self, inner, work: np.ndarray, kind: np.ndarray, pairs: tuple[np.ndarray, np.ndarray], flat
+    ):
         self.inner, self._work, self._kind = inner, work, kind  # (w, w): step x host
-        self._relation = relation  # (w, w): sign of (key slot - query slot) in the flat ring
+        self._q, self._kv = pairs  # (w, w): query slot and key slot in the flat ring
+        self._relation = np.sign(self._kv - self._q)
+        self.flat = flat  # the flat ring's schedule: what a (query, key) slot pair computes
+        self.sliding_window = flat.sliding_window
         self.hosts = self.steps = inner.hosts
         self.pass_ = inner.pass_
         self.recv_from = inner.recv_from
+        self.ring_steps = inner.ring_steps  # every step: the inner ring never skips one
 
     def payload(self, step: int):
         return self.inner.payload(step)
+
+    def hops_after(self, step: int) -> int:
+        return self.inner.hops_after(step)
 
     def work_at(self, step: int) -> np.ndarray:
         return self._work[step]
@@ -75,6 +84,15 @@ class _RoundSchedule:
 
     def relation_at(self, step: int) -> np.ndarray:
         return self._relation[step]
+
+    def pairs_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._q[step], self._kv[step]
+
+    def cell_key(self, q_hosts: np.ndarray, kv_hosts: np.ndarray) -> np.ndarray:
+        return self.flat.cell_key(q_hosts, kv_hosts)
+
+    def cell_calls(self, q_host: int, kv_host: int):
+        return self.flat.cell_calls(q_host, kv_host)
 
 
 def default_window(cluster: Cluster, members: list[int]) -> int:
@@ -128,7 +146,9 @@ def double_ring(
     # with documents, one document spans it, so a layout that needs documents has some
     inner_len = w * config.block_tokens
     documents = None if config.run.segment_ids is None else np.zeros(inner_len, dtype=np.int64)
-    sub = config.replace(hosts=w, seq_len=inner_len, speed=None, segment_ids=documents)
+    sub = config.replace(
+        hosts=w, seq_len=inner_len, speed=None, segment_ids=documents, sliding_window=None
+    )
     inner = sub.schedule()
     backward = config.run.pass_ == Pass.BACKWARD
     early_kv = backward and config.run.overlap
@@ -166,11 +186,11 @@ def double_ring(
             q = k * w + i
             step_work = np.empty((w, w))
             step_kind = np.empty((w, w), dtype=np.int8)
-            step_relation = np.empty((w, w), dtype=np.int64)
+            step_key = np.empty((w, w), dtype=np.int64)
             for j in range(w):
                 key = ((k - o) % rounds) * w + (i - j) % w
                 step_work[j], step_kind[j] = work[q, key], kind[q, key]
-                step_relation[j] = np.sign(key - q)
+                step_key[j] = key
             links = (tuple(in_bw[members_arr[hosts]]), tuple(in_lat[members_arr[hosts]]))
             if quiet and links in inner_costs:  # the same ring again: its durations, no draws
                 costs = inner_costs[links]
@@ -192,7 +212,8 @@ def double_ring(
                     if arr is not None:
                         view[name][j] = arr
 
-            schedule = _RoundSchedule(inner, step_work, step_kind, step_relation)
+            pairs = (np.broadcast_to(q, (w, w)), step_key)
+            schedule = _RoundSchedule(inner, step_work, step_kind, pairs, flat)
             RING_ENGINES[engine](
                 schedule,
                 costs.ring_rows(schedule),

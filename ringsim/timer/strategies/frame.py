@@ -54,17 +54,19 @@ def with_hops(config: RingConfig, bw: np.ndarray, lat: np.ndarray) -> RingConfig
 
 
 def group_configs(config: RingConfig, grid: Grid) -> list[RingConfig]:
-    """One ``R``-host config per ring group: its ``H / U`` heads, its hosts' speeds and a seed
-    of its own. Without jitter or per-host speeds nothing tells the groups apart (the seed
-    draws only jitter), so every group gets the one config (``run_distinct``)."""
+    """One ``R``-host config per ring group: its ``H / U`` heads (``AttentionShape.split``),
+    its hosts' speeds and a seed of its own. Without jitter or per-host speeds nothing tells
+    the groups apart (the seed draws only jitter), so every group gets the one config
+    (``run_distinct``)."""
     U = grid.ulysses
     speeds = lambda group: (
         None if config.noise.speed is None else tuple(config.noise.speed[r] for r in group)
     )
+    split = config.shape.split(U)
     one = lambda u, group: config.replace(
         hosts=grid.ring,
-        heads=config.shape.heads // U,
-        kv_heads=config.shape.kv_heads // U,
+        heads=split.heads,
+        kv_heads=split.kv_heads,  # past H_kv: one replica each
         speed=speeds(group),
         d_model=None,
         ffn=None,
@@ -141,7 +143,8 @@ def run_two_level(
     """Time ``config`` as ``U``-way Ulysses by ``R``-way ``inner`` (the module docstring);
     the result's timeline has one column per rank."""
     P, U, R = config.run.hosts, grid.ulysses, grid.ring
-    H, H_kv, d = config.shape.heads, config.shape.kv_heads, config.shape.head_dim
+    H, d = config.shape.heads, config.shape.head_dim
+    H_kv = config.shape.alltoall_kv_heads(U)  # replicated past the kv heads
     e, backward = DTYPE_BYTES[config.shape.dtype], config.run.pass_ == Pass.BACKWARD
     clock = HostClock(config)
     parts, start = [], 0.0
@@ -152,7 +155,9 @@ def run_two_level(
             ("q, k, v, dout", 2 * H + 2 * H_kv) if backward else ("q, k, v", H + 2 * H_kv)
         )
         first = Piece([f"all-to-all {name_in}"], P)
-        seconds = _alltoall(clock, config, token, width_in, len(name_in.split(", ")), U, links)
+        tensors_in = len(name_in.split(", "))
+        seconds = _alltoall(clock, config, token, width_in, tensors_in, U, links, "in")
+        seconds = seconds + _replicas(clock, config, token, U, backward=False)
         start = collective(first, 0, np.zeros(P), seconds)
         parts.append(first)
     if R == 1:
@@ -166,20 +171,63 @@ def run_two_level(
         last = Piece([f"all-to-all {name_out}"], P)
         ready = np.full(P, max(middle.end(), start))
         tensors = len(name_out.split(", "))
-        collective(last, 0, ready, _alltoall(clock, config, token, width_out, tensors, U, links))
+        seconds = _alltoall(clock, config, token, width_out, tensors, U, links, "out")
+        if backward:
+            seconds = seconds + _replicas(clock, config, token, U, backward=True)
+        collective(last, 0, ready, seconds)
         parts.append(last)
     return _result(config, grid, Piece.stack(parts), flops, strategy, memory_bytes, engine)
 
 
-def _alltoall(clock, config, token: float, width: int, tensors: int, U: int, links) -> np.ndarray:
+ALLTOALL_HOST_CALLS = {"in": 11, "out": 14}
+"""PyTorch calls the host makes per tensor of an all-to-all, counted in YunChang's
+``LongContextAttention`` (feifeibear/long-context-attention @ b93c30e, the benchmark's code:
+yunchang/hybrid/attn_layer.py l.93-127 calls ``SeqAllToAll4D.apply`` on q, k and v and on the
+output; yunchang/comm/all_to_all.py ``all_to_all_4D``): going in (l.36-61) the ``apply``,
+``get_world_size``, ``reshape``, ``transpose``, ``contiguous``, ``empty_like``,
+``all_to_all_single``, ``reshape``, ``transpose``, ``contiguous``, ``reshape``: 11; coming out
+(l.63-91) the ``apply``, two ``get_world_size``, ``reshape``, two ``transpose``, ``contiguous``,
+``reshape``, ``empty_like``, ``all_to_all_single``, ``reshape``, ``transpose``, ``contiguous``,
+``reshape``: 14."""
+
+
+def _alltoall(
+    clock, config, token: float, width: int, tensors: int, U: int, links, way: str
+) -> np.ndarray:
     """``(P,)`` seconds of one all-to-all of ``tensors`` tensors, ``width`` heads in all, of
     ``token`` bytes per head: the ``(U - 1) / U`` share that leaves the host over the links,
     and (under a real family) each tensor permuted into a contiguous send buffer before it
     and back after it, as DeepSpeed-Ulysses' ``_SeqAllToAll`` and YunChang's ``all_to_all_4d``
-    do (``reshape``, ``transpose``, ``contiguous``: two copies, read and write)."""
+    do (``reshape``, ``transpose``, ``contiguous``: two copies, read and write); no shorter
+    than the host takes to issue its calls (``ALLTOALL_HOST_CALLS`` per tensor, ``way`` in or
+    out, at the family's ``host_call_s``: the host runs ahead of the GPU only while the GPU's
+    work is longer)."""
     seconds = clock.transfer((U - 1) / U * token * width, 1, links)
     copies = elementwise_seconds(config, 2 * 2 * token * width, 2 * tensors)
-    return seconds + clock.kernel(np.full(config.run.hosts, copies)) if copies else seconds
+    if copies:
+        seconds = seconds + clock.kernel(np.full(config.run.hosts, copies))
+    host = config.family.host_call_s
+    if host is None or config.family.ideal:
+        return seconds
+    issue = ALLTOALL_HOST_CALLS[way] * tensors * host.at(config.kernel.end("host_call_s"))
+    return np.maximum(seconds, issue)
+
+
+def _replicas(clock, config, token: float, U: int, *, backward: bool) -> np.ndarray:
+    """``(P,)`` seconds a host spends on key/value replicas around an all-to-all of degree
+    ``U`` above the key/value heads (``ringsim.grid.kv_replicas``; none otherwise): forward,
+    ``repeat_kv`` copies its ``k, v`` into ``U`` heads before sending (read ``H_kv``, write
+    ``U`` heads); backward, the ``dk, dv`` of the ``U / H_kv`` replicas of each head come back
+    and are summed onto it (read ``U``, write ``H_kv`` heads), as ``repeat_kv``'s backward
+    does. Bytes over HBM at the family's elementwise rule (free under ``ideal``)."""
+    H_kv = config.shape.kv_heads
+    if U <= H_kv:
+        return np.zeros(config.run.hosts)
+    nbytes = 2 * token * (U + H_kv)  # k and v (or dk and dv): read one side, write the other
+    seconds = elementwise_seconds(config, nbytes, 2)
+    return (
+        clock.kernel(np.full(config.run.hosts, seconds)) if seconds else np.zeros(config.run.hosts)
+    )
 
 
 def ulysses_attention(config: RingConfig, clock: HostClock, start: float) -> tuple[Piece, float]:
@@ -189,7 +237,8 @@ def ulysses_attention(config: RingConfig, clock: HostClock, start: float) -> tup
     P = config.run.hosts
     schedule = config.schedule(layout="contiguous")
     work = float(sum(schedule.work_at(s).sum() for s in range(P))) / P**2
-    plan = FullSequence(config.run.seq_len, config.run.causal, work, config.run.pass_)
+    run = config.run
+    plan = FullSequence(run.seq_len, run.causal, work, run.pass_, run.sliding_window)
     part = Piece([f"attention, {config.shape.heads}/{P} heads"], P)
     begin = np.full(P, start)
     part.a["cs"][0], part.a["ce"][0] = begin, begin + clock.attention(plan)
@@ -240,7 +289,7 @@ def two_level_memory(
         return ulysses_working_set_bytes(shape, run.seq_len, run.hosts, pass_=run.pass_)
     total = group_bytes()
     if ulysses_degree > 1:
-        H, H_kv = shape.heads, shape.kv_heads
+        H, H_kv = shape.heads, shape.alltoall_kv_heads(ulysses_degree)
         width = 2 * H + 2 * H_kv if run.pass_ == Pass.BACKWARD else H + 2 * H_kv
         e = DTYPE_BYTES[shape.dtype]
         total += config.block_tokens * width * shape.head_dim * e * shape.batch
@@ -254,7 +303,9 @@ def ulysses_working_set_bytes(
     ``seq_len`` tokens (``ringsim.timer.strategies.ulysses``).
 
     The host owns ``c = N / P`` tokens of every head; after the all-to-all it holds all ``N``
-    tokens of ``ceil(H / P)`` query heads and ``ceil(H_kv / P)`` key/value heads. Peak:
+    tokens of ``ceil(H / P)`` query heads and ``ceil(H_kv / P)`` key/value heads (one replica
+    when ``P`` exceeds ``H_kv``, whose send buffer then holds ``P`` key/value heads: ``H_kv``
+    below reads ``max(H_kv, P)`` there). Peak:
 
     * forward: its own q/k/v shard (``c (H + 2H_kv) d e``, the send buffer) plus the received
       head shard (``N (H' + 2H'_kv) d e``), the head-sharded output and lse
@@ -266,10 +317,11 @@ def ulysses_working_set_bytes(
     Every term is proportional to ``N / P`` while ``P`` divides the heads.
     """
     check_peer_args(seq_len, hosts, pass_)
-    heads, kv_heads, head_dim = shape.heads, shape.kv_heads, shape.head_dim
+    heads, head_dim = shape.heads, shape.head_dim
+    kv_heads = shape.alltoall_kv_heads(hosts)  # the send buffer's, replicas included
     e = DTYPE_BYTES[shape.dtype]
     n, c = seq_len, seq_len / hosts
-    h_here, kv_here = math.ceil(heads / hosts), math.ceil(kv_heads / hosts)
+    h_here, kv_here = math.ceil(heads / hosts), math.ceil(shape.kv_heads / hosts)
     if pass_ == Pass.FORWARD:
         own = c * (heads + 2 * kv_heads) * head_dim * e
         gathered = n * (h_here + 2 * kv_here) * head_dim * e

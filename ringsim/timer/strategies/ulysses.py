@@ -5,9 +5,12 @@ An **all-to-all** re-shards q, k, v from "all heads of ``c`` tokens" to "all ``N
 ``H / P`` heads"; each host computes full-length attention for its heads (one kernel call per
 host: ``ringsim.timer.engine.attention.FullSequence``); a second all-to-all returns the
 output to the sequence split. Both all-to-alls are prerequisites of the next step: nothing
-overlaps them. This model gives every host whole key/value heads, so ``P <= kv_heads``
-(real implementations can go further by repeating key/value heads; not modelled). Memory per
-host ``~ N / P``.
+overlaps them. Every host gets whole key/value heads; past them (``P > kv_heads``, ``P`` a
+multiple of the key/value heads dividing the query heads: ``ringsim.grid.check_ulysses_degree``)
+each key/value head is replicated ``P / kv_heads`` times before the all-to-all, as verl
+does (``repeat_kv``): the all-to-alls carry ``P`` key/value heads instead of ``kv_heads``, and
+backward the replicas' ``dk, dv`` come back and are summed onto each head
+(``ringsim.timer.strategies.frame``). Memory per host ``~ N / P``.
 
 Communication, as for every collective here: a host injects ``M`` bytes in ``m`` messages
 into the network at ``B`` bytes/s per direction, ``m alpha + M / B`` (a switch that lets a
@@ -43,15 +46,6 @@ from ringsim.timer.strategies.frame import run_two_level, two_level_memory
 from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
 
-def check_ulysses_hosts(hosts: int, heads: int, kv_heads: int) -> None:
-    """Ulysses gives every host at least one whole key/value head."""
-    if hosts > kv_heads:
-        raise ValueError(
-            f"ulysses splits attention by heads: hosts={hosts} exceeds kv_heads={kv_heads} "
-            f"(heads={heads}); use at most {kv_heads} hosts, or the ring"
-        )
-
-
 class Ulysses(Strategy):
     record = ULYSSES
     flat = True
@@ -66,11 +60,11 @@ class Ulysses(Strategy):
                 f"ulysses_degree must be hosts={config.run.hosts} for ulysses (use strategy "
                 f"hybrid), got {ulysses_degree}"
             )
-        check_ulysses_hosts(config.run.hosts, config.shape.heads, config.shape.kv_heads)
         return super().degree(config, config.run.hosts)
 
     def can_run(self, config: RingConfig) -> bool:
-        return config.run.hosts <= config.shape.kv_heads
+        P, shape = config.run.hosts, config.shape
+        return P <= shape.kv_heads or (P % shape.kv_heads == 0 and shape.heads % P == 0)
 
     def check_fits(self, config, grid, cluster, window) -> None:
         P = config.run.hosts

@@ -28,12 +28,16 @@ import heapq
 import math
 import numbers
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ringsim.checks import check_callback, check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
-from ringsim.layouts import get_layout, layout_names
+from ringsim.layouts import get_layout, layout_names, segment_ids_of
+from ringsim.masks import offset_bounds, pairs_within
 from ringsim.schedule import RING_PASSES
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
@@ -72,7 +76,6 @@ from ringsim.timer.step.training import (
     step_time,
 )
 from ringsim.timer.step.uncertainty import (
-    POINT,
     STEP_RANGES,
     StepScale,
     at_least_the_misses,
@@ -255,6 +258,8 @@ class Plan:
     implementation_source: str = ""
     interval_families: tuple[str, ...] = ()
     ideal: bool = True  # the attention kernel is the peak-rate model (no interval)
+    layer_windows: tuple[int | None, ...] = ()  # each layer's sliding window (None: full)
+    documents: tuple[int, ...] = ()  # the packed documents' lengths (none given: ())
 
     @property
     def tokens_per_step(self) -> int:
@@ -282,7 +287,17 @@ class Plan:
             "evaluated": len(self.candidates) + len(self.dropped) + len(self.bounded),
             "timed_attention": self.timed_attention,
             "planner_seconds": self.seconds,
+            **self._windows(),
+            **({"documents": list(self.documents)} if self.documents else {}),
         }
+
+    def _windows(self) -> dict:
+        """``sliding_window`` and ``window_layers`` of a model that has windowed layers (none
+        otherwise: the JSON of a model without them is unchanged)."""
+        windowed = [w for w in self.layer_windows if w is not None]
+        if not windowed:
+            return {}
+        return {"sliding_window": max(windowed), "window_layers": len(windowed)}
 
     def groups(self, top: int | None = None) -> list[tuple[Candidate, list[str]]]:
         """The best candidates with their layout twins folded in: ``(candidate, layouts)``
@@ -336,21 +351,35 @@ def tp_degrees(model: ModelSpec, hosts: int, gpus_per_node: int) -> list[int]:
 
 
 def cp_variants(
-    cp: int, kv_heads: int, seq_len: int, causal: bool, per_node: int | None = None
+    cp: int,
+    kv_heads: int,
+    seq_len: int,
+    causal: bool,
+    per_node: int | None = None,
+    *,
+    heads: int | None = None,
+    segment_ids=None,
 ) -> list[dict]:
     """Every ``(strategy, ulysses, placement, layout)`` a context-parallel group of ``cp`` ranks
-    with ``kv_heads`` key/value heads per GPU can run. The double ring runs inner rings of one
-    node's ring members (``window``, ``per_node`` of the group's ranks per node): it is left
-    out where that is the flat ring or has no inner ring (``Strategy.distinct``), and past
-    ``MAX_DOUBLE_RING_ROUNDS`` rounds (``Strategy.rounds``), whose timing costs seconds. Each
-    strategy says which ``U x R`` groups it runs (``Strategy.runs``)."""
+    with ``kv_heads`` key/value heads per GPU can run (given the query ``heads``, Ulysses
+    degrees past the key/value heads too: KV replication, ``check_ulysses_degree``). The
+    double ring runs inner rings of one node's ring members (``window``, ``per_node`` of the
+    group's ranks per node): it is left out where that is the flat ring or has no inner ring
+    (``Strategy.distinct``), and past ``MAX_DOUBLE_RING_ROUNDS`` rounds (``Strategy.rounds``),
+    whose timing costs seconds. Each strategy says which ``U x R`` groups it runs
+    (``Strategy.runs``); one that differs from another only on packed documents
+    (``Strategy.documents_only``: Llama 3's) is offered where documents are given
+    (``segment_ids``), and there no Ulysses degree above 1 (the all-to-alls take no documents)
+    and the layouts that deal them (per-document where each divides by ``2 cp``)."""
+    documents = segment_ids is not None
     # a causal mask makes the layout matter; without one every layout does the same work
-    names = layout_names() if causal and cp > 1 else layout_names()[:1]
-    layouts = [name for name in names if seq_len % get_layout(name).divisor(cp) == 0]
+    names = layout_names(documents=documents)
+    names = names if causal and cp > 1 else names[:1]
+    layouts = [name for name in names if _deals(name, seq_len, cp, segment_ids)]
     out = []
     for u in divisors(cp):
         try:
-            check_ulysses_degree(cp, kv_heads, u)
+            check_ulysses_degree(cp, kv_heads, u, heads=heads)
         except ValueError:
             continue
         r = cp // u
@@ -359,11 +388,23 @@ def cp_variants(
             for name, strategy in STRATEGIES.items():
                 if not strategy.runs(u, r) or not strategy.distinct(r, ring_per_node):
                     continue
+                offered = documents or not strategy.documents_only
+                if not offered or (documents and u > 1):
+                    continue
                 if strategy.rounds(r, ring_per_node) > MAX_DOUBLE_RING_ROUNDS:
                     continue
                 for layout in layouts if strategy.uses_layout else layouts[:1]:
                     out.append(dict(strategy=name, ulysses=u, placement=placement, layout=layout))
     return out
+
+
+def _deals(layout: str, seq_len: int, cp: int, segment_ids) -> bool:
+    """Whether ``layout`` deals ``seq_len`` tokens (and their documents) to ``cp`` ranks."""
+    try:
+        get_layout(layout).check_seq_len(seq_len, cp, segment_ids)
+    except ValueError:
+        return False
+    return True
 
 
 def _ring_members_per_node(u: int, r: int, placement: str, per_node: int | None) -> int:
@@ -392,11 +433,13 @@ def enumerate_parallel(
     max_cp: int = MAX_CP,
     framework: Framework | None = None,
     sequence_parallel: bool = True,
+    segment_ids=None,
 ) -> list[Parallel]:
     """Every ``Parallel`` the ``hosts`` devices allow (module docstring), unordered; with a
-    ``framework``, only the strategies, layouts, tensor-parallel degrees and schedules it runs.
-    ``pp`` and ``virtual_stages``: a value or the values to search (``None``: every one the
-    model's layers allow, ``pipeline_stages``)."""
+    ``framework``, only the strategies, layouts, tensor-parallel degrees and schedules it runs;
+    with the packed documents of every sequence (``segment_ids``), the strategies and layouts
+    that take them. ``pp`` and ``virtual_stages``: a value or the values to search (``None``:
+    every one the model's layers allow, ``pipeline_stages``)."""
     fw = framework or FRAMEWORKS["none"]
     out = []
     tps = [tp] if tp is not None else tp_degrees(model, hosts, gpus_per_node)
@@ -404,7 +447,7 @@ def enumerate_parallel(
     for t in tps:
         if not fw.allows("max_tp", t):
             continue
-        _, kv = heads_per_gpu(model, t)
+        heads, kv = heads_per_gpu(model, t)
         per_node = max(1, gpus_per_node // t)
         for p, vs in stages:
             if hosts % (t * p):
@@ -416,8 +459,13 @@ def enumerate_parallel(
                 runs = [v for v in vs if interleaving_runs(global_batch // dp, p, v)]
                 if not runs:
                     continue
-                for variant in cp_variants(cp, kv, seq_len, causal, per_node):
+                variants = cp_variants(
+                    cp, kv, seq_len, causal, per_node, heads=heads, segment_ids=segment_ids
+                )
+                for variant in variants:
                     if cp > 1 and not fw.allows("cp_variant", variant):
+                        continue
+                    if variant["ulysses"] > kv and not fw.allows("kv_replication", True):
                         continue
                     for v in runs:
                         for r in recompute:
@@ -434,6 +482,7 @@ def enumerate_parallel(
                                     sequence_parallel=sequence_parallel,
                                     grad_dtype=fw.grad_dtype,
                                     master_bytes=fw.master_bytes,
+                                    balanced_stages=fw.balanced_stages,
                                     **variant,
                                 )
                             )
@@ -510,8 +559,10 @@ class AttentionTimer:
         implementation,
         micro_batch=1,
         assume: dict | None = None,
+        segment_ids=None,
     ):
         self.model, self.seq_len, self.cluster = model, seq_len, cluster
+        self.segment_ids = segment_ids
         self.causal, self.dtype, self.implementation = causal, dtype, implementation
         self.micro_batch = micro_batch
         self.assume = tuple(sorted((assume or {}).items()))
@@ -527,6 +578,7 @@ class AttentionTimer:
             repr(family),
             micro_batch,
             self.assume,
+            *(() if segment_ids is None else (segment_ids.tobytes(),)),
         )
 
     def with_family(self, family) -> AttentionTimer:
@@ -545,6 +597,7 @@ class AttentionTimer:
             implementation=self.implementation,
             micro_batch=self.micro_batch,
             assume=dict(self.assume),
+            segment_ids=self.segment_ids,
         )
         return AttentionTimer(self.model, self.seq_len, self.cluster, **{**kw, **changes})
 
@@ -558,10 +611,13 @@ class AttentionTimer:
             self.cache[key] = SHARED_CACHE[shared]
         return self.cache[key]
 
-    def config(self, par: Parallel, pass_: str) -> RingConfig:
-        return self._cached(("config", pass_, *self.key(par)), lambda: self._config(par, pass_))
+    def config(self, par: Parallel, pass_: str, sliding_window: int | None = None) -> RingConfig:
+        return self._cached(
+            ("config", pass_, sliding_window, *self.key(par)),
+            lambda: self._config(par, pass_, sliding_window),
+        )
 
-    def _config(self, par: Parallel, pass_: str) -> RingConfig:
+    def _config(self, par: Parallel, pass_: str, sliding_window: int | None) -> RingConfig:
         heads, kv = heads_per_gpu(self.model, par.tp)
         return RingConfig(
             hosts=par.cp,
@@ -577,6 +633,8 @@ class AttentionTimer:
             pass_=pass_,
             implementation=self.implementation,
             assume=self.assume,
+            sliding_window=sliding_window,
+            segment_ids=self.segment_ids,
         )
 
     def key(self, par: Parallel) -> tuple:
@@ -594,23 +652,28 @@ class AttentionTimer:
         return self._cached(("time", passes, *self.key(par)), lambda: self._time(par, passes))
 
     def _time(self, par, passes):
+        """One layer's attention, the mean over the model's layers: a model that interleaves
+        sliding-window layers (``ModelSpec.layer_windows``) times each kind of layer with its
+        own attention, weighted by how many layers have it."""
         cluster = cp_cluster(self.cluster, par.tp, par.cp)
-        totals, exposed, compute, idle = {}, 0.0, 0.0, 0.0
-        for pass_ in passes:
-            u = par.ulysses
-            run = simulate_strategy(
-                self.config(par, pass_),
-                par.strategy,
-                ulysses_degree=u,
-                cluster=cluster,
-                placement=par.placement,
-            )
-            # its summary's figures (SimResult.summary), without the rest of the summary
-            total, busiest = run.makespan, float(run.compute_busy().max())
-            totals[pass_] = total
-            exposed += total - busiest
-            compute += busiest
-            idle += run.idle_fraction * total
+        layers = Counter(self.model.layer_windows())
+        totals, exposed, compute, idle = dict.fromkeys(passes, 0.0), 0.0, 0.0, 0.0
+        for window, count in layers.items():
+            share = count / self.model.layers
+            for pass_ in passes:
+                run = simulate_strategy(
+                    self.config(par, pass_, window),
+                    par.strategy,
+                    ulysses_degree=par.ulysses,
+                    cluster=cluster,
+                    placement=par.placement,
+                )
+                # its summary's figures (SimResult.summary), without the rest of the summary
+                total, busiest = run.makespan, float(run.compute_busy().max())
+                totals[pass_] += share * total
+                exposed += share * (total - busiest)
+                compute += share * busiest
+                idle += share * run.idle_fraction * total
         total = sum(totals.values())
         timed = AttentionTime(
             totals.get("forward", 0.0), totals.get("backward", 0.0), exposed, compute
@@ -746,6 +809,7 @@ def plan(
     intervals: int = 0,
     memory_limit: bool = True,
     beat: float | None = None,
+    documents=None,
 ) -> Plan:
     """Rank every configuration for ``model`` at ``seq_len`` tokens, ``global_batch`` sequences
     per step, on ``hosts`` devices of ``cluster`` (default: all of its nodes); ``ValueError`` if
@@ -767,7 +831,10 @@ def plan(
     framework, every choice open). ``intervals``: how many of the best candidates get an
     interval (``candidate_interval``). ``memory_limit=False`` ranks by time alone (a what-if:
     every configuration fits). ``beat`` (with ``keep=1``): rank only what is faster than a
-    step time already known (``ValueError`` if nothing is)."""
+    step time already known (``ValueError`` if nothing is). ``documents``: the lengths of the
+    documents packed in every sequence (summing to ``seq_len``): the attention masks them,
+    and the strategies and layouts that take documents run (Llama 3's all-gather per
+    document among them)."""
     t0 = time.perf_counter()
     m = get_model(model)
     cluster = get_cluster(cluster) if isinstance(cluster, str) else cluster
@@ -811,6 +878,7 @@ def plan(
     if tp is not None:
         _allowed(fw, "max_tp", tp, ())
     check_plan_size(hosts, seq_len, m, cluster, global_batch=global_batch, pp=pp, tp=tp)
+    segment_ids = _documents(documents, seq_len)
     cluster = cluster if cluster.nodes is not None else cluster.with_nodes(cluster.nodes_for(hosts))
     parallels = enumerate_parallel(
         m,
@@ -827,6 +895,7 @@ def plan(
         gemm_dtype=gemm_dtype,
         framework=fw,
         sequence_parallel=_sequence_parallel(fw),
+        segment_ids=segment_ids,
     )
     if not parallels and virtual_stages and min(virtual_stages) > 1:
         v, p = _shown(virtual_stages), _shown(pp) if pp else "pp"
@@ -842,7 +911,15 @@ def plan(
             f"global_batch={global_batch}, tp={tp}, pp={_shown(pp) if pp else 'any'} under "
             f"framework {fw.name}"
         )
-    timer = AttentionTimer(m, seq_len, cluster, causal=causal, dtype=dtype, implementation=family)
+    timer = AttentionTimer(
+        m,
+        seq_len,
+        cluster,
+        causal=causal,
+        dtype=dtype,
+        implementation=family,
+        segment_ids=segment_ids,
+    )
     usable = fw.usable_bytes(hw.memory_bytes) if memory_limit else math.inf
     fitting, dropped, bounded = evaluate(
         m,
@@ -888,6 +965,9 @@ def plan(
     result.ideal = family.ideal
     result.implementation_source = _implementation_source(fw, hw, implementation, family)
     result.interval_families = tuple(f.name for f in families)
+    result.layer_windows = m.layer_windows()
+    if segment_ids is not None:
+        result.documents = tuple(int(n) for n in np.bincount(segment_ids))
     return result
 
 
@@ -922,6 +1002,18 @@ def _check_stages(layers: int, pp: tuple[int, ...] | None, virtual_stages) -> No
                 f"degree: the interleaved schedule (Megatron-LM) needs every stage's layers "
                 f"(the embedding and the loss may count as one each) divisible by virtual_stages"
             )
+
+
+def _documents(documents, seq_len: int):
+    """The segment ids of ``documents`` (their lengths, summing to ``seq_len``), or None."""
+    if documents is None:
+        return None
+    ids = segment_ids_of(documents)
+    if ids.size != seq_len:
+        raise ValueError(
+            f"documents must sum to seq_len={seq_len}, got {ids.size} ({list(documents)})"[:200]
+        )
+    return ids
 
 
 def _allowed(fw: Framework, field_name: str, value, default_options: tuple):
@@ -1000,7 +1092,7 @@ def evaluate(
     flops_convention: str = "megatron",
     keep: int | None = None,
     progress: Progress | None = None,
-    scale: StepScale = POINT,
+    scale: StepScale | None = None,
     usable: float | None = None,
     time_all: bool = False,
     beat: float | None = None,
@@ -1013,7 +1105,8 @@ def evaluate(
     (and ``TWIN_TOLERANCE`` more, so the layout twins of the best fold into their groups):
     the first ``keep`` are then exactly the best, and the rest (``bounded``, by bound) are
     provably slower than them, never timed. ``TimesOutOfRange`` if a time leaves float64's
-    range. ``scale``: the ends of the step's ranges (``ringsim.timer.step.uncertainty``);
+    range. ``scale``: the ends of the step's ranges (``ringsim.timer.step.uncertainty``;
+    default: their points);
     ``usable``: the bytes a device leaves for tensors (default: its default framework's);
     ``time_all``: time the ones that do not fit too (a published run as it was launched);
     ``beat`` (with ``keep=1``): a step time already known, so only candidates whose lower
@@ -1079,6 +1172,21 @@ def _best_first(fitting, keep, beat, timing, progress) -> tuple[list, list]:
     return timed, bounded
 
 
+def attention_work(model, seq_len: int, causal: bool) -> float:
+    """The fraction of a layer's ``N x N`` pairs the mask leaves, the mean over the model's
+    layers (a sliding-window layer keeps fewer: ``ModelSpec.layer_windows``)."""
+    n = seq_len
+    if model.sliding_window is None:
+        return (n + 1) / (2 * n) if causal else 1.0
+    pairs = [
+        pairs_within(0, n, n, 1, *offset_bounds(causal, w))
+        if w is not None and w < n
+        else (n * (n + 1) // 2 if causal else n * n)
+        for w in model.layer_windows()
+    ]
+    return float(sum(int(p) for p in pairs)) / (len(pairs) * n * n)
+
+
 def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal) -> float:
     """The candidate's step with its attention on exactly the pairs the mask leaves, perfectly
     balanced over the context-parallel group, at the fastest rate any call of the kernel family
@@ -1087,7 +1195,7 @@ def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal)
     (``ringsim.timer.step.training``), so no timed step is shorter."""
     par = cand.parallel
     heads, _ = heads_per_gpu(model, par.tp)
-    work = (seq_len + 1) / (2 * seq_len) if timer.causal else 1.0
+    work = attention_work(model, seq_len, timer.causal)
     seconds = {
         pass_: attention_flops(
             seq_len, seq_len, heads, model.head_dim, work=work, pass_=pass_, batch=timer.micro_batch
@@ -1139,7 +1247,7 @@ def _sized(m, par, seq_len, global_batch, mode, timer, usable, cluster) -> Candi
     return cand
 
 
-def _time(cand, m, seq_len, global_batch, mode, timer, cluster, ideal, convention, scale=POINT):
+def _time(cand, m, seq_len, global_batch, mode, timer, cluster, ideal, convention, scale=None):
     par = cand.parallel
     if mode == "prefill":
         attention, idle = timer.time(par, ("forward",))

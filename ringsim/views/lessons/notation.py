@@ -18,7 +18,8 @@ NOTATION = {
     "H_{kv}": "key/value heads; $H_{kv} < H$ is grouped-query attention",
     "d": "head dimension (128 in most models here)",
     "d_{model}": "hidden size, $H d$",
-    "d_{ff}": "the feed-forward network's hidden width (about $4 d_{model}$ or more)",
+    "d_{ff}": "the feed-forward network's hidden width, wider than $d_{model}$ (2.7 to 3.5 "
+    "times in the models here)",
     "L": "layers",
     "b": "batch: sequences processed together",
     "e": "bytes per element: 2 in bf16, 4 in fp32",

@@ -92,6 +92,43 @@ REFERENCES = {
         "developer guide",
         "https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/context_parallel.html",
     ),
+    "usp": (
+        "Fang, Zhao",
+        "USP: A Unified Sequence Parallelism Approach for Long Context Generative AI",
+        "2024",
+        "https://arxiv.org/abs/2405.07719",
+    ),
+    "loongtrain": (
+        "Gu et al.",
+        "LoongTrain: Efficient Training of Long-Sequence LLMs with Head-Context Parallelism",
+        "2024",
+        "https://arxiv.org/abs/2406.18485",
+    ),
+    "ml_engineering": (
+        "Bekman",
+        "Machine Learning Engineering: network (NVLink, PCIe and InfiniBand rates)",
+        "GitHub",
+        "https://github.com/stas00/ml-engineering/tree/master/network",
+    ),
+    "fire_flyer": (
+        "DeepSeek-AI",
+        "Fire-Flyer AI-HPC: A Cost-Effective Software-Hardware Co-Design for Deep Learning",
+        "2024",
+        "https://arxiv.org/abs/2408.14158",
+    ),
+    "nemo_long": (
+        "NVIDIA",
+        "NeMo Framework: Long Sequence Performance (Llama 2 7B in FP8, 16K to 1M tokens)",
+        "documentation, NeMo 24.03.01",
+        "https://docs.nvidia.com/nemo-framework/user-guide/24.12/nemotoolkit/performance/"
+        "performance_long_sequence.html",
+    ),
+    "transformer_engine": (
+        "NVIDIA",
+        "TransformerEngine: attention with context parallelism (context_parallel.py)",
+        "GitHub",
+        "https://github.com/NVIDIA/TransformerEngine",
+    ),
     "scaling_book": (
         "Austin et al.",
         "How to Scale Your Model (the jax-ml scaling book)",
