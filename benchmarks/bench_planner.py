@@ -11,8 +11,10 @@ its choices beside the configurations practitioners published (never fitted to t
    * ``8b``: Llama 3 8B at 128K tokens x 64 sequences on 8 DGX H100 nodes (64 GPUs), ideal
      kernels, PP 1: every tensor x context x data-parallel split, strategy, placement, layout
      and recompute choice sized, and every one that fits timed and ranked (``keep=None``).
-     Target: 5x faster than before issue 35 (3.0 s here then). ``8b-pp``: the same with the
-     pipeline degree and virtual stages searched.
+     Target: 5x faster than before issue 35 (3.0 s here then). ``8b-cli``: the same question
+     as ``ringsim plan`` asks it now (the best 30 exact, ``--top 10`` intervals) against the
+     command line before (every fitting one timed, the same intervals). ``8b-pp``: the first
+     with the pipeline degree and virtual stages searched.
    * ``405b``: Llama 3 405B at 128K x 128 on 2,048 DGX H100 nodes (16,384 GPUs), FA2, PP and
      virtual stages searched, the best 30 exact as ``ringsim plan`` keeps them for its ten rows
      (``--top 10``): target >= 10,000 configurations considered in < 10 s. ``405b-pp16v2``:
@@ -62,6 +64,17 @@ CASES = {
         pp=1,
         virtual_stages=1,
     ),
+    "8b-cli": dict(
+        model="llama3-8b",
+        seq_len=2**17,
+        nodes=8,
+        global_batch=64,
+        implementation="ideal",
+        pp=1,
+        virtual_stages=1,
+        keep=30,
+        intervals=10,
+    ),
     "8b-pp": dict(
         model="llama3-8b", seq_len=2**17, nodes=8, global_batch=64, implementation="ideal"
     ),
@@ -99,6 +112,8 @@ CASES = {
 COMMANDS = {
     "8b": "ringsim plan --model llama3-8b --seq-len 128K --cluster dgx-h100 --nodes 8 "
     "--global-batch 64 --implementation ideal --pp 1 --virtual-stages 1 --keep all",
+    "8b-cli": "ringsim plan --model llama3-8b --seq-len 128K --cluster dgx-h100 --nodes 8 "
+    "--global-batch 64 --implementation ideal --pp 1 --virtual-stages 1",
     "8b-pp": "ringsim plan --model llama3-8b --seq-len 128K --cluster dgx-h100 --nodes 8 "
     "--global-batch 64 --implementation ideal --keep all",
     "405b": "ringsim plan --model llama3-405b --seq-len 128K --cluster dgx-h100 --nodes 2048 "
@@ -113,10 +128,15 @@ COMMANDS = {
 NEEDS_SEARCH = {"8b-pp", "405b", "65536"}
 """Cases only a planner that searches the pipeline can plan (no baseline before issue 35)."""
 
+BEFORE = {"8b-cli": dict(keep=None)}
+"""What the command line asked of the planner before issue 35, where it differs (it timed
+every configuration that fits: ``--keep`` did not exist)."""
 
-def run_case(name: str) -> dict:
-    """Plan one case in this process: wall and CPU seconds, what was considered and timed."""
-    kw = dict(CASES[name])
+
+def run_case(name: str, before: bool = False) -> dict:
+    """Plan one case in this process: wall and CPU seconds, what was considered and timed
+    (``before``: as the command line asked it before issue 35, ``BEFORE``)."""
+    kw = {**CASES[name], **(BEFORE.get(name, {}) if before else {})}
     model, seq_len = kw.pop("model"), kw.pop("seq_len")
     cluster = get_cluster("dgx-h100").with_nodes(kw.pop("nodes"))
     t0, cpu0 = time.perf_counter(), time.process_time()
@@ -144,7 +164,7 @@ def _in_process(name: str, code: str | None) -> dict:
         env["PYTHONPATH"] = os.pathsep.join([code, env.get("PYTHONPATH", "")])
     script = Path(__file__).resolve()
     out = subprocess.run(
-        [sys.executable, str(script), "--case", name],
+        [sys.executable, str(script), "--case", name, *(["--before"] if code else [])],
         env=env,
         capture_output=True,
         text=True,
@@ -267,10 +287,11 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="DIR", help="also time the cases on this checkout")
     parser.add_argument("--profile", metavar="CASE", choices=CASES, help="cProfile one case")
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # one, as JSON
+    parser.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case)))
+        print(json.dumps(run_case(args.case, args.before)))
         return
     if args.profile:
         profile(args.profile)

@@ -16,6 +16,7 @@ from ringsim.timer.machine.kernel_model import (
     call_rate_bound,
     cta_makespan,
 )
+from ringsim.timer.machine.topology import get_cluster
 
 H100, A100 = PRESETS["h100-nvlink"], PRESETS["a100-nvlink"]
 
@@ -94,12 +95,14 @@ def test_a_repeated_head_pattern_schedules_as_before(per_sm):
     st.sampled_from(["forward", "backward"]),
     st.sampled_from([m for m in MASKS if m != "documents"]),
     st.sampled_from(["low", "point", "high"]),
+    st.tuples(st.integers(-40_000, 40_000), st.integers(0, 40_000)),
 )
 def test_no_call_runs_faster_than_the_rate_bound(
-    family, hardware, q, k, heads, head_dim, pass_, mask, end
+    family, hardware, q, k, heads, head_dim, pass_, mask, end, lo_width
 ):
     """``visible FLOPs / call_rate_bound`` is a lower bound of every call, whatever its shape,
-    mask or head count: the planner's lower bound rests on it."""
+    mask (a window's band too) or head count: the planner's lower bound rests on it."""
+    band = (lo_width[0], lo_width[0] + lo_width[1]) if mask == "window" else None
     if not get_family(family).runs_on(hardware):
         return  # FA3 and cuDNN run on Hopper only
     if mask in ("causal-diagonal", "offset-causal") and k < q:
@@ -117,8 +120,9 @@ def test_no_call_runs_faster_than_the_rate_bound(
         pass_=pass_,
         mask=mask,
         lone_cta_speed=end,
+        band=band,
     )
-    visible = _visible_pairs(q, k, mask) / (q * k)
+    visible = _visible_pairs(q, k, mask, band) / (q * k)
     flops = attention_flops(q, k, heads, head_dim, work=visible, pass_=pass_)
     bound = call_rate_bound(
         family, hardware, head_dim=head_dim, dtype="bf16", pass_=pass_, lone_cta_speed=end
@@ -126,11 +130,83 @@ def test_no_call_runs_faster_than_the_rate_bound(
     assert flops / bound <= seconds * (1 + 1e-12)
 
 
-def _visible_pairs(q: int, k: int, mask: str) -> int:
+def _visible_pairs(q: int, k: int, mask: str, band: tuple[int, int] | None) -> int:
     """Pairs a mask leaves of a ``q x k`` call (row ``r`` sees keys ``<= r + k - q``, or
-    ``<`` for offset-causal)."""
+    ``<`` for offset-causal; under a window's ``band``, keys ``r + lo`` to ``r + hi``)."""
     if mask in ("full", "zigzag-half"):
         return q * k
-    shift = k - q - (1 if mask == "offset-causal" else 0)
     rows = np.arange(q)
+    if mask == "window":
+        first, last = np.maximum(rows + band[0], 0), np.minimum(rows + band[1], k - 1)
+        return int(np.maximum(last - first + 1, 0).sum())
+    shift = k - q - (1 if mask == "offset-causal" else 0)
     return int(np.clip(rows + shift + 1, 0, k).sum())
+
+
+# -- the busiest GPU's share of the pairs: the planner's lower bound -------------------------
+def _parallel(cp: int, ulysses: int, layout: str):
+    from ringsim.timer.step.parallel import Parallel
+
+    return Parallel(tp=1, cp=cp, pp=1, dp=1, ulysses=ulysses, layout=layout, strategy="hybrid")
+
+
+def test_the_busiest_share_of_a_contiguous_causal_ring_is_its_last_host():
+    """Host ``R - 1`` of a contiguous causal ring sees ``R - 1`` whole blocks and its own
+    triangle: ``((R - 1) c^2 + c (c + 1) / 2) / N^2`` of the pairs, over ``U`` head groups."""
+    from ringsim.timer.step.models import MODELS
+    from ringsim.timer.studies.planner import AttentionTimer
+
+    n, R, U = 4096, 8, 2
+    timer = AttentionTimer(
+        MODELS["llama3-8b"],
+        n,
+        get_cluster("dgx-h100"),
+        causal=True,
+        dtype="bf16",
+        implementation="ideal",
+    )
+    c = n // R
+    expected = ((R - 1) * c * c + c * (c + 1) / 2) / (n * n) / U
+    assert timer.busiest_work(_parallel(R * U, U, "contiguous")) == pytest.approx(expected)
+    balanced = (n * (n + 1) / 2) / (n * n) / (R * U)  # zigzag: every host the same
+    assert timer.busiest_work(_parallel(R * U, U, "zigzag")) == pytest.approx(balanced)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(model="llama3-8b", seq_len=2**15, implementation="ideal"),
+        dict(model="llama3-8b", seq_len=2**15, implementation="fa2", causal=False),
+        dict(model="llama3-8b", seq_len=2**15, implementation="fa2", mode="prefill"),
+        dict(model="mistral-7b", seq_len=2**15, implementation="fa2"),
+        dict(
+            model="llama3-8b",
+            seq_len=2**14,
+            implementation="fa2",
+            documents=[1000, 7192, 4096, 2048, 2048],
+        ),
+    ],
+    ids=["ideal", "full-mask", "prefill", "windows", "documents"],
+)
+def test_no_configuration_steps_faster_than_its_lower_bound(case):
+    """Every configuration timed (``keep`` past them all times every one, each after its
+    bound) takes at least its lower bound: the layout's busiest GPU, the kernel family's best
+    rate, no communication. Packed documents and sliding windows leave fewer pairs than the
+    causal mask, and the bound counts exactly those."""
+    from ringsim.timer.studies.planner import plan
+
+    kw = dict(case)
+    result = plan(
+        kw.pop("model"),
+        kw.pop("seq_len"),
+        get_cluster("dgx-h100"),
+        16,
+        global_batch=16,
+        pp=1,
+        virtual_stages=1,
+        keep=10**6,
+        **kw,
+    )
+    assert len(result.candidates) > 20
+    for cand in result.candidates:
+        assert 0 < cand.lower_bound_s <= cand.step_time_s, cand.label

@@ -43,7 +43,8 @@ class RunStats:
     def of(cls, timeline: Timeline) -> RunStats:
         """The stats of a finished timeline (the peers of ``strategies`` build theirs whole):
         ``Recorder``'s sums, every row at once, in its order of additions (row by row within
-        a chunk of ``_CHUNK`` rows, a cumulative sum; the chunks one after the other)."""
+        a chunk of ``_CHUNK`` rows, a cumulative sum: ``sum`` may add them in another order;
+        the chunks one after the other)."""
         tl, P = timeline, timeline.hosts
         pairs = [(tl.compute_start, tl.compute_end), (tl.send_start, tl.send_end)]
         kv = kv_messages(tl).get("send")

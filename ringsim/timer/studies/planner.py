@@ -37,8 +37,7 @@ import numpy as np
 from ringsim.checks import check_callback, check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names, segment_ids_of
-from ringsim.masks import offset_bounds, pairs_within
-from ringsim.schedule import RING_PASSES
+from ringsim.schedule import RING_PASSES, build_schedule
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import TimesOutOfRange
@@ -541,6 +540,9 @@ SHARED_CACHE: dict = {}
 configuration (a second plan on the same cluster reuses them). At most ``SHARED_CACHE_SIZE``
 entries: the oldest go first."""
 SHARED_CACHE_SIZE = 20_000
+BUSIEST_HOSTS = 256
+"""The largest ring group whose busiest host ``AttentionTimer.busiest_work`` finds from its
+schedule (``R x R`` blocks); past it the balanced share, a looser bound, stands in."""
 
 
 class AttentionTimer:
@@ -699,6 +701,36 @@ class AttentionTimer:
             )
             self._bounding = self.with_family(bound)
         return self._bounding
+
+    def busiest_work(self, par: Parallel) -> float:
+        """The fraction of a layer's ``N x N`` pairs that the busiest GPU of ``par``'s
+        context-parallel group computes, the mean over the model's layers: a ring group of
+        ``R = cp / U`` GPUs splits each head's visible pairs as its layout places the queries
+        (the schedule's exact work, packed documents and windows included), each GPU holding
+        ``H / U`` of the heads. At least the balanced share, and what ``lower_bound`` charges."""
+        key = ("busiest", par.cp, par.ulysses, par.layout)
+        return self._cached(key, lambda: self._busiest_work(par))
+
+    def _busiest_work(self, par: Parallel) -> float:
+        n, U = self.seq_len, par.ulysses
+        R = par.cp // U
+        layers = Counter(self.model.layer_windows())
+        shares = 0.0
+        for window, count in layers.items():
+            hosts = R if R <= BUSIEST_HOSTS else 1  # one host: the whole count, balanced below
+            schedule = build_schedule(
+                hosts,
+                par.layout if hosts > 1 else "contiguous",
+                self.causal,
+                seq_len=n,
+                segment_ids=self.segment_ids,
+                sliding_window=window,
+            )
+            pairs = sum(schedule.exact_work_at(s) for s in range(schedule.steps))
+            c = n // hosts
+            share = float(pairs.max()) * c * c / (n * n) / (U if hosts > 1 else par.cp)
+            shares += count * share
+        return shares / self.model.layers
 
     def rate_bound(self, pass_: str) -> float:
         """FLOP/s no attention call of this timer's family exceeds in ``pass_``
@@ -1172,35 +1204,20 @@ def _best_first(fitting, keep, beat, timing, progress) -> tuple[list, list]:
     return timed, bounded
 
 
-def attention_work(model, seq_len: int, causal: bool) -> float:
-    """The fraction of a layer's ``N x N`` pairs the mask leaves, the mean over the model's
-    layers (a sliding-window layer keeps fewer: ``ModelSpec.layer_windows``)."""
-    n = seq_len
-    if model.sliding_window is None:
-        return (n + 1) / (2 * n) if causal else 1.0
-    pairs = [
-        pairs_within(0, n, n, 1, *offset_bounds(causal, w))
-        if w is not None and w < n
-        else (n * (n + 1) // 2 if causal else n * n)
-        for w in model.layer_windows()
-    ]
-    return float(sum(int(p) for p in pairs)) / (len(pairs) * n * n)
-
-
 def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal) -> float:
-    """The candidate's step with its attention on exactly the pairs the mask leaves, perfectly
-    balanced over the context-parallel group, at the fastest rate any call of the kernel family
+    """The candidate's step with its attention as the busiest GPU's share of exactly the pairs
+    the mask leaves (``AttentionTimer.busiest_work``: its layout's imbalance counts, a
+    balanced split is the least it can be), at the fastest rate any call of the kernel family
     runs (``AttentionTimer.rate_bound``: the peak for ``ideal``), no communication: no call
-    runs faster, and the step only grows with the attention's time
-    (``ringsim.timer.step.training``), so no timed step is shorter."""
+    runs faster, no GPU finishes before its own pairs, and the step only grows with the
+    attention's time (``ringsim.timer.step.training``), so no timed step is shorter."""
     par = cand.parallel
     heads, _ = heads_per_gpu(model, par.tp)
-    work = attention_work(model, seq_len, timer.causal)
+    work = timer.busiest_work(par)
     seconds = {
         pass_: attention_flops(
             seq_len, seq_len, heads, model.head_dim, work=work, pass_=pass_, batch=timer.micro_batch
         )
-        / par.cp
         / timer.rate_bound(pass_)
         for pass_ in RING_PASSES
     }
