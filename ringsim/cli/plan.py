@@ -284,7 +284,7 @@ def print_plan(result, top: int, *, batch_source: str | None = None) -> None:
     title = (
         f"{result.model}, {result.seq_len:,} tokens x {result.global_batch} per {unit}, "
         f"{result.hosts} devices: {result.cluster.describe()}; framework {result.framework}, "
-        f"attention {result.implementation} ({_fit(result)}, {len(result.dropped)} do not; "
+        f"attention {result.implementation} ({_fit(result)}, {len(result.dropped):,} do not; "
         f"{result.seconds:.1f} s)"
     )
     groups = result.groups(top)
@@ -370,7 +370,7 @@ def print_plan(result, top: int, *, batch_source: str | None = None) -> None:
     if result.dropped:
         lean = min(result.dropped, key=lambda c: c.bytes_per_host)
         print(
-            f"{len(result.dropped)} do not fit (not ranked); the leanest of them, {lean.label}, "
+            f"{len(result.dropped):,} do not fit (not ranked); the leanest of them, {lean.label}, "
             f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.usable_bytes)} usable"
         )
 
