@@ -51,7 +51,18 @@ TWO_NODES = ["--seq-len", "64K", "--cluster", "dgx-h100", "--nodes", "2"]
 PLAN_BAD = [
     (["--seq-len", "1G", "--hosts", "1073741824"], "hosts=1073741824"),
     (
-        ["--seq-len", "128K", "--cluster", "dgx-h100", "--nodes", "4096", "--global-batch", "1"],
+        [
+            "--seq-len",
+            "128K",
+            "--cluster",
+            "dgx-h100",
+            "--nodes",
+            "4096",
+            "--global-batch",
+            "1",
+            "--pp",
+            "1",
+        ],
         "4,096",
     ),
     (
@@ -136,7 +147,7 @@ PLAN_BAD = [
             (["--pp", "4", "--virtual-stages", "3"], "virtual_stages=3"),
             (["--pp", "4", "--virtual-stages", "3", "--json"], "virtual_stages=3"),
             (["--pp", "4", "--virtual-stages", "2", "--global-batch", "1"], "multiple of pp=4"),
-            (["--virtual-stages", "2"], "--virtual-stages 2"),
+            (["--pp", "1", "--virtual-stages", "2"], "--virtual-stages 2"),
             (["--prefill", "--recompute", "full"], "--recompute"),
         )
     ),

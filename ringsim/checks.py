@@ -20,6 +20,8 @@ FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 def check_positive_int(name: str, value: object, *, at_most: int | None = None) -> int:
     """Return ``value`` as an int if it is a positive integer (bools and floats are refused),
     and at most ``at_most`` when given (a size whose arrays could not exist)."""
+    if type(value) is int and value > 0 and at_most is None:  # the common case, no ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {_show(value)}")
     if at_most is not None and value > at_most:
@@ -39,6 +41,8 @@ def check_real(
 ) -> float:
     """Return ``value`` as a finite float (bools, strings, NaN and infinities refused), and
     above zero (``positive``) or at least zero (``non_negative``) when asked."""
+    if type(value) is float and math.isfinite(value) and value > 0:  # the common case
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number, got {_show(value)}")
     try:

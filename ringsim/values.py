@@ -47,6 +47,17 @@ def parse_positive_int(name: str, text: str) -> int:
     return value
 
 
+def parse_positive_ints(name: str, text: str) -> tuple[int, ...]:
+    """``"16"`` -> ``(16,)``, ``"1,2,4"`` -> ``(1, 2, 4)``: positive integers, comma-separated."""
+    parts = str(text).split(",")
+    try:
+        return tuple(parse_positive_int(name, part.strip()) for part in parts)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be a positive integer or a comma-separated list of them, got {text!r}"
+        ) from None
+
+
 def parse_quantity(name: str, text: str, *, allow_zero: bool = False) -> float:
     """A finite positive number, optionally with an SI suffix: ``312e12``, ``312T``, ``50G``."""
     body = text.strip()

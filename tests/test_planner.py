@@ -210,7 +210,9 @@ def test_plans_too_large_to_time_are_refused_before_any_work():
     with pytest.raises(ValueError, match="65,536"):
         plan("7b", 2**30, DGX2.with_nodes(2**27), hosts=2**30)
     with pytest.raises(ValueError, match="context-parallel group of at least 4,096"):
-        plan("7b", 128 * 1024, get_cluster("dgx-h100").with_nodes(4096))
+        plan("7b", 128 * 1024, get_cluster("dgx-h100").with_nodes(4096), pp=1)
+    with pytest.raises(ValueError, match=r"at least 2,048 ranks .*pp=1,2"):  # the PP searched
+        plan("7b", 128 * 1024, get_cluster("dgx-h100").with_nodes(4096), pp=[1, 2])
 
 
 # -- the command line ----------------------------------------------------------------------------

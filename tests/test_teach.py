@@ -123,11 +123,17 @@ def test_a_slower_choice_is_ranked_and_its_gap_explained(small_plan) -> None:
 
 def test_a_choice_that_does_not_fit_says_by_how_much(small_plan) -> None:
     dropped = min(small_plan.dropped, key=lambda c: c.bytes_per_host)
+    p = dropped.parallel
     choice = teach.Choice(
-        dropped.layout, dropped.ulysses_degree, dropped.parallel.tp, dropped.parallel.recompute
+        dropped.layout,
+        dropped.ulysses_degree,
+        p.tp,
+        p.recompute,
+        strategy=p.strategy,
+        placement=p.placement,
+        pp=p.pp,
     )
-    if any(choice.matches(c) for c in small_plan.candidates):
-        pytest.skip("the leanest dropped configuration shares its choice with a fitting one")
+    assert not any(choice.matches(c) for c in small_plan.candidates), "a twin fits"
     verdict = teach.check_choice(small_plan, choice)
     assert not verdict.fits and verdict.rank is None and math.isnan(verdict.gap)
     over = (dropped.bytes_per_host - dropped.usable_bytes) / 1e9
@@ -140,6 +146,7 @@ def test_a_choice_that_does_not_fit_says_by_how_much(small_plan) -> None:
         ("ulysses", teach.Choice("zigzag", ulysses=3)),
         ("layout", teach.Choice("diagonal")),
         ("recompute", teach.Choice("zigzag", recompute="some")),
+        ("pp", teach.Choice("zigzag", pp=3)),
     ],
 )
 def test_a_choice_the_planner_never_tried_is_refused_by_name(small_plan, field, choice) -> None:

@@ -25,7 +25,13 @@ from ringsim.cli.output import (
 )
 from ringsim.cli.values import parse_implementation
 from ringsim.timer.step.frameworks import FRAMEWORKS
-from ringsim.values import arg_type, parse_length, parse_positive_int, parse_seq_len
+from ringsim.values import (
+    arg_type,
+    parse_length,
+    parse_positive_int,
+    parse_positive_ints,
+    parse_seq_len,
+)
 
 HELP = "rank ways to spread a training step (TP x CP x PP x DP) for a model, a length, a cluster"
 EXAMPLES = """examples:
@@ -53,6 +59,22 @@ def _parse_tokens(name: str, text: str) -> int:
         return parse_length(text)
     except ValueError as err:
         raise ValueError(f"{name}: {err}") from None
+
+
+def _parse_keep(name: str, text: str) -> int | str:
+    """``--keep``: a positive integer, or ``all``."""
+    return "all" if text.strip() == "all" else parse_positive_int(name, text)
+
+
+def keep_for(args: argparse.Namespace) -> int | None:
+    """How many of the best ``plan`` must know exactly (``None``: time every one that fits):
+    ``--keep``, else every one for a ``--plot`` (it draws them all), else the ``--top`` rows
+    shown, each with its layout twins (``Plan.groups``: up to one per layout)."""
+    from ringsim.layouts import layout_names
+
+    if args.keep == "all" or (args.keep is None and args.plot):
+        return None
+    return args.keep if args.keep is not None else args.top * len(layout_names())
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -107,13 +129,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         + ", ".join(FRAMEWORK_NAMES),
     )
     p.add_argument("--tp", type=positive("tp"), help="only this tensor-parallel degree")
-    p.add_argument("--pp", type=positive("pp"), default=1, help="pipeline stages (1)")
+    p.add_argument(
+        "--pp",
+        type=arg_type(parse_positive_ints, "pp"),
+        metavar="P[,P...]",
+        help="only these pipeline degrees (default: every one the layers allow)",
+    )
     p.add_argument(
         "--virtual-stages",
-        type=positive("virtual_stages"),
-        default=1,
-        metavar="V",
-        help="model chunks per pipeline rank, interleaved 1F1B (1)",
+        type=arg_type(parse_positive_ints, "virtual_stages"),
+        metavar="V[,V...]",
+        help="only these model chunks per pipeline rank, interleaved 1F1B (default: every "
+        "count Megatron-LM cuts the layers into)",
     )
     p.add_argument(
         "--recompute",
@@ -139,10 +166,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=positive("top"), default=10, help="candidates shown (10)")
     p.add_argument(
         "--keep",
-        type=positive("keep"),
-        metavar="K",
+        type=arg_type(_parse_keep, "keep"),
+        metavar="K|all",
         help="time only what it takes to know the best K exactly; the rest are shown to be "
-        "slower by a lower bound (default: time every configuration that fits)",
+        "slower by a lower bound (default: enough for the --top rows shown, all with --plot; "
+        "all: time every configuration that fits)",
     )
     add_hardware_flags(p)
     add_cluster_flags(p, strategy=False)
@@ -176,10 +204,11 @@ def check_plan_flags(args: argparse.Namespace) -> None:
             "--recompute chooses what a training step's backward recomputes; --prefill runs one "
             "forward pass and recomputes nothing: drop --recompute"
         )
-    if args.virtual_stages > 1 and args.pp == 1:
+    if args.virtual_stages and min(args.virtual_stages) > 1 and args.pp == (1,):
+        shown = ",".join(map(str, args.virtual_stages))
         raise ValueError(
-            f"--virtual-stages {args.virtual_stages} interleaves pipeline stages: it needs "
-            f"--pp 2 or more, got --pp 1"
+            f"--virtual-stages {shown} interleaves pipeline stages: it needs --pp 2 or more, "
+            f"got --pp 1"
         )
 
 
@@ -226,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
                 sharding=args.sharding,
                 gemm_dtype=args.gemm_dtype,
                 flops_convention=args.flops_convention,
-                keep=args.keep,
+                keep=keep_for(args),
                 intervals=args.top,
                 progress=ticker,
                 documents=documents,
@@ -255,8 +284,8 @@ def print_plan(result, top: int, *, batch_source: str | None = None) -> None:
     title = (
         f"{result.model}, {result.seq_len:,} tokens x {result.global_batch} per {unit}, "
         f"{result.hosts} devices: {result.cluster.describe()}; framework {result.framework}, "
-        f"attention {result.implementation} ({len(result.candidates)} fit, "
-        f"{len(result.dropped)} do not; {result.seconds:.1f} s)"
+        f"attention {result.implementation} ({_fit(result)}, {len(result.dropped):,} do not; "
+        f"{result.seconds:.1f} s)"
     )
     groups = result.groups(top)
     header = ["#", "configuration", f"time/{unit}", "interval", "exposed comm", "memory"]
@@ -331,18 +360,27 @@ def print_plan(result, top: int, *, batch_source: str | None = None) -> None:
         "(attention_layer_s: one layer, one micro-batch, the strategy's heads per GPU)"
     )
     worst = result.candidates[-1]
-    print(f"slowest that fits: {worst.label}, {format_seconds(worst.step_time_s)}")
+    slowest = "slowest timed" if result.bounded else "slowest that fits"
+    print(f"{slowest}: {worst.label}, {format_seconds(worst.step_time_s)}")
     if result.bounded:
         print(
-            f"{len(result.bounded)} more fit but were not timed: their lower bounds exceed the "
-            f"best {len(result.candidates)} timed (--keep)"
+            f"{len(result.bounded):,} more fit but were not timed: a lower bound of each step "
+            f"exceeds the best {len(result.candidates):,} timed (--keep all times every one)"
         )
     if result.dropped:
         lean = min(result.dropped, key=lambda c: c.bytes_per_host)
         print(
-            f"{len(result.dropped)} do not fit (not ranked); the leanest of them, {lean.label}, "
+            f"{len(result.dropped):,} do not fit (not ranked); the leanest of them, {lean.label}, "
             f"needs {format_bytes(lean.bytes_per_host)} of {format_bytes(lean.usable_bytes)} usable"
         )
+
+
+def _fit(result) -> str:
+    """``N fit``, and how many of them were timed when a bound spared the rest."""
+    if not result.bounded:
+        return f"{len(result.candidates)} fit"
+    fit = len(result.candidates) + len(result.bounded)
+    return f"{fit:,} fit, {len(result.candidates):,} timed"
 
 
 def _interval(c) -> str:

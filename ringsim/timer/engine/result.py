@@ -41,15 +41,33 @@ class RunStats:
 
     @classmethod
     def of(cls, timeline: Timeline) -> RunStats:
-        """The stats of a finished timeline (the peers of ``strategies`` build theirs whole)."""
-        rec = Recorder(timeline.hosts, timeline.steps, keep=False)
-        tl = timeline
+        """The stats of a finished timeline (the peers of ``strategies`` build theirs whole):
+        ``Recorder``'s sums, every row at once, in its order of additions (row by row within
+        a chunk of ``_CHUNK`` rows, a cumulative sum: ``sum`` may add them in another order;
+        the chunks one after the other)."""
+        tl, P = timeline, timeline.hosts
+        pairs = [(tl.compute_start, tl.compute_end), (tl.send_start, tl.send_end)]
         kv = kv_messages(tl).get("send")
-        for r in range(tl.steps):
-            ks, ke = (None, None) if kv is None else (kv[0][r], kv[1][r])
-            starts_ends = (tl.compute_start[r], tl.compute_end[r], tl.send_start[r], tl.send_end[r])
-            rec.row(*starts_ends, ks, ke, dense=False)
-        return rec.stats()
+        if kv is not None:
+            pairs.append(kv)
+        busy, events = [], 0
+        for start, end in pairs:
+            span = np.asarray(end, dtype=float) - start
+            done = np.isfinite(start)
+            events += int(done.sum())
+            span[~done] = 0.0
+            total = np.zeros(P)
+            for chunk in range(0, tl.steps, _CHUNK):
+                total += np.cumsum(span[chunk : chunk + _CHUNK], axis=0)[-1]
+            busy.append(total)
+        zero = np.zeros(P)
+        compute_end = np.fmax.reduce(tl.compute_end, axis=0, initial=0.0) if tl.steps else zero
+        link_free = zero
+        for _, end in pairs[1:]:
+            if tl.steps:
+                link_free = np.fmax(link_free, np.fmax.reduce(end, axis=0))
+        span = max(float(compute_end.max(initial=0.0)), float(link_free.max(initial=0.0)))
+        return cls(span, busy[0], busy[1] + (busy[2] if kv is not None else zero), events)
 
 
 class Recorder:

@@ -119,7 +119,10 @@ class KernelFamily:
     How the calls run on the GPU: ``launches[(arch, pass)]`` the kernel's ``Launch`` (tile,
     CTAs per SM, dispatch order; without one, the family's ``tile``, one CTA per SM, grid
     order; ``wave_tail=False`` leaves occupancy and the tail out, as the waterfall's first
-    steps do); ``lone_cta_speed`` the rate of a CTA alone on an SM that could hold
+    steps do; ``wave_tail_bound`` runs every grid at the best efficiency a schedule can reach,
+    ``max(1, lone_cta_speed)``, against the benchmark's own: no call is faster, so a run timed
+    so is a lower bound of the run, which a planner uses to skip the schedule, never a
+    prediction); ``lone_cta_speed`` the rate of a CTA alone on an SM that could hold
     ``ctas_per_sm`` of them, relative to the SM's rate when full (a ``Range``). The host's side
     of a Python ring loop: ``host_call_s`` seconds per PyTorch call (a ``Range``; ``None``: no
     host model), the calls per step counted in ``ringsim.timer.engine.ring_steps``.
@@ -139,6 +142,7 @@ class KernelFamily:
     calibrated: bool = False
     launches: dict[tuple[str, str], Launch] = field(default_factory=dict)
     wave_tail: bool = True
+    wave_tail_bound: bool = False
     lone_cta_speed: Range | None = None
     host_call_s: Range | None = None
     grad_wire_dtype: str | None = None

@@ -92,6 +92,7 @@ __all__ = [
     "TileWork",
     "attention_call_seconds",
     "call_bytes",
+    "call_rate_bound",
     "call_seconds",
     "cta_efficiency",
     "cta_lengths",
@@ -267,19 +268,25 @@ def cta_makespan(lengths: np.ndarray, sms: int, per_sm: int, lone_speed: float) 
     SMs so, and SMs whose CTAs end at the same moment get one new CTA each before any gets a
     second). An SM shares its rate among its residents: with ``n`` of them it runs ``per_sm x
     (lone + (1 - lone)(n - 1)/(per_sm - 1))`` tiles a unit (``per_sm`` when full, ``per_sm x
-    lone`` for one alone)."""
+    lone`` for one alone). Ends within ``1e-12`` of the earliest count as one moment.
+
+    An event loop over the SMs' next ends (a heap); with one CTA per SM each SM runs its CTA
+    alone at rate 1, and ``_one_per_sm`` does the same arithmetic without the residents'
+    lists (a planner schedules thousands of such grids)."""
     pending = [float(x) for x in lengths if x > 0][::-1]  # pop() takes the next CTA
     if not pending:
         return 0.0
-
-    def rate(n: int) -> float:
-        if per_sm == 1 or n == 0:
-            return 1.0
-        return per_sm * (lone_speed + (1.0 - lone_speed) * (n - 1) / (per_sm - 1)) / n
-
+    if per_sm == 1:
+        return _one_per_sm(pending, sms)
+    # rates[n]: one resident's rate with n on its SM
+    rates = [1.0] + [
+        per_sm * (lone_speed + (1.0 - lone_speed) * (n - 1) / (per_sm - 1)) / n
+        for n in range(1, per_sm + 1)
+    ]
     residents: list[list[float]] = [[] for _ in range(sms)]
     since = [0.0] * sms
     heap: list[tuple[float, int]] = []
+    push = heapq.heappush
 
     def refill(freed: list[int], now: float) -> None:
         """Give the SMs ``freed`` (their CTAs advanced to ``now``) one new CTA each in turn
@@ -292,21 +299,54 @@ def cta_makespan(lengths: np.ndarray, sms: int, per_sm: int, lone_speed: float) 
         for sm in freed:
             left = residents[sm]
             if left:
-                heapq.heappush(heap, (now + min(left) / rate(len(left)), sm))
+                push(heap, (now + min(left) / rates[len(left)], sm))
 
     refill(list(range(sms)), 0.0)
     now = 0.0
     while heap:
-        now, sm = heapq.heappop(heap)
-        ended = [sm]
-        while heap and heap[0][0] <= now * (1.0 + 1e-12):  # the SMs done at this moment
-            ended.append(heapq.heappop(heap)[1])
+        now, ended = _next_moment(heap)
         for sm in ended:
             left = residents[sm]
-            done = rate(len(left)) * (now - since[sm])
+            done = rates[len(left)] * (now - since[sm])
             left[:] = [x - done for x in left if x - done > 1e-9 * (1.0 + done)]
             since[sm] = now
         refill(ended, now)
+    return now
+
+
+def _next_moment(heap: list[tuple[float, int]]) -> tuple[float, list[int]]:
+    """The next moment of ``cta_makespan``'s event loop: the earliest end and the SMs whose
+    CTAs end then (within ``1e-12`` of it), taken off ``heap`` in order."""
+    now, sm = heapq.heappop(heap)
+    ended = [sm]
+    while heap and heap[0][0] <= now * (1.0 + 1e-12):
+        ended.append(heapq.heappop(heap)[1])
+    return now, ended
+
+
+def _one_per_sm(pending: list[float], sms: int) -> float:
+    """``cta_makespan`` with one CTA per SM (each runs alone at rate 1), ``pending`` the CTAs'
+    lengths last first: the same events and the same floating-point operations, on one
+    number per SM (its CTA's work left, ``None`` when it is free)."""
+    left: list[float | None] = [None] * sms
+    since = [0.0] * sms
+    heap: list[tuple[float, int]] = []
+    push = heapq.heappush
+    for sm in range(min(sms, len(pending))):
+        left[sm] = x = pending.pop()
+        push(heap, (0.0 + x / 1.0, sm))
+    now = 0.0
+    while heap:
+        now, ended = _next_moment(heap)
+        for sm in ended:
+            done = 1.0 * (now - since[sm])
+            x = left[sm] - done
+            left[sm] = x if x > 1e-9 * (1.0 + done) else None
+            since[sm] = now
+            if left[sm] is None and pending:
+                left[sm] = pending.pop()
+            if left[sm] is not None:
+                push(heap, (now + left[sm] / 1.0, sm))
     return now
 
 
@@ -459,15 +499,54 @@ def call_seconds(
         band = _check_band(band)
     elif band is not None:
         raise ValueError(f"band is for mask 'window' only, got band={band!r} with mask {mask!r}")
-    dtype, head_dim = shape.dtype, shape.head_dim
-    rate = hardware.flops_for(dtype) if peak is None else check_real("peak", peak, positive=True)
+    if peak is None:
+        rate = hardware.flops_for(shape.dtype)
+    else:
+        rate = check_real("peak", peak, positive=True)
     if visible is not None and not 0.0 <= check_real("visible", visible) <= 1.0:
         raise ValueError(f"visible must be a fraction in [0, 1], got {visible!r}")
+    tile = None if tile is None or family.ideal else _check_tile(tile)  # ideal has no tiles
+    if not isinstance(lone_cta_speed, str):  # an end's name, or a fraction
+        check_real("lone_cta_speed", lone_cta_speed, positive=True)
+    return _call_seconds(
+        family,
+        hardware,
+        shape,
+        q_tokens,
+        k_tokens,
+        pass_,
+        mask,
+        tile,
+        visible,
+        rate,
+        lone_cta_speed,
+        band,
+    )
+
+
+@functools.lru_cache(maxsize=2**16)
+def _call_seconds(
+    family,
+    hardware,
+    shape,
+    q_tokens,
+    k_tokens,
+    pass_,
+    mask,
+    tile,
+    visible,
+    rate,
+    lone_cta_speed,
+    band,
+) -> float:
+    """``call_seconds`` of checked arguments, remembered: a planner's configurations run many
+    of the same calls (the same heads per GPU, block and mask under another strategy or
+    degree)."""
+    head_dim = shape.head_dim
     if family.ideal:
         if visible is None:
             visible = visible_fraction(q_tokens, k_tokens, mask, band)
         return shape.flops(q_tokens, k_tokens, work=visible, pass_=pass_) / rate
-    tile = None if tile is None else _check_tile(tile)
     curve = family.curve(hardware, pass_)
     if family.calibrated:  # HostClock.block's calibrated rule
         if visible is None:
@@ -506,14 +585,65 @@ def call_seconds(
         seq = int(min(max(2 ** round(math.log2(q_tokens)), 512), BENCHMARK_TOKENS))
         terms = _Terms(curve.keys_half, curve.masked_speed)
         bench = _benchmark_efficiency(launch, terms, sms, lone, seq, mask in CAUSAL_MASKS, pass_)
-        key = (one.tobytes(), grids, sms, launch.ctas_per_sm, lone)
-        tile_rate *= _grid_efficiency(*key, launch.longest_first) / bench
+        if family.wave_tail_bound:  # no schedule beats every slot busy (call_rate_bound)
+            efficiency = max(1.0, lone)
+        else:
+            key = (one.tobytes(), grids, sms, launch.ctas_per_sm, lone)
+            efficiency = _grid_efficiency(*key, launch.longest_first)
+        tile_rate *= efficiency / bench
     compute = work * tile_flops / tile_rate
     floor = 0.0
     if hardware.memory_bandwidth > 0:
         moved = call_bytes(q_tokens, k_tokens, shape, pass_)
         floor = moved / (hardware.memory_bandwidth * HBM_FRACTION)
     return family.call_overhead_s + max(compute, floor)
+
+
+def call_rate_bound(
+    family: str | KernelFamily,
+    hardware: Hardware,
+    *,
+    head_dim: int,
+    dtype: str,
+    pass_: str,
+    tile: tuple[int, int] | None = None,
+    peak: float | None = None,
+    lone_cta_speed: str | float = "point",
+) -> float:
+    """FLOP/s (on the pairs a mask leaves) that no call of ``family`` on ``hardware`` exceeds in
+    ``pass_``, whatever its shape or mask (``call_seconds``' terms at their best): ``compute =
+    work x tile FLOPs / tile rate``, where the visible pairs never exceed ``max(1,
+    masked_speed)`` times the work's tiles, the tile rate is ``fraction x head_dim_factor``
+    (times ``causal_factor`` where it helps) of the peak, and the wave-tail factor is a grid
+    efficiency (at most ``max(1, lone_cta_speed)``: no SM runs faster than full) over the
+    benchmark's at the call's length (at least its lowest over the lengths a call may round
+    to). So ``visible FLOPs / call_rate_bound <= call_seconds``: a planner's lower bound."""
+    family = for_hardware(get_family(family), hardware)
+    rate = hardware.flops_for(dtype) if peak is None else check_real("peak", peak, positive=True)
+    if family.ideal:
+        return rate
+    curve = family.curve(hardware, pass_)
+    masked = max(1.0, curve.masked_speed)
+    if family.calibrated:  # call_seconds: flops / (rate x masked_speed) for a masked call
+        return rate * masked
+    tile_rate = rate * curve.fraction * curve.head_dim_factor(head_dim)
+    tile_rate *= max(1.0, curve.causal_factor)
+    sms = hardware.arch.sms
+    if sms and family.wave_tail:
+        launch = family.launch(hardware, pass_)
+        if tile is not None:
+            tile = _check_tile(tile)
+            launch = Launch(tile, launch.loop, launch.ctas_per_sm, launch.longest_first)
+        lone = _lone_speed(family, lone_cta_speed)
+        terms = _Terms(curve.keys_half, curve.masked_speed)
+        lengths = [2**e for e in range(9, BENCHMARK_TOKENS.bit_length())]  # 512 .. 16K
+        bench = min(
+            _benchmark_efficiency(launch, terms, sms, lone, seq, causal, pass_)
+            for seq in lengths
+            for causal in (False, True)
+        )
+        tile_rate *= max(1.0, lone) / bench
+    return tile_rate * masked
 
 
 def decode_call_seconds(

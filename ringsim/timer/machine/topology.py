@@ -38,8 +38,9 @@ Not modelled: switch-hop latency per tier, network oversubscription, adaptive ro
 
 from __future__ import annotations
 
+import functools
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -48,6 +49,30 @@ from ringsim.checks import check_positive_int
 from ringsim.timer.machine.arch import ADA, AMPERE
 from ringsim.timer.machine.hardware import A100_80GB_BYTES, Hardware, dense, get_hardware
 from ringsim.timer.machine.links import PCIE
+
+LINKS_REMEMBERED = 256
+"""Link patterns each of ``Cluster``'s three pattern methods remembers (a planner asks for
+the same groups of the same cluster once per strategy, layout and pass)."""
+
+
+def _remembered(method):
+    """``method(cluster, groups, hosts)`` computed once per distinct arguments (the cluster,
+    its groups as tuples, the hosts; the ``LINKS_REMEMBERED`` latest kept), its arrays copied
+    out so that a caller may write to them."""
+    memo: OrderedDict = OrderedDict()
+
+    @functools.wraps(method)
+    def remembered(self, groups, hosts):
+        key = (self, tuple(map(tuple, groups)), hosts)
+        if key in memo:
+            memo.move_to_end(key)
+        else:
+            memo[key] = method(self, groups, hosts)
+            if len(memo) > LINKS_REMEMBERED:
+                memo.popitem(last=False)
+        return tuple(a.copy() for a in memo[key])
+
+    return remembered
 
 
 @dataclass(frozen=True)
@@ -186,6 +211,7 @@ class Cluster:
         return self.inter_latency if self.node(src) != self.node(dst) else self.intra_latency
 
     # -- the three patterns ------------------------------------------------------------------
+    @_remembered
     def ring_links(self, rings: list[list[int]], hosts: int) -> tuple[np.ndarray, np.ndarray]:
         """``(bandwidth, latency)`` ``(hosts,)`` of each rank's hop to the next rank of its ring
         (``rings``: lists of ranks in ring order, all running at once; a rank in no ring gets
@@ -199,6 +225,7 @@ class Cluster:
             latency[src] = self.latency(src, dst)
         return bandwidth, latency
 
+    @_remembered
     def alltoall_links(self, groups: list[list[int]], hosts: int) -> tuple[np.ndarray, np.ndarray]:
         """``(bandwidth, latency)`` ``(hosts,)`` of an all-to-all in each group (all at once):
         a rank sending ``M`` bytes in all (``M / (n - 1)`` to each peer) takes
@@ -221,6 +248,7 @@ class Cluster:
                     bandwidth[src] = (n - 1) / slowest
         return bandwidth, latency
 
+    @_remembered
     def allgather_links(self, groups: list[list[int]], hosts: int) -> tuple[np.ndarray, np.ndarray]:
         """``(bandwidth, latency per message)`` ``(hosts,)`` of a ring all-gather (or
         reduce-scatter) in each group, all at once: ``n - 1`` steps, each paced by the group's

@@ -26,6 +26,7 @@ Ring Attention paper's model.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -173,12 +174,14 @@ def gemm_seconds(
     return 2.0 * m * n * k / gemm_rate(hardware, m, n, k, dtype, ideal=ideal)
 
 
+@functools.lru_cache(maxsize=2**14)
 def linear_seconds(
     hardware: Hardware, tokens: int, d_in: int, d_out: int, dtype: str, *, ideal: bool = False
 ) -> tuple[float, float]:
     """``(forward, backward)`` seconds of a linear layer ``d_in -> d_out`` on ``tokens`` rows:
     forward ``Y = X W`` (``K = d_in``); backward the input gradient ``dX = dY W^T``
-    (``K = d_out``) and the weight gradient ``dW = X^T dY`` (``K = tokens``)."""
+    (``K = d_out``) and the weight gradient ``dW = X^T dY`` (``K = tokens``). Remembered: a
+    planner's configurations run the same layers on the same rows many times."""
     fwd = gemm_seconds(hardware, tokens, d_out, d_in, dtype, ideal=ideal)
     dgrad = gemm_seconds(hardware, tokens, d_in, d_out, dtype, ideal=ideal)
     wgrad = gemm_seconds(hardware, d_in, d_out, tokens, dtype, ideal=ideal)

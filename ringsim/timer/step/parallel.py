@@ -44,7 +44,7 @@ context-parallel group spans ``8 / tp`` GPUs per node.
   and the loss add to the last stage (Megatron-LM's default).
 * ``virtual_stages`` ``v``: the interleaved 1F1B schedule (Narayanan et al., SC'21), ``v``
   model chunks per pipeline rank; ``v = 1`` is plain 1F1B. It runs only where Megatron-LM
-  runs it (``check_interleaving``, ``interleaving_runs``).
+  runs it (``pipeline_splits``, ``check_interleaving``, ``interleaving_runs``).
 """
 
 from __future__ import annotations
@@ -174,13 +174,35 @@ MEGATRON_INTERLEAVING = (
 )
 
 
+def pipeline_splits(layers: int, pp: int, virtual_stages: int = 1) -> bool:
+    """Whether Megatron-LM cuts ``layers`` over ``pp`` stages of ``virtual_stages`` chunks each
+    (``MEGATRON_INTERLEAVING``): plain 1F1B (``virtual_stages = 1``) takes any ``pp`` up to the
+    layers (uneven stages are Megatron's first/last-stage option); the interleaved schedule needs
+    ``pp > 1`` and the layers (alone, or with the embedding and/or the loss counted as one each,
+    as Llama 3 balances its first and last stage) in ``pp x virtual_stages`` equal chunks."""
+    if pp > layers:
+        return False
+    if virtual_stages == 1:
+        return True
+    return pp > 1 and any(
+        n % pp == 0 and (n // pp) % virtual_stages == 0 for n in range(layers, layers + 3)
+    )
+
+
+def virtual_stage_counts(layers: int, pp: int) -> list[int]:
+    """Every ``virtual_stages`` that ``pipeline_splits`` allows on ``pp`` stages, ascending
+    (``[1]`` for one stage; none past one layer a chunk)."""
+    if pp > layers:
+        return []
+    chunks = {n // pp for n in range(layers, layers + 3) if n % pp == 0} if pp > 1 else set()
+    counts = {v for c in chunks for v in range(1, c + 1) if c % v == 0}
+    return sorted(counts | {1})
+
+
 def check_interleaving(layers: int, pp: int, virtual_stages: int) -> None:
     """Refuse (``ValueError`` naming ``virtual_stages``) an interleaved schedule that cannot
-    cut ``layers`` into ``pp x virtual_stages`` equal chunks: Megatron-LM splits the layers
-    (alone, or with the embedding and/or the loss counted as a layer, as Llama 3 balances its
-    first and last stage) evenly over the ``pp`` ranks and each rank's share into
-    ``virtual_stages`` chunks (``MEGATRON_INTERLEAVING``); ``virtual_stages > 1`` needs
-    ``pp > 1`` (with one stage there is nothing to interleave)."""
+    cut ``layers`` into ``pp x virtual_stages`` equal chunks (``pipeline_splits``);
+    ``virtual_stages > 1`` needs ``pp > 1`` (with one stage there is nothing to interleave)."""
     if virtual_stages == 1:
         return
     if pp == 1:
@@ -188,7 +210,7 @@ def check_interleaving(layers: int, pp: int, virtual_stages: int) -> None:
             f"virtual_stages={virtual_stages} needs pipeline parallelism (pp > 1): with one "
             f"stage there is nothing to interleave"
         )
-    if not any(n % pp == 0 and (n // pp) % virtual_stages == 0 for n in range(layers, layers + 3)):
+    if not pipeline_splits(layers, pp, virtual_stages):
         raise ValueError(
             f"virtual_stages={virtual_stages} does not split the model's {layers} layers over "
             f"pp={pp} stages: the interleaved schedule (Megatron-LM) needs every stage's layers "

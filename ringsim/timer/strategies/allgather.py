@@ -31,7 +31,13 @@ from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy, check_peer_args
-from ringsim.timer.strategies.frame import Inner, collective, run_two_level, two_level_memory
+from ringsim.timer.strategies.frame import (
+    Inner,
+    collective,
+    run_distinct,
+    run_two_level,
+    two_level_memory,
+)
 from ringsim.timer.strategies.pieces import Piece
 from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
@@ -64,11 +70,14 @@ class AllGather(Strategy):
 
 def on_gather_links(config: RingConfig, group) -> Inner:
     """The ``Inner`` part that runs ``group(config, links)`` (a ``(Piece, FLOPs)`` per ring
-    group) on each group's all-gather links of the cluster (they share them)."""
+    group) on each group's all-gather links of the cluster (they share them); groups that
+    nothing tells apart run once (``run_distinct``, tagged with ``group``'s name)."""
 
     def gathers(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
-        links = cluster.allgather_links(groups, config.run.hosts)
-        done = [group(c, (links[0][g], links[1][g])) for c, g in zip(configs, groups, strict=True)]
+        bw, lat = cluster.allgather_links(groups, config.run.hosts)
+        keys = [(bw[g].tobytes(), lat[g].tobytes()) for g in groups]
+        run = lambda i: group(configs[i], (bw[groups[i]], lat[groups[i]]))
+        done = run_distinct(configs, keys, run, tag=(group.__qualname__,))
         return [p for p, _ in done], sum(f for _, f in done)
 
     return gathers

@@ -20,7 +20,9 @@ the slowest ring group has finished (the all-to-alls synchronise).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -36,6 +38,8 @@ from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import check_peer_args
 from ringsim.timer.strategies.pieces import Piece, place
 
+T = TypeVar("T")
+
 Inner = Callable[[list[RingConfig], list[list[int]], Cluster], tuple[list[Piece], float]]
 """``inner(group_configs, ring_groups, cluster) -> (one Piece per group, FLOPs)``: a strategy's
 sequence-parallel part on every ring group at once (they share the cluster's links)."""
@@ -50,24 +54,70 @@ def with_hops(config: RingConfig, bw: np.ndarray, lat: np.ndarray) -> RingConfig
 
 
 def group_configs(config: RingConfig, grid: Grid) -> list[RingConfig]:
-    """One ``R``-host config per ring group: its ``H / U`` heads, its hosts' speeds and a seed
-    of its own."""
+    """One ``R``-host config per ring group: its ``H / U`` heads (``AttentionShape.split``),
+    its hosts' speeds and a seed of its own. Without jitter or per-host speeds nothing tells
+    the groups apart (the seed draws only jitter), so every group gets the one config
+    (``run_distinct``)."""
     U = grid.ulysses
     speeds = lambda group: (
         None if config.noise.speed is None else tuple(config.noise.speed[r] for r in group)
     )
-    return [
-        config.replace(
-            hosts=grid.ring,
-            heads=config.shape.split(U).heads,
-            kv_heads=config.shape.split(U).kv_heads,  # past H_kv: one replica each
-            speed=speeds(group),
-            d_model=None,
-            ffn=None,
-            seed=config.noise.seed + u,
-        )
-        for u, group in enumerate(grid.ring_groups)
-    ]
+    split = config.shape.split(U)
+    one = lambda u, group: config.replace(
+        hosts=grid.ring,
+        heads=split.heads,
+        kv_heads=split.kv_heads,  # past H_kv: one replica each
+        speed=speeds(group),
+        d_model=None,
+        ffn=None,
+        seed=config.noise.seed + u,
+    )
+    if config.noise.speed is None and config.noise.jitter == 0:
+        return [one(0, grid.ring_groups[0])] * len(grid.ring_groups)
+    return [one(u, group) for u, group in enumerate(grid.ring_groups)]
+
+
+def run_distinct(
+    configs: list[RingConfig], keys: list, run: Callable[[int], T], *, tag: tuple | None = None
+) -> list[T]:
+    """``[run(i) for i in range(len(configs))]``, run once per distinct ``(config, key)``:
+    ring groups with the one config (``group_configs``) and the same links (``keys``: their
+    bytes) run the same pass, so each result is shared by them (read, never written). With a
+    ``tag`` (the strategy's part and whatever else ``run`` reads), a run without noise is also
+    shared with every later run of the process that makes the same one (``SHARED_GROUPS``):
+    a planner's configurations run the same ring groups under other degrees."""
+    memo: dict = {}
+    out = []
+    for i, (config, key) in enumerate(zip(configs, keys, strict=True)):
+        local = (id(config), key)
+        if local not in memo:
+            quiet = config.noise.jitter == 0 and config.noise.speed is None
+            shared = (tag, config, key) if tag is not None and quiet else None
+            memo[local] = _shared(shared, lambda i=i: run(i))
+        out.append(memo[local])
+    return out
+
+
+SHARED_GROUPS: OrderedDict = OrderedDict()
+"""Ring groups' runs (``run_distinct``), by tag, config and links: the latest
+``SHARED_GROUPS_SIZE``, each of at most ``SHARED_GROUP_CELLS`` timeline cells."""
+SHARED_GROUPS_SIZE = 1024
+SHARED_GROUP_CELLS = 2**16
+
+
+def _shared(key: tuple | None, compute: Callable[[], T]) -> T:
+    if key is None:
+        return compute()
+    if key in SHARED_GROUPS:
+        SHARED_GROUPS.move_to_end(key)
+        return SHARED_GROUPS[key]
+    value = compute()
+    pieces = [v for v in value if isinstance(v, Piece)] if isinstance(value, tuple) else []
+    if pieces and sum(a.size for p in pieces for a in p.a.values()) <= SHARED_GROUP_CELLS:
+        SHARED_GROUPS[key] = value
+        if len(SHARED_GROUPS) > SHARED_GROUPS_SIZE:
+            SHARED_GROUPS.popitem(last=False)
+    return value
 
 
 def collective(part: Piece, row: int, start: np.ndarray, seconds: np.ndarray) -> float:

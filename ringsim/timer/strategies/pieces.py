@@ -19,11 +19,11 @@ KV_KEYS = ("ks", "ke", "krs", "kre")
 class Piece:
     """Rows x hosts of timeline arrays (``a[key]``, NaN where nothing happens)."""
 
-    def __init__(self, labels: list[str], hosts: int, kv: bool = False):
+    def __init__(self, labels: list[str], hosts: int, kv: bool = False, *, arrays=None):
         self.labels = labels
         shape = (len(labels), hosts)
         keys = KEYS + (KV_KEYS if kv else ())
-        self.a = {k: np.full(shape, np.nan) for k in keys}
+        self.a = arrays if arrays is not None else {k: np.full(shape, np.nan) for k in keys}
         self.grad_rows = np.zeros(len(labels), bool)
 
     @classmethod
@@ -42,15 +42,12 @@ class Piece:
 
     @staticmethod
     def stack(parts: list[Piece]) -> Piece:
-        kv = any("ks" in p.a for p in parts)
-        out = Piece([x for p in parts for x in p.labels], parts[0].a["cs"].shape[1], kv)
-        row = 0
-        for p in parts:
-            rows = slice(row, row + len(p.labels))
-            for key, arr in p.a.items():
-                out.a[key][rows] = arr
-            out.grad_rows[rows] = p.grad_rows
-            row += len(p.labels)
+        keys = KEYS + (KV_KEYS if any("ks" in p.a for p in parts) else ())
+        hosts = parts[0].a["cs"].shape[1]
+        gap = lambda p: np.full((len(p.labels), hosts), np.nan)  # a part without kv messages
+        arrays = {k: np.concatenate([p.a[k] if k in p.a else gap(p) for p in parts]) for k in keys}
+        out = Piece([x for p in parts for x in p.labels], hosts, arrays=arrays)
+        out.grad_rows[:] = np.concatenate([p.grad_rows for p in parts])
         return out
 
     def end(self) -> float:
@@ -62,9 +59,28 @@ def place(parts: list[Piece], groups: list[list[int]], hosts: int, offset: float
     """The ring groups' parts (same rows) side by side in their ranks' columns, shifted by
     ``offset`` seconds."""
     kv = any("ks" in p.a for p in parts)
-    out = Piece(parts[0].labels, hosts, kv)
-    for part, group in zip(parts, groups, strict=True):
-        for key, arr in part.a.items():
-            out.a[key][:, group] = arr + offset if offset else arr
+    keys = KEYS + (KV_KEYS if kv else ())
+    columns = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
+    same_keys = all(p.a.keys() == set(keys) for p in parts)
+    if same_keys and columns.size == hosts and np.array_equal(np.sort(columns), np.arange(hosts)):
+        # the groups cover every column once: gather them into place, nothing to fill
+        order = None if np.array_equal(columns, np.arange(hosts)) else np.argsort(columns)
+        arrays = {}
+        for key in keys:
+            arr = np.concatenate([p.a[key] for p in parts], axis=1)
+            arr = arr if order is None else arr[:, order]
+            arrays[key] = arr + offset if offset else arr
+        out = Piece(parts[0].labels, hosts, kv, arrays=arrays)
+    elif same_keys:  # every column at once (groups disjoint)
+        out = Piece(parts[0].labels, hosts, kv)
+        for key in out.a:
+            arr = np.concatenate([p.a[key] for p in parts], axis=1)
+            out.a[key][:, columns] = arr + offset if offset else arr
+    else:
+        out = Piece(parts[0].labels, hosts, kv)
+        for part, group in zip(parts, groups, strict=True):
+            for key, arr in part.a.items():
+                out.a[key][:, group] = arr + offset if offset else arr
+    for part in parts:
         out.grad_rows |= part.grad_rows
     return out

@@ -18,7 +18,12 @@ from ringsim.timer.engine.result import StrategyResult
 from ringsim.timer.engine.run import simulate
 from ringsim.timer.machine.topology import Cluster
 from ringsim.timer.strategies.base import Strategy
-from ringsim.timer.strategies.frame import run_two_level, two_level_memory, with_hops
+from ringsim.timer.strategies.frame import (
+    run_distinct,
+    run_two_level,
+    two_level_memory,
+    with_hops,
+)
 from ringsim.timer.strategies.pieces import Piece
 from ringsim.timer.strategies.sizes import PIECE_BYTES, check_cells
 
@@ -80,11 +85,15 @@ class Hybrid(Strategy):
 
         def rings(configs: list[RingConfig], groups: list[list[int]], cluster: Cluster):
             bw, lat = cluster.ring_links(groups, config.run.hosts)
-            runs = [
-                simulate(with_hops(c, bw[g], lat[g]), engine=engine)
-                for c, g in zip(configs, groups, strict=True)
-            ]
-            return [Piece.of(r.timeline) for r in runs], sum(r.flops_total for r in runs)
+            links = [(bw[g].tobytes(), lat[g].tobytes()) for g in groups]
+
+            def ring(i: int):
+                g = groups[i]
+                run = simulate(with_hops(configs[i], bw[g], lat[g]), engine=engine)
+                return Piece.of(run.timeline), run.flops_total
+
+            runs = run_distinct(configs, links, ring, tag=("ring", engine))
+            return [p for p, _ in runs], sum(f for _, f in runs)
 
         memory = self.working_set_bytes(config, grid.ulysses)
         return run_two_level(

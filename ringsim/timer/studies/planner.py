@@ -24,10 +24,12 @@ without the causal mask) unless ``flops_convention="causal"`` (``ringsim.timer.s
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
+import numbers
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,14 +37,14 @@ import numpy as np
 from ringsim.checks import check_callback, check_choice, check_instance, check_positive_int
 from ringsim.grid import PLACEMENTS, check_ulysses_degree
 from ringsim.layouts import get_layout, layout_names, segment_ids_of
-from ringsim.masks import offset_bounds, pairs_within
-from ringsim.schedule import RING_PASSES
+from ringsim.schedule import RING_PASSES, build_schedule
 from ringsim.timer.cost import attention_flops
 from ringsim.timer.engine.config import RingConfig
 from ringsim.timer.engine.result import TimesOutOfRange
 from ringsim.timer.machine.arch import ATTENTION_KERNELS_SOURCE
 from ringsim.timer.machine.families import KernelFamily, get_family
-from ringsim.timer.machine.ranges import RANGES
+from ringsim.timer.machine.kernel_model import call_rate_bound
+from ringsim.timer.machine.ranges import RANGES, end_of
 from ringsim.timer.machine.topology import Cluster, get_cluster
 from ringsim.timer.step.flops import check_convention, model_tflops_per_gpu
 from ringsim.timer.step.footprint import prefill_bytes, step_bytes, usable_bytes
@@ -61,6 +63,8 @@ from ringsim.timer.step.parallel import (
     Parallel,
     check_interleaving,
     interleaving_runs,
+    pipeline_splits,
+    virtual_stage_counts,
 )
 from ringsim.timer.step.recompute import RECOMPUTES
 from ringsim.timer.step.training import (
@@ -420,8 +424,8 @@ def enumerate_parallel(
     global_batch: int = 1,
     gpus_per_node: int = 8,
     tp: int | None = None,
-    pp: int = 1,
-    virtual_stages: int = 1,
+    pp: int | Sequence[int] | None = 1,
+    virtual_stages: int | Sequence[int] | None = 1,
     recompute: tuple[str, ...] = RECOMPUTE,
     sharding: str = "zero1",
     gemm_dtype: str = "bf16",
@@ -431,50 +435,88 @@ def enumerate_parallel(
     segment_ids=None,
 ) -> list[Parallel]:
     """Every ``Parallel`` the ``hosts`` devices allow (module docstring), unordered; with a
-    ``framework``, only the strategies, layouts and tensor-parallel degrees it runs; with the
-    packed documents of every sequence (``segment_ids``), the strategies and layouts that
-    take them."""
+    ``framework``, only the strategies, layouts, tensor-parallel degrees and schedules it runs;
+    with the packed documents of every sequence (``segment_ids``), the strategies and layouts
+    that take them. ``pp`` and ``virtual_stages``: a value or the values to search (``None``:
+    every one the model's layers allow, ``pipeline_stages``)."""
     fw = framework or FRAMEWORKS["none"]
     out = []
     tps = [tp] if tp is not None else tp_degrees(model, hosts, gpus_per_node)
+    stages = pipeline_stages(model.layers, pp, virtual_stages, fw)
     for t in tps:
-        if hosts % (t * pp) or not fw.allows("max_tp", t):
+        if not fw.allows("max_tp", t):
             continue
         heads, kv = heads_per_gpu(model, t)
-        for cp in divisors(hosts // (t * pp)):
-            dp = hosts // (t * pp * cp)
-            if cp > max_cp or global_batch % dp or seq_len % cp:
+        per_node = max(1, gpus_per_node // t)
+        for p, vs in stages:
+            if hosts % (t * p):
                 continue
-            if not interleaving_runs(global_batch // dp, pp, virtual_stages):
-                continue
-            per_node = max(1, gpus_per_node // t)
-            variants = cp_variants(
-                cp, kv, seq_len, causal, per_node, heads=heads, segment_ids=segment_ids
-            )
-            for variant in variants:
-                if cp > 1 and not fw.allows("cp_variant", variant):
+            for cp in divisors(hosts // (t * p)):
+                dp = hosts // (t * p * cp)
+                if cp > max_cp or global_batch % dp or seq_len % cp:
                     continue
-                if variant["ulysses"] > kv and not fw.allows("kv_replication", True):
+                runs = [v for v in vs if interleaving_runs(global_batch // dp, p, v)]
+                if not runs:
                     continue
-                for r in recompute:
-                    out.append(
-                        Parallel(
-                            tp=t,
-                            cp=cp,
-                            pp=pp,
-                            dp=dp,
-                            recompute=r,
-                            sharding=sharding,
-                            gemm_dtype=gemm_dtype,
-                            virtual_stages=virtual_stages,
-                            sequence_parallel=sequence_parallel,
-                            grad_dtype=fw.grad_dtype,
-                            master_bytes=fw.master_bytes,
-                            balanced_stages=fw.balanced_stages,
-                            **variant,
-                        )
-                    )
+                variants = cp_variants(
+                    cp, kv, seq_len, causal, per_node, heads=heads, segment_ids=segment_ids
+                )
+                for variant in variants:
+                    if cp > 1 and not fw.allows("cp_variant", variant):
+                        continue
+                    if variant["ulysses"] > kv and not fw.allows("kv_replication", True):
+                        continue
+                    for v in runs:
+                        for r in recompute:
+                            out.append(
+                                Parallel(
+                                    tp=t,
+                                    cp=cp,
+                                    pp=p,
+                                    dp=dp,
+                                    recompute=r,
+                                    sharding=sharding,
+                                    gemm_dtype=gemm_dtype,
+                                    virtual_stages=v,
+                                    sequence_parallel=sequence_parallel,
+                                    grad_dtype=fw.grad_dtype,
+                                    master_bytes=fw.master_bytes,
+                                    balanced_stages=fw.balanced_stages,
+                                    **variant,
+                                )
+                            )
     return out
+
+
+def pipeline_stages(
+    layers: int,
+    pp: int | Sequence[int] | None,
+    virtual_stages: int | Sequence[int] | None,
+    framework: Framework | None = None,
+) -> list[tuple[int, tuple[int, ...]]]:
+    """``(pp, virtual stage counts)`` to search, ``pp`` ascending: the pipeline degrees named
+    (``None``: every one up to the layers), each with the virtual stage counts named (``None``:
+    every one) that Megatron-LM cuts the layers into (``pipeline_splits``) and the framework
+    runs; degrees left with none are left out."""
+    fw = framework or FRAMEWORKS["none"]
+    pps = range(1, layers + 1) if pp is None else _values(pp)
+    out = []
+    for p in sorted(set(pps)):
+        named = (
+            virtual_stage_counts(layers, p) if virtual_stages is None else _values(virtual_stages)
+        )
+        vs = tuple(
+            v
+            for v in sorted(set(named))
+            if pipeline_splits(layers, p, v) and fw.allows("interleaved", v)
+        )
+        if vs:
+            out.append((p, vs))
+    return out
+
+
+def _values(value: int | Sequence[int]) -> tuple[int, ...]:
+    return (value,) if isinstance(value, int) else tuple(value)
 
 
 # -- attention, timed once per distinct configuration ------------------------------------------
@@ -498,6 +540,9 @@ SHARED_CACHE: dict = {}
 configuration (a second plan on the same cluster reuses them). At most ``SHARED_CACHE_SIZE``
 entries: the oldest go first."""
 SHARED_CACHE_SIZE = 20_000
+BUSIEST_HOSTS = 256
+"""The largest ring group whose busiest host ``AttentionTimer.busiest_work`` finds from its
+schedule (``R x R`` blocks); past it the balanced share, a looser bound, stands in."""
 
 
 class AttentionTimer:
@@ -524,6 +569,7 @@ class AttentionTimer:
         self.micro_batch = micro_batch
         self.assume = tuple(sorted((assume or {}).items()))
         self.cache: dict = {}
+        self._bounding: AttentionTimer | None = None
         family = get_family(implementation)
         self.context = (
             repr(cluster),
@@ -568,6 +614,12 @@ class AttentionTimer:
         return self.cache[key]
 
     def config(self, par: Parallel, pass_: str, sliding_window: int | None = None) -> RingConfig:
+        return self._cached(
+            ("config", pass_, sliding_window, *self.key(par)),
+            lambda: self._config(par, pass_, sliding_window),
+        )
+
+    def _config(self, par: Parallel, pass_: str, sliding_window: int | None) -> RingConfig:
         heads, kv = heads_per_gpu(self.model, par.tp)
         return RingConfig(
             hosts=par.cp,
@@ -611,17 +663,19 @@ class AttentionTimer:
         for window, count in layers.items():
             share = count / self.model.layers
             for pass_ in passes:
-                s = simulate_strategy(
+                run = simulate_strategy(
                     self.config(par, pass_, window),
                     par.strategy,
                     ulysses_degree=par.ulysses,
                     cluster=cluster,
                     placement=par.placement,
-                ).summary()
-                totals[pass_] += share * s["total_time_s"]
-                exposed += share * s["exposed_comm_s"]
-                compute += share * s["compute_time_s"]
-                idle += share * s["idle_fraction"] * s["total_time_s"]
+                )
+                # its summary's figures (SimResult.summary), without the rest of the summary
+                total, busiest = run.makespan, float(run.compute_busy().max())
+                totals[pass_] += share * total
+                exposed += share * (total - busiest)
+                compute += share * busiest
+                idle += share * run.idle_fraction * total
         total = sum(totals.values())
         timed = AttentionTime(
             totals.get("forward", 0.0), totals.get("backward", 0.0), exposed, compute
@@ -632,6 +686,67 @@ class AttentionTimer:
     def timed(self) -> int:
         return sum(1 for k in self.cache if k[0] == "time")
 
+    def has_time(self, par: Parallel, passes=("forward", "backward")) -> bool:
+        """Whether ``time(par, passes)`` is known already (no timing to do)."""
+        key = ("time", tuple(passes), *self.key(par))
+        return key in self.cache or (*self.context, *key) in SHARED_CACHE
+
+    def bounding(self) -> AttentionTimer:
+        """The same timer with every kernel call at the wave tail's bound
+        (``KernelFamily.wave_tail_bound``): its times are lower bounds of this timer's."""
+        if self._bounding is None:
+            family = get_family(self.implementation)
+            bound = dataclasses.replace(
+                family, name=f"{family.name} (wave-tail bound)", wave_tail_bound=True
+            )
+            self._bounding = self.with_family(bound)
+        return self._bounding
+
+    def busiest_work(self, par: Parallel) -> float:
+        """The fraction of a layer's ``N x N`` pairs that the busiest GPU of ``par``'s
+        context-parallel group computes, the mean over the model's layers: a ring group of
+        ``R = cp / U`` GPUs splits each head's visible pairs as its layout places the queries
+        (the schedule's exact work, packed documents and windows included), each GPU holding
+        ``H / U`` of the heads. At least the balanced share, and what ``lower_bound`` charges."""
+        key = ("busiest", par.cp, par.ulysses, par.layout)
+        return self._cached(key, lambda: self._busiest_work(par))
+
+    def _busiest_work(self, par: Parallel) -> float:
+        n, U = self.seq_len, par.ulysses
+        R = par.cp // U
+        layers = Counter(self.model.layer_windows())
+        shares = 0.0
+        for window, count in layers.items():
+            hosts = R if R <= BUSIEST_HOSTS else 1  # one host: the whole count, balanced below
+            schedule = build_schedule(
+                hosts,
+                par.layout if hosts > 1 else "contiguous",
+                self.causal,
+                seq_len=n,
+                segment_ids=self.segment_ids,
+                sliding_window=window,
+            )
+            pairs = sum(schedule.exact_work_at(s) for s in range(schedule.steps))
+            c = n // hosts
+            share = float(pairs.max()) * c * c / (n * n) / (U if hosts > 1 else par.cp)
+            shares += count * share
+        return shares / self.model.layers
+
+    def rate_bound(self, pass_: str) -> float:
+        """FLOP/s no attention call of this timer's family exceeds in ``pass_``
+        (``ringsim.timer.machine.kernel_model.call_rate_bound``; the peak for ``ideal``)."""
+        return self._cached(
+            ("rate bound", pass_),
+            lambda: call_rate_bound(
+                self.implementation,
+                self.cluster.hardware,
+                head_dim=self.model.head_dim,
+                dtype=self.dtype,
+                pass_=pass_,
+                lone_cta_speed=end_of(self.assume, "lone_cta_speed"),
+            ),
+        )
+
 
 # -- the plan ----------------------------------------------------------------------------------
 def check_plan_size(
@@ -641,38 +756,43 @@ def check_plan_size(
     cluster: Cluster,
     *,
     global_batch: int,
-    pp: int,
+    pp: int | Sequence[int] | None,
     tp: int | None,
 ) -> None:
     """Refuse, before any work, a plan no candidate of which the timer can run: more devices
-    than the event timer takes, or context-parallel groups larger than ``MAX_CP`` everywhere."""
+    than the event timer takes, or context-parallel groups larger than ``MAX_CP`` everywhere
+    (``pp``: the pipeline degrees searched, ``None`` every one up to the layers)."""
     if hosts > MAX_PLAN_HOSTS:
         raise ValueError(
             f"hosts={hosts} is too many to plan: the event timer times rings of at most "
             f"{MAX_PLAN_HOSTS:,} devices (2^33 block events)"
         )
     tps = [tp] if tp is not None else tp_degrees(model, hosts, cluster.gpus_per_node) or [1]
+    pps = range(1, model.layers + 1) if pp is None else _values(pp)
     smallest = min(
         (
-            hosts // (t * pp * dp)
+            hosts // (t * p * dp)
             for t in tps
-            if hosts % (t * pp) == 0
-            for dp in divisors(hosts // (t * pp))
+            for p in pps
+            if hosts % (t * p) == 0
+            for dp in divisors(hosts // (t * p))
             if global_batch % dp == 0
         ),
         default=None,
     )
+    named = "any pp" if pp is None else "pp=" + ",".join(map(str, pps))
     if smallest is None:
         raise ValueError(
-            f"hosts={hosts} splits into no tp x pp x dp x cp with pp={pp} and global_batch="
+            f"hosts={hosts} splits into no tp x pp x dp x cp with {named} and global_batch="
             f"{global_batch} (dp must divide the global batch)"
         )
     if smallest > MAX_CP:
         raise ValueError(
             f"hosts={hosts}: every configuration needs a context-parallel group of at least "
             f"{smallest:,} ranks (global_batch={global_batch} sequences leave data parallelism "
-            f"at most {global_batch}); the planner times groups of at most {MAX_CP:,}: give a "
-            f"larger global batch (--global-batch) or fewer hosts"
+            f"at most {global_batch}, {named}); the planner times groups of at most "
+            f"{MAX_CP:,}: give a larger global batch (--global-batch), more pipeline stages "
+            f"or fewer hosts"
         )
     if seq_len < smallest:
         raise ValueError(f"seq_len={seq_len} is shorter than the {smallest} context-parallel ranks")
@@ -709,8 +829,8 @@ def plan(
     implementation: str | KernelFamily | None = None,
     framework: str | Framework | None = None,
     tp: int | None = None,
-    pp: int = 1,
-    virtual_stages: int = 1,
+    pp: int | Sequence[int] | None = None,
+    virtual_stages: int | Sequence[int] | None = None,
     recompute: tuple[str, ...] | str | None = None,
     sharding: str | None = None,
     gemm_dtype: str = "bf16",
@@ -731,6 +851,11 @@ def plan(
     ``global_batch``. ``progress(done, total, what)`` is called as the work goes (a command
     line shows it; the planner prints nothing).
 
+    ``pp`` and ``virtual_stages`` narrow the pipeline search to a value or a list of them
+    (default: every pipeline degree up to the model's layers and every virtual stage count
+    Megatron-LM cuts the layers into, ``pipeline_stages``; the micro-batches they imply must
+    run, ``interleaving_runs``).
+
     ``implementation``: the attention kernel family (default: the framework's, else the
     hardware's, ``ringsim.timer.step.frameworks.default_kernel``; ``"ideal"`` only when
     named). ``framework``: a profile (``ringsim.timer.step.frameworks``) that restricts the
@@ -749,15 +874,11 @@ def plan(
     check_choice("mode", mode, MODES)
     if batch is not None:
         global_batch = batch
-    seq_len, global_batch, pp, virtual_stages = (
+    seq_len, global_batch = (
         check_positive_int(name, value)
-        for name, value in (
-            ("seq_len", seq_len),
-            ("global_batch", global_batch),
-            ("pp", pp),
-            ("virtual_stages", virtual_stages),
-        )
+        for name, value in (("seq_len", seq_len), ("global_batch", global_batch))
     )
+    pp, virtual_stages = _named("pp", pp), _named("virtual_stages", virtual_stages)
     tp = None if tp is None else check_positive_int("tp", tp)
     keep = None if keep is None else check_positive_int("keep", keep)
     check_callback("progress", progress)
@@ -769,7 +890,8 @@ def plan(
         raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {sharding!r}")
     check_gemm_dtype(gemm_dtype, hw)
     _allowed(fw, "gemm_dtypes", gemm_dtype, ())
-    _allowed(fw, "interleaved", virtual_stages, ())
+    for v in virtual_stages or ():
+        _allowed(fw, "interleaved", v, ())
     flops_convention = check_convention(flops_convention or fw.flops_convention or "megatron")
     family = fw.kernel_family(hw, implementation)
     family.check_runs_on(hw)
@@ -778,9 +900,7 @@ def plan(
             raise ValueError("hosts is needed for a cluster without a node count")
         hosts = cluster.nodes * cluster.gpus_per_node
     cluster.check_hosts(hosts)
-    if pp > m.layers:
-        raise ValueError(f"pp must be at most the model's {m.layers} layers, got pp={pp}")
-    check_interleaving(m.layers, pp, virtual_stages)
+    _check_stages(m.layers, pp, virtual_stages)
     if tp is not None and tp not in tp_degrees(m, hosts, cluster.gpus_per_node):
         raise ValueError(
             f"tp={tp} is not a tensor-parallel degree of {m.name} on {cluster.gpus_per_node}-GPU "
@@ -809,17 +929,19 @@ def plan(
         sequence_parallel=_sequence_parallel(fw),
         segment_ids=segment_ids,
     )
-    if not parallels and virtual_stages > 1:
+    if not parallels and virtual_stages and min(virtual_stages) > 1:
+        v, p = _shown(virtual_stages), _shown(pp) if pp else "pp"
         raise ValueError(
-            f"virtual_stages={virtual_stages}: the interleaved schedule needs the micro-batches "
-            f"per step (global_batch / dp) to be a multiple of pp={pp} (Megatron-LM), and no "
+            f"virtual_stages={v}: the interleaved schedule needs the micro-batches "
+            f"per step (global_batch / dp) to be a multiple of pp={p} (Megatron-LM), and no "
             f"data-parallel degree leaves that with global_batch={global_batch}: give a global "
-            f"batch that is a multiple of {pp}, or virtual_stages=1"
+            f"batch that is a multiple of {p}, or virtual_stages=1"
         )
     if not parallels:
         raise ValueError(
             f"no configuration of {hosts} devices runs seq_len={seq_len} with "
-            f"global_batch={global_batch}, tp={tp}, pp={pp} under framework {fw.name}"
+            f"global_batch={global_batch}, tp={tp}, pp={_shown(pp) if pp else 'any'} under "
+            f"framework {fw.name}"
         )
     timer = AttentionTimer(
         m,
@@ -879,6 +1001,39 @@ def plan(
     if segment_ids is not None:
         result.documents = tuple(int(n) for n in np.bincount(segment_ids))
     return result
+
+
+def _named(name: str, value) -> tuple[int, ...] | None:
+    """A pipeline flag's values: ``None`` (search every one), else each a positive integer,
+    given once (a list of none refused)."""
+    if value is None:
+        return None
+    values = (value,) if isinstance(value, numbers.Integral) else value
+    if not isinstance(values, list | tuple | range) or not values:
+        raise ValueError(f"{name} must be a positive integer or a list of them, got {value!r}")
+    return tuple(dict.fromkeys(check_positive_int(name, v) for v in values))
+
+
+def _shown(values: tuple[int, ...]) -> str:
+    return ",".join(map(str, values))
+
+
+def _check_stages(layers: int, pp: tuple[int, ...] | None, virtual_stages) -> None:
+    """Refuse a named pipeline degree past the layers, and a named virtual stage count that no
+    pipeline degree searched cuts the layers into (``check_interleaving``'s reason, for the
+    first degree named)."""
+    for p in pp or ():
+        if p > layers:
+            raise ValueError(f"pp must be at most the model's {layers} layers, got pp={p}")
+    for v in virtual_stages or ():
+        if pp is not None and not any(pipeline_splits(layers, p, v) for p in pp):
+            check_interleaving(layers, pp[0], v)
+        if pp is None and not any(pipeline_splits(layers, p, v) for p in range(2, layers + 1)):
+            raise ValueError(
+                f"virtual_stages={v} splits the model's {layers} layers over no pipeline "
+                f"degree: the interleaved schedule (Megatron-LM) needs every stage's layers "
+                f"(the embedding and the loss may count as one each) divisible by virtual_stages"
+            )
 
 
 def _documents(documents, seq_len: int):
@@ -975,9 +1130,12 @@ def evaluate(
     beat: float | None = None,
 ) -> tuple[list[Candidate], list[Candidate], list[Candidate]]:
     """Size every configuration of ``parallels`` and time the ones that fit: ``(timed, best
-    first; not fitting; bounded)``. With ``keep``, the fitting ones are timed in the order of
-    their lower bound (``lower_bound``) until the next bound exceeds the ``keep``-th best time
-    found: the first ``keep`` are then exactly the best, and the rest (``bounded``) are
+    first; not fitting; bounded)``. With ``keep``, the fitting ones are taken best bound first
+    (``lower_bound``; under a real family, before one is timed exactly its attention is
+    timed at the wave tail's bound, ``AttentionTimer.bounding``, which tightens its bound
+    without the CTA schedules) until the next bound exceeds the ``keep``-th best time found
+    (and ``TWIN_TOLERANCE`` more, so the layout twins of the best fold into their groups):
+    the first ``keep`` are then exactly the best, and the rest (``bounded``, by bound) are
     provably slower than them, never timed. ``TimesOutOfRange`` if a time leaves float64's
     range. ``scale``: the ends of the step's ranges (``ringsim.timer.step.uncertainty``;
     default: their points);
@@ -995,63 +1153,72 @@ def evaluate(
         progress(i, len(parallels), "configurations sized")
         cand = _sized(model, par, seq_len, global_batch, mode, timer, usable, cluster)
         (fitting if cand.fits else dropped).append(cand)
-    # a calibrated block's masked tiles may beat its peak rate: no bound from the peak then
-    can_bound = keep is not None and not family.calibrated
-    if can_bound:
-        for cand in fitting:
-            cand.lower_bound_s = lower_bound(
-                model, cand, seq_len, global_batch, mode, timer, cluster, ideal
-            )
-        fitting.sort(key=lambda c: c.lower_bound_s)
-    timed, bounded = [], []
-    best = [beat] if beat is not None and keep == 1 else []
     timing = (model, seq_len, global_batch, mode, timer, cluster, ideal, flops_convention, scale)
-    for i, cand in enumerate(fitting):
-        progress(i, len(fitting), "configurations that fit, timed or bounded")
-        if can_bound and len(best) >= keep and cand.lower_bound_s > best[keep - 1]:
-            bounded.append(cand)
-            continue
-        _time(cand, *timing)
-        timed.append(cand)
-        if can_bound:
-            best = sorted([*best, cand.step_time_s])[:keep]
+    order = {id(c): i for i, c in enumerate(fitting)}  # ties ranked as enumerated
+    # a calibrated block's masked tiles may beat its peak rate: no bound from the peak then
+    if keep is None or family.calibrated:
+        for i, cand in enumerate(fitting):
+            progress(i, len(fitting), "configurations that fit, timed")
+            _time(cand, *timing)
+        timed, bounded = fitting, []
+    else:
+        timed, bounded = _best_first(fitting, keep, beat, timing, progress)
     if time_all:
         for cand in dropped:
             _time(cand, *timing)
-    timed.sort(key=lambda c: (c.step_time_s, c.bytes_per_host))
+    timed.sort(key=lambda c: (c.step_time_s, c.bytes_per_host, order[id(c)]))
     return timed, dropped, bounded
 
 
-def attention_work(model, seq_len: int, causal: bool) -> float:
-    """The fraction of a layer's ``N x N`` pairs the mask leaves, the mean over the model's
-    layers (a sliding-window layer keeps fewer: ``ModelSpec.layer_windows``)."""
-    n = seq_len
-    if model.sliding_window is None:
-        return (n + 1) / (2 * n) if causal else 1.0
-    pairs = [
-        pairs_within(0, n, n, 1, *offset_bounds(causal, w))
-        if w is not None and w < n
-        else (n * (n + 1) // 2 if causal else n * n)
-        for w in model.layer_windows()
-    ]
-    return float(sum(int(p) for p in pairs)) / (len(pairs) * n * n)
+def _best_first(fitting, keep, beat, timing, progress) -> tuple[list, list]:
+    """``evaluate``'s search with ``keep``: ``(timed, bounded)``. A queue by each candidate's
+    lowest known bound: the peak-rate bound (``lower_bound``) first; a candidate whose
+    attention is not timed yet gets the wave-tail bound before it is timed exactly (unless the
+    family is ``ideal``, whose bound is its compute); the search ends when the next bound
+    exceeds the ``keep``-th best time (with ``TWIN_TOLERANCE``)."""
+    model, seq_len, global_batch, mode, timer, cluster, ideal, *_ = timing
+    for cand in fitting:
+        cand.lower_bound_s = lower_bound(
+            model, cand, seq_len, global_batch, mode, timer, cluster, ideal
+        )
+        _check_seconds(cand, "lower bound of its step", cand.lower_bound_s)
+    queue = sorted((c.lower_bound_s, i, ideal) for i, c in enumerate(fitting))  # a heap
+    timed, bounded, best = [], [], [beat] if beat is not None and keep == 1 else []
+    passes = ("forward",) if mode == "prefill" else ("forward", "backward")  # as _time asks
+    while queue:
+        progress(len(timed), len(fitting), "configurations that fit, timed or bounded")
+        bound, i, refined = heapq.heappop(queue)
+        cand = fitting[i]
+        if len(best) >= keep and bound > best[keep - 1] * (1.0 + TWIN_TOLERANCE):
+            bounded = [cand, *(fitting[j] for _, j, _ in sorted(queue))]
+            break
+        if not refined and not timer.has_time(cand.parallel, passes):
+            other = dataclasses.replace(cand)
+            _time(other, model, seq_len, global_batch, mode, timer.bounding(), *timing[5:])
+            cand.lower_bound_s = max(bound, other.step_time_s)
+            heapq.heappush(queue, (cand.lower_bound_s, i, True))
+            continue
+        _time(cand, *timing)
+        timed.append(cand)
+        best = sorted([*best, cand.step_time_s])[:keep]
+    return timed, bounded
 
 
 def lower_bound(model, cand, seq_len, global_batch, mode, timer, cluster, ideal) -> float:
-    """The candidate's step with its attention at the hardware's peak FLOP/s on exactly the
-    pairs the mask leaves and perfectly balanced over the context-parallel group, no
-    communication: every kernel family runs slower than that, and the step only grows with
-    the attention's time (``ringsim.timer.step.training``), so no timed step is shorter."""
+    """The candidate's step with its attention as the busiest GPU's share of exactly the pairs
+    the mask leaves (``AttentionTimer.busiest_work``: its layout's imbalance counts, a
+    balanced split is the least it can be), at the fastest rate any call of the kernel family
+    runs (``AttentionTimer.rate_bound``: the peak for ``ideal``), no communication: no call
+    runs faster, no GPU finishes before its own pairs, and the step only grows with the
+    attention's time (``ringsim.timer.step.training``), so no timed step is shorter."""
     par = cand.parallel
     heads, _ = heads_per_gpu(model, par.tp)
-    work = attention_work(model, seq_len, timer.causal)
-    rate = cluster.hardware.flops_for(timer.dtype)
+    work = timer.busiest_work(par)
     seconds = {
         pass_: attention_flops(
             seq_len, seq_len, heads, model.head_dim, work=work, pass_=pass_, batch=timer.micro_batch
         )
-        / par.cp
-        / rate
+        / timer.rate_bound(pass_)
         for pass_ in RING_PASSES
     }
     attention = AttentionTime(seconds["forward"], seconds["backward"])
@@ -1116,17 +1283,26 @@ def _time(cand, m, seq_len, global_batch, mode, timer, cluster, ideal, conventio
         cand.step_time_s = b.step_time_s
     cand.idle_fraction = idle
     cand.timed = True
-    if not 0.0 <= cand.step_time_s <= MAX_SECONDS:  # NaN fails too
-        raise TimesOutOfRange(
-            f"{cand.label}: the step time leaves float64's range ({cand.step_time_s:.3g} s; at "
-            f"most {MAX_SECONDS:.3g} s): the hardware's rates or latencies are too extreme"
-        )
+    times = {"step time": cand.step_time_s}
+    times.update((k, v) for k, v in cand.breakdown.items() if k.endswith("_s"))  # hidden too
+    for what, seconds in times.items():
+        _check_seconds(cand, what, seconds)
     if mode == "train":
         gpus = par.gpus
         cand.model_tflops_per_gpu = model_tflops_per_gpu(
             m, seq_len, global_batch, gpus, cand.step_time_s, convention
         )
         cand.mfu = cand.model_tflops_per_gpu * 1e12 / peak_flops(cluster.hardware, "bf16")
+
+
+def _check_seconds(cand: Candidate, what: str, seconds: float) -> None:
+    """``TimesOutOfRange`` unless ``seconds`` (a time of ``cand``) is in float64's range."""
+    if not 0.0 <= seconds <= MAX_SECONDS:  # NaN fails too
+        raise TimesOutOfRange(
+            f"{cand.label}: the {what.removesuffix('_s').replace('_', ' ')} leaves float64's "
+            f"range ({seconds:.3g} s; at most {MAX_SECONDS:.3g} s): the hardware's rates or "
+            f"latencies are too extreme"
+        )
 
 
 def _nothing_fits(m, seq_len, cluster, hosts, usable, dropped) -> str:

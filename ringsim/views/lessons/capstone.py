@@ -35,8 +35,9 @@ SHOWN_PARTS = 3  # the largest differences a verdict explains
 class Choice:
     """A learner's configuration: ``layout`` of the tokens, Ulysses degree ``ulysses`` (``U``;
     the ring degree is what is left of the context-parallel group), tensor parallelism ``tp``
-    and ``recompute`` (``"none"``, ``"selective"`` or ``"full"``). ``strategy`` and
-    ``placement`` narrow it further (default: any)."""
+    and ``recompute`` (``"none"``, ``"selective"`` or ``"full"``). ``strategy``,
+    ``placement`` and the pipeline degree ``pp`` narrow it further (default: any; the
+    planner searches the pipeline unless told, so the best of the degrees matching)."""
 
     layout: str
     ulysses: int = 1
@@ -44,6 +45,7 @@ class Choice:
     recompute: str = "full"
     strategy: str | None = None
     placement: str | None = None
+    pp: int | None = None
 
     def matches(self, candidate) -> bool:
         p = candidate.parallel
@@ -51,6 +53,8 @@ class Choice:
         if (p.layout, p.ulysses, p.tp, p.recompute) != wanted:
             return False
         if self.strategy is not None and p.strategy != self.strategy:
+            return False
+        if self.pp is not None and p.pp != self.pp:
             return False
         return self.placement is None or p.placement == self.placement
 
@@ -132,10 +136,12 @@ def _no_such(plan, choice: Choice, everything: list) -> str:
         "ulysses": {c.parallel.ulysses for c in everything},
         "tp": {c.parallel.tp for c in everything},
         "recompute": {c.parallel.recompute for c in everything},
+        "pp": {c.parallel.pp for c in everything} | {None},
     }
     for name, seen in fields_.items():
         if getattr(choice, name) not in seen:
-            return f"choice.{name}={getattr(choice, name)!r}: the planner tried {sorted(seen)}"
+            tried = sorted(v for v in seen if v is not None)  # None: any pipeline degree
+            return f"choice.{name}={getattr(choice, name)!r}: the planner tried {tried}"
     return (
         f"the planner sized no configuration with {choice} together (each value occurs, "
         "not in this combination)"
