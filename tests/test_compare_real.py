@@ -91,9 +91,12 @@ def test_the_trace_times_each_step_as_the_ring_timed_it(recorded, name):
         assert np.allclose(
             step_durations(trace)[1:], step_durations(own)[1:], atol=STEP_TOLERANCE_S
         )
-        assert ring.pass_times[WARMUP + i] == pytest.approx(
-            max(a["forward_s"][i] for a in answers), rel=0.25, abs=2e-3
-        )
+        # the traced pass lies inside the window each rank timed around it, and holds every
+        # compute span the rank marked; the window also holds the barrier's wake-up and the
+        # sync, which a loaded machine stretches, so the two are not compared for equality
+        passed = ring.pass_times[WARMUP + i]
+        assert passed <= max(a["forward_s"][i] for a in answers) + STEP_TOLERANCE_S
+        assert passed >= np.nansum(span(own), axis=0).max() - STEP_TOLERANCE_S
 
 
 def test_compare_answers_on_the_real_trace(recorded, capsys):
