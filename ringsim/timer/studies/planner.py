@@ -1185,8 +1185,10 @@ def _best_first(fitting, keep, beat, timing, progress) -> tuple[list, list]:
     queue = sorted((c.lower_bound_s, i, ideal) for i, c in enumerate(fitting))  # a heap
     timed, bounded, best = [], [], [beat] if beat is not None and keep == 1 else []
     passes = ("forward",) if mode == "prefill" else ("forward", "backward")  # as _time asks
-    while queue:
-        progress(len(timed), len(fitting), "configurations that fit, timed or bounded")
+    tightened = 0
+    while queue:  # what it has done so far: it stops once the rest are provably slower
+        done = len(timed) + tightened
+        progress(done, len(fitting), "configurations that fit, timed or their bound tightened")
         bound, i, refined = heapq.heappop(queue)
         cand = fitting[i]
         if len(best) >= keep and bound > best[keep - 1] * (1.0 + TWIN_TOLERANCE):
@@ -1197,6 +1199,7 @@ def _best_first(fitting, keep, beat, timing, progress) -> tuple[list, list]:
             _time(other, model, seq_len, global_batch, mode, timer.bounding(), *timing[5:])
             cand.lower_bound_s = max(bound, other.step_time_s)
             heapq.heappush(queue, (cand.lower_bound_s, i, True))
+            tightened += 1
             continue
         _time(cand, *timing)
         timed.append(cand)
