@@ -71,32 +71,41 @@ def test_the_trace_names_the_ring_it_recorded(recorded, name):
 
 @pytest.mark.parametrize("name", RINGS)
 def test_the_trace_times_each_step_as_the_ring_timed_it(recorded, name):
+    """Each pass read from the trace against the marks the ring made in the same pass, within
+    ``STEP_TOLERANCE_S`` plus the machine's noise of the moment: how much the same step of the
+    same rank moved between the repeats, in either record (a rank descheduled inside its marks
+    on a loaded machine stretches one record of one pass, not the other: the signal)."""
     from kernels.distributed.rank_timeline import step_durations, timeline_from_records
     from ringsim.traces import read_ring
 
     _, paths, answers = recorded[name]
+    passes = []
     for i in range(REPEATS):
         ring = read_ring(paths, which=WARMUP + i)
         own = timeline_from_records([a["forward_timelines"][i] for a in answers])
-        trace = ring.timeline
+        passes.append((ring, own, ring.timeline))
+    span = lambda tl: tl.compute_end - tl.compute_start
+    noise = max(
+        float(np.nanmax(np.abs(np.diff([span(tl) for tl in tls], axis=0))))
+        for tls in ([own for _, own, _ in passes], [trace for _, _, trace in passes])
+    )
+    tol = STEP_TOLERANCE_S + noise
+    for i, (ring, own, trace) in enumerate(passes):
         for tl in (own, trace):  # compute spans, each from the rank's first compute
             assert np.isfinite(tl.compute_start).sum() == np.isfinite(own.compute_start).sum()
-        span = lambda tl: tl.compute_end - tl.compute_start
-        assert np.allclose(span(trace), span(own), atol=STEP_TOLERANCE_S, equal_nan=True)
+        assert np.allclose(span(trace), span(own), atol=tol, equal_nan=True)
         since = lambda tl: tl.compute_start - tl.compute_start[0]
-        assert np.allclose(since(trace), since(own), atol=STEP_TOLERANCE_S, equal_nan=True)
+        assert np.allclose(since(trace), since(own), atol=tol, equal_nan=True)
         arrived = lambda tl: tl.recv_end - tl.compute_start[0]
-        assert np.allclose(arrived(trace), arrived(own), atol=STEP_TOLERANCE_S, equal_nan=True)
+        assert np.allclose(arrived(trace), arrived(own), atol=tol, equal_nan=True)
         # after step 0 (which each counts from a different origin) the steps agree
-        assert np.allclose(
-            step_durations(trace)[1:], step_durations(own)[1:], atol=STEP_TOLERANCE_S
-        )
+        assert np.allclose(step_durations(trace)[1:], step_durations(own)[1:], atol=tol)
         # the traced pass lies inside the window each rank timed around it, and holds every
-        # compute span the rank marked; the window also holds the barrier's wake-up and the
-        # sync, which a loaded machine stretches, so the two are not compared for equality
+        # compute span it read; the window also holds the barrier's wake-up and the sync,
+        # which a loaded machine stretches, so the two are not compared for equality
         passed = ring.pass_times[WARMUP + i]
         assert passed <= max(a["forward_s"][i] for a in answers) + STEP_TOLERANCE_S
-        assert passed >= np.nansum(span(own), axis=0).max() - STEP_TOLERANCE_S
+        assert passed >= np.nansum(span(trace), axis=0).max() - STEP_TOLERANCE_S
 
 
 def test_compare_answers_on_the_real_trace(recorded, capsys):
