@@ -60,27 +60,24 @@ def place(parts: list[Piece], groups: list[list[int]], hosts: int, offset: float
     ``offset`` seconds."""
     kv = any("ks" in p.a for p in parts)
     keys = KEYS + (KV_KEYS if kv else ())
-    columns = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
-    same_keys = all(p.a.keys() == set(keys) for p in parts)
-    if same_keys and columns.size == hosts and np.array_equal(np.sort(columns), np.arange(hosts)):
-        # the groups cover every column once: gather them into place, nothing to fill
-        order = None if np.array_equal(columns, np.arange(hosts)) else np.argsort(columns)
-        arrays = {}
-        for key in keys:
-            arr = np.concatenate([p.a[key] for p in parts], axis=1)
-            arr = arr if order is None else arr[:, order]
-            arrays[key] = arr + offset if offset else arr
-        out = Piece(parts[0].labels, hosts, kv, arrays=arrays)
-    elif same_keys:  # every column at once (groups disjoint)
-        out = Piece(parts[0].labels, hosts, kv)
-        for key in out.a:
-            arr = np.concatenate([p.a[key] for p in parts], axis=1)
-            out.a[key][:, columns] = arr + offset if offset else arr
-    else:
+    if not all(p.a.keys() == set(keys) for p in parts):  # some part lacks the kv messages
         out = Piece(parts[0].labels, hosts, kv)
         for part, group in zip(parts, groups, strict=True):
             for key, arr in part.a.items():
                 out.a[key][:, group] = arr + offset if offset else arr
+    else:  # every column at once (groups disjoint); gathered when they cover every column
+        columns = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
+        covers = columns.size == hosts and np.array_equal(np.sort(columns), np.arange(hosts))
+        in_order = covers and np.array_equal(columns, np.arange(hosts))
+        order = np.argsort(columns) if covers and not in_order else None
+        out = Piece(parts[0].labels, hosts, kv, arrays={} if covers else None)
+        for key in keys:
+            arr = np.concatenate([p.a[key] for p in parts], axis=1)
+            arr = arr + offset if offset else arr
+            if covers:
+                out.a[key] = arr if order is None else arr[:, order]
+            else:
+                out.a[key][:, columns] = arr
     for part in parts:
         out.grad_rows |= part.grad_rows
     return out
